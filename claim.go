@@ -1,0 +1,200 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// FinishTimeout bounds how long Finish keeps trying to record an outcome once
+// the caller's context has been cancelled.
+const FinishTimeout = 10 * time.Second
+
+// A Claimer claims sources in a Store on behalf of one holder. It is safe
+// for concurrent use; create one per process and share it.
+type Claimer struct {
+	store Store
+	cfg   config
+}
+
+// New returns a Claimer that claims sources in store. It returns an error,
+// naming the option, if an option is invalid.
+func New(store Store, opts ...Option) (*Claimer, error) {
+	if isNil(store) {
+		return nil, errors.New("runclaim: New: nil Store")
+	}
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Claimer{store: store, cfg: cfg}, nil
+}
+
+// Owner returns the holder name recorded with this Claimer's runs.
+func (c *Claimer) Owner() string { return c.cfg.owner }
+
+// Claim starts a run of source if no other run holds it. It never waits for
+// another holder: when the source is taken it returns an error matching
+// ErrNotClaimed (and ErrAlreadyRunning or ErrTooSoon) at once. Any other
+// error is a real failure, such as an invalid source (ErrInvalidSource) or an
+// unreachable database; the store's error is wrapped. ctx bounds the claim
+// only, not the run; if ctx ends first, its error is returned, wrapped.
+//
+// The caller must end the run with Finish, and keep it alive with Heartbeat
+// when it may last longer than the lease; Do does both.
+func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.cfg.lease, MinInterval: c.cfg.minInterval}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	sent := time.Now()
+	info, err := c.store.Claim(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &Run{
+		ID:          info.ID,
+		Source:      info.Source,
+		Owner:       info.Owner,
+		StartedAt:   info.StartedAt,
+		LeaseUntil:  info.LeaseUntil,
+		claimer:     c,
+		leaseUntil:  info.LeaseUntil,
+		localExpiry: sent.Add(c.cfg.lease),
+	}, nil
+}
+
+// A Run is one claimed run of a source. Its exported fields do not change.
+// Its methods are safe for concurrent use.
+type Run struct {
+	// ID identifies the run. IDs strictly increase in a store, so ID is a
+	// fencing token: pass it to downstream writes and have them refuse a
+	// token lower than the highest they have seen.
+	ID int64
+	// Source is the claimed source.
+	Source string
+	// Owner is the holder recorded with the run.
+	Owner string
+	// StartedAt is when the run started, by the database clock.
+	StartedAt time.Time
+	// LeaseUntil is when the lease granted by the claim ends, by the
+	// database clock. Heartbeats extend the lease; Deadline reports its
+	// current end.
+	LeaseUntil time.Time
+
+	claimer *Claimer
+
+	mu          sync.Mutex // protects the fields below
+	leaseUntil  time.Time  // current lease end, database clock
+	localExpiry time.Time  // lease end by this process's monotonic clock
+	finished    *FinishRequest
+}
+
+// Deadline returns the current end of the run's lease, by the database
+// clock, as of the last successful Heartbeat.
+func (r *Run) Deadline() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leaseUntil
+}
+
+// localDeadline is the end of the lease by this process's own clock: the
+// time the last successful claim or heartbeat was sent, plus the lease.
+func (r *Run) localDeadline() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.localExpiry
+}
+
+// Heartbeat extends the run's lease to a full lease from now. It returns an
+// error matching ErrLeaseLost if the run is not running any more (another
+// claim expired it, or an operator released it), ErrFinished after Finish,
+// and the store's error, wrapped, otherwise. ctx bounds this call only.
+func (r *Run) Heartbeat(ctx context.Context) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	done := r.finished != nil
+	r.mu.Unlock()
+	if done {
+		return fmt.Errorf("runclaim: heartbeat run %d: %w", r.ID, ErrFinished)
+	}
+	sent := time.Now()
+	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Lease: r.claimer.cfg.lease})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.leaseUntil = until
+	if exp := sent.Add(r.claimer.cfg.lease); exp.After(r.localExpiry) {
+		r.localExpiry = exp
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// Finish records the run's outcome: succeeded if jobErr is nil, else failed
+// with jobErr's text. A cancelled ctx does not stop it, so that a deferred
+// Finish still records the outcome of a cancelled job; it gives up after
+// FinishTimeout or at ctx's deadline, whichever is later.
+//
+// Finish returns an error matching ErrLeaseLost if the run was taken over or
+// released before it finished. Calling it again with the same outcome returns
+// the first call's result once that succeeded; a different outcome returns
+// ErrFinished.
+func (r *Run) Finish(ctx context.Context, jobErr error) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	req := FinishRequest{ID: r.ID, Status: StatusSucceeded}
+	if jobErr != nil {
+		req.Status, req.Error = StatusFailed, errorText(jobErr)
+	}
+	r.mu.Lock()
+	prev := r.finished
+	r.mu.Unlock()
+	if prev != nil {
+		if *prev == req {
+			return nil
+		}
+		return fmt.Errorf("runclaim: finish run %d: %w as %s", r.ID, ErrFinished, prev.Status)
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FinishTimeout)
+	defer cancel()
+	if err := r.claimer.store.Finish(fctx, req); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.finished = &req
+	r.mu.Unlock()
+	return nil
+}
+
+const truncatedMark = "…(truncated)"
+
+// errorText is err's text made storable: valid UTF-8, no NUL bytes, at most
+// MaxErrorLen bytes plus a truncation mark.
+func errorText(err error) string {
+	s := err.Error()
+	if s == "" {
+		s = fmt.Sprintf("%T with empty message", err)
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) > MaxErrorLen {
+		cut := MaxErrorLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + truncatedMark
+	}
+	return s
+}

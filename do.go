@@ -1,0 +1,142 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Do claims source and, if the claim succeeds, calls fn with the run and a
+// context derived from ctx. While fn runs, Do extends the lease in the
+// background every heartbeat interval (see WithHeartbeat).
+//
+// fn's context is cancelled, with ErrLeaseLost as its cause (see
+// context.Cause), as soon as a heartbeat finds the run gone, and also when
+// the lease has ended by this process's own clock without a successful
+// heartbeat: from then on another replica may take the source over, so fn
+// should stop. It is also cancelled when ctx is.
+//
+// When fn returns, Do records the outcome: succeeded if fn returned nil,
+// failed with fn's error text otherwise, and failed if ctx was cancelled.
+// A panic in fn is recorded as failed and then re-panicked. The outcome is
+// recorded even after ctx was cancelled (see Run.Finish). Do's heartbeat
+// goroutine has stopped by the time Do returns or re-panics.
+//
+// If the claim is skipped, Do returns the ErrNotClaimed error without calling
+// fn. Otherwise it returns fn's error wrapped (errors.Is finds it and, after
+// a lost lease, ErrLeaseLost), joined with any error from recording the
+// outcome.
+func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Context, run *Run) error) error {
+	if fn == nil {
+		return errors.New("runclaim: Do: nil function")
+	}
+	run, err := c.Claim(ctx, source)
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	stop := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		run.keepAlive(runCtx, cancel, stop)
+	}()
+
+	fnErr, panicked, panicVal := callFn(runCtx, run, fn)
+	close(stop)
+	<-stopped
+
+	outcome := fnErr
+	switch {
+	case panicked:
+		outcome = fmt.Errorf("panic: %v", panicVal)
+	case fnErr != nil:
+		if cause := context.Cause(runCtx); cause != nil && !errors.Is(fnErr, cause) && errors.Is(fnErr, runCtx.Err()) {
+			outcome = fmt.Errorf("%w (cause: %w)", fnErr, cause)
+		}
+	case ctx.Err() != nil:
+		outcome = fmt.Errorf("cancelled: %w", context.Cause(ctx))
+	}
+	finishErr := run.Finish(ctx, outcome)
+	if panicked {
+		panic(panicVal)
+	}
+	var result error
+	if outcome != nil {
+		result = fmt.Errorf("runclaim: run %d of %q: %w", run.ID, run.Source, outcome)
+		if cause := context.Cause(runCtx); errors.Is(cause, ErrLeaseLost) && !errors.Is(outcome, ErrLeaseLost) {
+			result = fmt.Errorf("%w (%w)", result, cause)
+		}
+	}
+	if finishErr != nil {
+		return errors.Join(result, finishErr)
+	}
+	return result
+}
+
+// callFn calls fn and turns a panic into a value.
+func callFn(ctx context.Context, run *Run, fn func(context.Context, *Run) error) (err error, panicked bool, val any) {
+	panicked = true
+	defer func() {
+		if panicked {
+			val = recover()
+		}
+	}()
+	err = fn(ctx, run)
+	panicked = false
+	return err, false, nil
+}
+
+// keepAlive heartbeats until stop is closed or ctx ends, and cancels ctx
+// with ErrLeaseLost when the run is gone or its lease ends by the local
+// clock. It waits for an in-flight heartbeat before it returns.
+func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+	interval := r.claimer.cfg.heartbeat
+	tick := time.NewTimer(interval)
+	defer tick.Stop()
+	expiry := time.NewTimer(time.Until(r.localDeadline()))
+	defer expiry.Stop()
+
+	hbCtx, hbCancel := context.WithCancel(ctx)
+	defer hbCancel()
+	results := make(chan error, 1)
+	inFlight := false
+	defer func() {
+		if inFlight {
+			hbCancel()
+			<-results
+		}
+	}()
+
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-expiry.C:
+			cancel(fmt.Errorf("%w: run %d's lease ended by the local clock without a successful heartbeat", ErrLeaseLost, r.ID))
+			return
+		case <-tick.C:
+			if inFlight {
+				tick.Reset(interval)
+				continue
+			}
+			inFlight = true
+			go func() { results <- r.Heartbeat(hbCtx) }()
+		case err := <-results:
+			inFlight = false
+			if errors.Is(err, ErrLeaseLost) {
+				cancel(err)
+				return
+			}
+			if err == nil {
+				expiry.Reset(time.Until(r.localDeadline()))
+			}
+			tick.Reset(interval)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package runclaim
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ErrNotClaimed matches, with errors.Is, every error that means "this tick was
+// skipped": the source is held by another run, another claim for it is in
+// flight, or the minimum interval has not passed. Nothing was written and no
+// lock is held. Use errors.Is(err, ErrAlreadyRunning) or errors.Is(err,
+// ErrTooSoon) to tell which, and errors.As with *NotClaimedError for details.
+var ErrNotClaimed = errors.New("runclaim: not claimed")
+
+// ErrAlreadyRunning means another run holds the source, or another claim for
+// it is in flight. It matches ErrNotClaimed too.
+var ErrAlreadyRunning error = &skipError{"runclaim: source is already running"}
+
+// ErrTooSoon means the minimum interval since the source's last run start has
+// not passed. It matches ErrNotClaimed too.
+var ErrTooSoon error = &skipError{"runclaim: too soon since the last run"}
+
+// ErrLeaseLost means the run is no longer this holder's: its lease ended and
+// another claim expired it, or an operator released it. Heartbeat and Finish
+// return it (use errors.Is), and Do cancels its function's context with it as
+// the cause (see context.Cause).
+var ErrLeaseLost = errors.New("runclaim: lease lost")
+
+// ErrInvalidSource is returned, wrapped with the reason, for a source name that
+// is empty, longer than MaxSourceLen bytes, not valid UTF-8, or contains a NUL
+// byte or another control character. Nothing is sent to the store.
+var ErrInvalidSource = errors.New("runclaim: invalid source")
+
+// ErrFinished is returned by Heartbeat after Finish, and by a Finish whose
+// outcome differs from the one already recorded for the run.
+var ErrFinished = errors.New("runclaim: run already finished")
+
+// skipError is the type of the specific skip sentinels; each one also matches
+// ErrNotClaimed.
+type skipError struct{ msg string }
+
+func (e *skipError) Error() string        { return e.msg }
+func (e *skipError) Is(target error) bool { return target == ErrNotClaimed }
+
+// NotClaimedError carries the details of a skipped claim. It matches
+// ErrNotClaimed and its Reason (ErrAlreadyRunning or ErrTooSoon) with
+// errors.Is; use errors.As to read it. All times are the database's.
+type NotClaimedError struct {
+	// Source is the source that was not claimed.
+	Source string
+	// Reason is ErrAlreadyRunning or ErrTooSoon.
+	Reason error
+	// Holder is the run that holds the source, when Reason is
+	// ErrAlreadyRunning and the holder is known. It is nil when another claim
+	// for the source is in flight and has not committed yet.
+	Holder *RunInfo
+	// RetryAfter is, for ErrTooSoon, the earliest time at which a claim can
+	// succeed (the last start plus the minimum interval); for
+	// ErrAlreadyRunning with a known holder, the end of the holder's lease.
+	RetryAfter time.Time
+}
+
+// RunInfo describes a run recorded in a store.
+type RunInfo struct {
+	ID         int64     // the run's fencing token
+	Source     string    // what was claimed
+	Owner      string    // who claimed it
+	StartedAt  time.Time // when it was claimed, by the store's clock
+	LeaseUntil time.Time // when its lease ends unless extended
+}
+
+// Error describes the skip in one line.
+func (e *NotClaimedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "runclaim: source %q not claimed: ", e.Source)
+	switch {
+	case e.Reason == ErrTooSoon:
+		fmt.Fprintf(&b, "too soon since the last run; a claim can succeed after %s", e.RetryAfter.Format(time.RFC3339Nano))
+	case e.Holder != nil:
+		fmt.Fprintf(&b, "already running as run %d by %q since %s, lease until %s",
+			e.Holder.ID, e.Holder.Owner, e.Holder.StartedAt.Format(time.RFC3339Nano), e.Holder.LeaseUntil.Format(time.RFC3339Nano))
+	default:
+		b.WriteString("another claim for it is in flight")
+	}
+	return b.String()
+}
+
+// Unwrap returns the Reason and ErrNotClaimed, so errors.Is matches both.
+func (e *NotClaimedError) Unwrap() []error { return []error{e.Reason, ErrNotClaimed} }

@@ -1,0 +1,170 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AdvisoryKey returns the 64-bit key of the transaction-scoped advisory lock
+// that serialises claims of source: FNV-64a over namespace, a NUL byte and
+// source. The derivation is fixed across releases so that replicas on
+// different versions agree.
+func AdvisoryKey(namespace, source string) int64 {
+	const (
+		offset64 = 14695981039346656037
+		prime64  = 1099511628211
+	)
+	h := uint64(offset64)
+	for i := 0; i < len(namespace); i++ {
+		h ^= uint64(namespace[i])
+		h *= prime64
+	}
+	h *= prime64 // the NUL separator: h ^= 0 is a no-op
+	for i := 0; i < len(source); i++ {
+		h ^= uint64(source[i])
+		h *= prime64
+	}
+	return int64(h)
+}
+
+// The claim is one pgx.Batch: one network write, one round trip, one
+// implicit transaction that ends at the batch's Sync.
+//
+//  1. lockSQL takes the advisory lock, only under READ COMMITTED, and
+//     records in a transaction-local setting whether it did. Under another
+//     isolation level the snapshot of the re-check would predate the lock,
+//     so the statement refuses and reports the level; the store then
+//     switches to the explicit form, which wraps the same statements in
+//     BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT.
+//  2. expireSQL, a later statement and so a fresh snapshot, marks a running
+//     run whose lease has ended as expired. It is a separate statement so
+//     that the unique index on running runs no longer holds the old row when
+//     3 inserts.
+//  3. claimSQL re-checks under the lock and inserts the run, or returns why
+//     not. Every time is clock_timestamp(), the database's clock when the
+//     statement runs.
+//
+// A lost claim updates and inserts nothing, so it assigns no transaction ID
+// and its commit flushes no WAL.
+const (
+	lockSQL = `SELECT pg_catalog.set_config('runclaim.locked',
+	CASE WHEN pg_catalog.current_setting('transaction_isolation') = 'read committed'
+	     THEN pg_catalog.pg_try_advisory_xact_lock($1::bigint)::text
+	     ELSE 'false' END, true)::bool,
+	pg_catalog.current_setting('transaction_isolation')`
+
+	expireSQL = `UPDATE %[1]s SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
+WHERE source = $1 AND status = 'running' AND lease_until <= pg_catalog.clock_timestamp()
+  AND pg_catalog.current_setting('runclaim.locked')::bool`
+
+	claimSQL = `WITH st AS MATERIALIZED (
+	SELECT pg_catalog.current_setting('runclaim.locked')::bool AS locked, pg_catalog.clock_timestamp() AS now
+), cur AS MATERIALIZED (
+	SELECT id, owner, started_at, lease_until FROM %[1]s WHERE source = $1 AND status = 'running'
+), last AS MATERIALIZED (
+	SELECT started_at FROM %[1]s WHERE $4::bigint > 0 AND source = $1 ORDER BY started_at DESC LIMIT 1
+), ins AS (
+	INSERT INTO %[1]s (source, status, owner, started_at, lease_until, heartbeat_at)
+	SELECT $1, 'running', $2, st.now, st.now + $3::bigint * interval '1 microsecond', st.now FROM st
+	WHERE st.locked
+	  AND NOT EXISTS (SELECT FROM cur)
+	  AND NOT EXISTS (SELECT FROM last WHERE last.started_at + $4::bigint * interval '1 microsecond' > st.now)
+	RETURNING id, started_at, lease_until
+)
+SELECT ins.id, ins.started_at, ins.lease_until, st.locked,
+	cur.id, cur.owner, cur.started_at, cur.lease_until,
+	last.started_at + $4::bigint * interval '1 microsecond'
+FROM st LEFT JOIN ins ON true LEFT JOIN cur ON true LEFT JOIN last ON true`
+
+	beginSQL  = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	commitSQL = `COMMIT`
+)
+
+// errNeedExplicit says the session's isolation level is not READ COMMITTED,
+// so the claim wrote nothing and must be sent in the explicit form.
+var errNeedExplicit = errors.New("runclaim: session isolation is not read committed")
+
+// claim runs the claim protocol once, in the implicit form or, with
+// explicit, inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT.
+func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, error) {
+	key := AdvisoryKey(s.namespace, req.Source)
+	lease, minInterval := req.Lease.Microseconds(), req.MinInterval.Microseconds()
+
+	b := &pgx.Batch{}
+	if explicit {
+		b.Queue(beginSQL)
+	}
+	b.Queue(lockSQL, key)
+	b.Queue(s.sql.expire, req.Source)
+	b.Queue(s.sql.claim, req.Source, req.Owner, lease, minInterval)
+	if explicit {
+		b.Queue(commitSQL)
+	}
+
+	br := s.db.SendBatch(ctx, b)
+	var (
+		locked               bool
+		isolation            string
+		insID                *int64
+		insStarted, insLease *time.Time
+		stLocked             bool
+		curID                *int64
+		curOwner             *string
+		curStarted, curLease *time.Time
+		retryAfter           *time.Time
+	)
+	err := func() error {
+		if explicit {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if err := br.QueryRow().Scan(&locked, &isolation); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&insID, &insStarted, &insLease, &stLocked, &curID, &curOwner, &curStarted, &curLease, &retryAfter); err != nil {
+			return err
+		}
+		if explicit {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return RunInfo{}, s.wrap(ctx, "claim "+quoteForError(req.Source), err)
+	}
+	if !locked && isolation != "read committed" {
+		if explicit {
+			return RunInfo{}, fmt.Errorf("runclaim: claim: transaction isolation is %q inside BEGIN ISOLATION LEVEL READ COMMITTED", isolation)
+		}
+		return RunInfo{}, errNeedExplicit
+	}
+	if insID != nil {
+		return RunInfo{ID: *insID, Source: req.Source, Owner: req.Owner, StartedAt: *insStarted, LeaseUntil: *insLease}, nil
+	}
+	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning}
+	switch {
+	case curID != nil:
+		nc.Holder = &RunInfo{ID: *curID, Source: req.Source, Owner: *curOwner, StartedAt: *curStarted, LeaseUntil: *curLease}
+		nc.RetryAfter = *curLease
+	case stLocked && retryAfter != nil:
+		nc.Reason, nc.RetryAfter = ErrTooSoon, *retryAfter
+	case stLocked:
+		// Locked, nothing running, not too soon, yet no insert: cannot happen
+		// unless the table was changed under us.
+		return RunInfo{}, fmt.Errorf("runclaim: claim %s: the claim statement inserted nothing without a reason", quoteForError(req.Source))
+	}
+	return RunInfo{}, nc
+}

@@ -1,0 +1,150 @@
+package runclaim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MemoryStore is a Store that keeps runs in this process's memory, with the
+// same semantics as the Postgres store: for unit tests of code that uses a
+// Claimer, and for tools that run as a single instance. It is safe for
+// concurrent use. Its zero value is not usable; call NewMemoryStore.
+type MemoryStore struct {
+	now func() time.Time // the store's clock
+
+	mu        sync.Mutex // protects the fields below
+	lastID    int64
+	runs      map[int64]*memRun
+	running   map[string]*memRun // by source
+	lastStart map[string]time.Time
+}
+
+type memRun struct {
+	info     RunInfo
+	status   Status
+	errText  string
+	finished time.Time
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// A MemoryOption configures a MemoryStore.
+type MemoryOption func(*MemoryStore)
+
+// WithClock makes the store read time from now instead of time.Now, so that
+// tests can move time forward without sleeping. now must be safe for
+// concurrent use and must not go backwards.
+func WithClock(now func() time.Time) MemoryOption {
+	return func(s *MemoryStore) {
+		if now != nil {
+			s.now = now
+		}
+	}
+}
+
+// NewMemoryStore returns an empty in-memory Store.
+func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+	s := &MemoryStore{
+		now:       time.Now,
+		runs:      make(map[int64]*memRun),
+		running:   make(map[string]*memRun),
+		lastStart: make(map[string]time.Time),
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	return s
+}
+
+// Claim implements Store.
+func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, error) {
+	if err := checkContext(ctx); err != nil {
+		return RunInfo{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return RunInfo{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w", quoteForError(req.Source), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if cur := s.running[req.Source]; cur != nil {
+		if cur.info.LeaseUntil.After(now) {
+			holder := cur.info
+			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
+		}
+		cur.status, cur.finished = StatusExpired, now
+		delete(s.running, req.Source)
+	}
+	if last, ok := s.lastStart[req.Source]; ok && req.MinInterval > 0 {
+		if next := last.Add(req.MinInterval); next.After(now) {
+			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTooSoon, RetryAfter: next}
+		}
+	}
+	s.lastID++
+	r := &memRun{
+		info:   RunInfo{ID: s.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease)},
+		status: StatusRunning,
+	}
+	s.runs[r.info.ID] = r
+	s.running[req.Source] = r
+	s.lastStart[req.Source] = now
+	return r.info, nil
+}
+
+// Heartbeat implements Store.
+func (s *MemoryStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (time.Time, error) {
+	if err := checkContext(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return time.Time{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.runs[req.ID]
+	if r == nil || r.status != StatusRunning {
+		return time.Time{}, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, ErrLeaseLost)
+	}
+	r.info.LeaseUntil = s.now().Add(req.Lease)
+	return r.info.LeaseUntil, nil
+}
+
+// Finish implements Store.
+func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: finish run %d: %w", req.ID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.runs[req.ID]
+	if r == nil || r.status != StatusRunning {
+		var status, errText *string
+		if r != nil {
+			st := string(r.status)
+			status = &st
+			if r.status == StatusFailed {
+				errText = &r.errText
+			}
+		}
+		return finishConflict(req, status, errText)
+	}
+	r.status, r.errText, r.finished = req.Status, req.Error, s.now()
+	delete(s.running, r.info.Source)
+	return nil
+}

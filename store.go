@@ -1,0 +1,123 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A Store records runs and decides claims. Claimer is written against this
+// interface; NewPostgresStore and NewMemoryStore implement it, and package
+// storetest checks that another implementation behaves the same way.
+//
+// Every method must be safe for concurrent use, must validate its request
+// before it writes anything (see ClaimRequest.Validate), and must return
+// ctx's error, wrapped, when ctx ends first.
+type Store interface {
+	// Claim starts a run of req.Source unless one is running with a live
+	// lease, another claim for the source is in flight, or req.MinInterval
+	// has not passed since the source's last run started. A running run whose
+	// lease has ended is marked StatusExpired first. A skip returns a
+	// *NotClaimedError and writes nothing. The new run's ID is greater than
+	// every ID the store issued before.
+	Claim(ctx context.Context, req ClaimRequest) (RunInfo, error)
+
+	// Heartbeat extends the lease of a running run to req.Lease from now and
+	// returns the new end of the lease. It returns ErrLeaseLost if the run is
+	// not running any more.
+	Heartbeat(ctx context.Context, req HeartbeatRequest) (time.Time, error)
+
+	// Finish records the outcome of a running run. Repeating a Finish that
+	// succeeded, with the same outcome, returns nil and changes nothing. It
+	// returns ErrLeaseLost if the run was expired or released, and
+	// ErrFinished if it was finished with another outcome.
+	Finish(ctx context.Context, req FinishRequest) error
+}
+
+// Status is the state of a run.
+type Status string
+
+// The states of a run. A run starts as StatusRunning and ends in one of the
+// others.
+const (
+	StatusRunning   Status = "running"   // holds its source
+	StatusSucceeded Status = "succeeded" // finished without error
+	StatusFailed    Status = "failed"    // finished with an error or a panic
+	StatusExpired   Status = "expired"   // its lease ended and a claim took over
+	StatusReleased  Status = "released"  // ended by an operator
+)
+
+// ClaimRequest is what Claimer asks of a Store.
+type ClaimRequest struct {
+	Source      string        // what to claim; see ValidateSource
+	Owner       string        // who claims it
+	Lease       time.Duration // how long the run holds the source without a heartbeat
+	MinInterval time.Duration // shortest time between two run starts; 0 for none
+}
+
+// Validate returns an error if the request is malformed: an invalid source
+// (wrapping ErrInvalidSource) or owner, or a lease or interval out of range.
+func (r ClaimRequest) Validate() error {
+	if err := ValidateSource(r.Source); err != nil {
+		return err
+	}
+	if err := validateName(r.Owner, MaxOwnerLen); err != nil {
+		return fmt.Errorf("runclaim: invalid owner: %w", err)
+	}
+	if r.Lease < MinLease || r.Lease > MaxLease {
+		return fmt.Errorf("runclaim: lease must be between %v and %v, got %v", MinLease, MaxLease, r.Lease)
+	}
+	if r.MinInterval < 0 || r.MinInterval > MaxLease {
+		return fmt.Errorf("runclaim: minimum interval must be between 0 and %v, got %v", MaxLease, r.MinInterval)
+	}
+	return nil
+}
+
+// HeartbeatRequest is what Run.Heartbeat asks of a Store.
+type HeartbeatRequest struct {
+	ID    int64         // the run
+	Lease time.Duration // the new lease, counted from now
+}
+
+// Validate returns an error if the request is malformed.
+func (r HeartbeatRequest) Validate() error {
+	if r.ID <= 0 {
+		return fmt.Errorf("runclaim: invalid run ID %d", r.ID)
+	}
+	if r.Lease < MinLease || r.Lease > MaxLease {
+		return fmt.Errorf("runclaim: lease must be between %v and %v, got %v", MinLease, MaxLease, r.Lease)
+	}
+	return nil
+}
+
+// FinishRequest is what Run.Finish asks of a Store.
+type FinishRequest struct {
+	ID     int64  // the run
+	Status Status // StatusSucceeded or StatusFailed
+	Error  string // the failure's text; empty when Status is StatusSucceeded
+}
+
+// MaxErrorLen is the longest error text a run records, in bytes. Longer texts
+// are cut and marked with a trailing "…(truncated)".
+const MaxErrorLen = 8 << 10
+
+// Validate returns an error if the request is malformed.
+func (r FinishRequest) Validate() error {
+	if r.ID <= 0 {
+		return fmt.Errorf("runclaim: invalid run ID %d", r.ID)
+	}
+	switch r.Status {
+	case StatusSucceeded:
+		if r.Error != "" {
+			return errors.New("runclaim: a succeeded run has no error text")
+		}
+	case StatusFailed:
+	default:
+		return fmt.Errorf("runclaim: a run finishes as %q or %q, not %q", StatusSucceeded, StatusFailed, r.Status)
+	}
+	if len(r.Error) > MaxErrorLen+len(truncatedMark) {
+		return fmt.Errorf("runclaim: error text is %d bytes, more than %d", len(r.Error), MaxErrorLen)
+	}
+	return nil
+}
