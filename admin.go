@@ -1,0 +1,182 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RunRecord is one row of a source's run history, as the operator commands
+// of PostgresStore report it.
+type RunRecord struct {
+	RunInfo
+	Status      Status    // running, or how the run ended
+	HeartbeatAt time.Time // the last heartbeat, or the start
+	FinishedAt  time.Time // zero while running
+	Error       string    // the failure's text, if any
+}
+
+const recordColumns = `id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, '')`
+
+func scanRecords(rows pgx.Rows) ([]RunRecord, error) {
+	defer rows.Close()
+	var out []RunRecord
+	for rows.Next() {
+		var (
+			r        RunRecord
+			status   string
+			finished *time.Time
+		)
+		if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error); err != nil {
+			return nil, err
+		}
+		r.Status = Status(status)
+		if finished != nil {
+			r.FinishedAt = *finished
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Running returns the running runs, of every source or, if source is not
+// empty, of that one, ordered by source, with the database's time of the
+// read so that ages and leases left can be told without trusting the local
+// clock.
+func (s *PostgresStore) Running(ctx context.Context, source string) ([]RunRecord, time.Time, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	if source != "" {
+		if err := ValidateSource(source); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	var now time.Time
+	records, err := func() ([]RunRecord, error) {
+		if err := s.db.QueryRow(ctx, `SELECT pg_catalog.clock_timestamp()`).Scan(&now); err != nil {
+			return nil, err
+		}
+		rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM `+s.Table()+
+			` WHERE status = 'running' AND ($1 = '' OR source = $1) ORDER BY source`, source)
+		if err != nil {
+			return nil, err
+		}
+		return scanRecords(rows)
+	}()
+	if err != nil {
+		return nil, time.Time{}, s.wrap(ctx, "list running runs", err)
+	}
+	return records, now, nil
+}
+
+// History returns the latest runs of source, newest first, at most limit
+// of them (limit must be positive).
+func (s *PostgresStore) History(ctx context.Context, source string, limit int) ([]RunRecord, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := ValidateSource(source); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("runclaim: history: limit must be positive, got %d", limit)
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM `+s.Table()+
+		` WHERE source = $1 ORDER BY started_at DESC, id DESC LIMIT $2`, source, limit)
+	if err != nil {
+		return nil, s.wrap(ctx, "history of "+quoteForError(source), err)
+	}
+	records, err := scanRecords(rows)
+	if err != nil {
+		return nil, s.wrap(ctx, "history of "+quoteForError(source), err)
+	}
+	return records, nil
+}
+
+// ErrNotRunning is returned by Release when there is no running run to
+// release.
+var ErrNotRunning = errors.New("runclaim: no such running run")
+
+// Release ends a running run as released, for an operator freeing a stuck
+// source before its lease ends. The run's holder learns it at its next
+// Heartbeat or Finish (ErrLeaseLost). Give the run's ID, or 0 and the source.
+// It returns the released run, or ErrNotRunning.
+func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (RunRecord, error) {
+	if err := checkContext(ctx); err != nil {
+		return RunRecord{}, err
+	}
+	what := "release run " + strconv.FormatInt(id, 10)
+	switch {
+	case id < 0 || id == 0 && source == "":
+		return RunRecord{}, errors.New("runclaim: release: give a positive run ID or a source")
+	case id == 0:
+		if err := ValidateSource(source); err != nil {
+			return RunRecord{}, err
+		}
+		what = "release " + quoteForError(source)
+	}
+	rows, err := s.db.Query(ctx, `UPDATE `+s.Table()+` SET status = 'released', finished_at = pg_catalog.clock_timestamp(),
+	error = 'released by an operator'
+WHERE status = 'running' AND (id = $1 OR $1 = 0 AND source = $2)
+RETURNING `+recordColumns, id, source)
+	if err != nil {
+		return RunRecord{}, s.wrap(ctx, what, err)
+	}
+	records, err := scanRecords(rows)
+	if err != nil {
+		return RunRecord{}, s.wrap(ctx, what, err)
+	}
+	if len(records) == 0 {
+		return RunRecord{}, fmt.Errorf("runclaim: %s: %w", what, ErrNotRunning)
+	}
+	return records[0], nil
+}
+
+// PruneBatchSize is how many rows Prune deletes per statement.
+const PruneBatchSize = 1000
+
+// Prune deletes finished runs that finished more than olderThan ago, in
+// batches of PruneBatchSize rows, each its own short transaction, so that it
+// never holds locks a claim waits for. It never deletes a running run, nor
+// the newest run of any source (which the minimum interval is measured
+// from). It returns how many runs it deleted; when ctx ends it stops between
+// batches and returns the count so far with ctx's error.
+func (s *PostgresStore) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if err := checkContext(ctx); err != nil {
+		return 0, err
+	}
+	if olderThan < 0 {
+		return 0, fmt.Errorf("runclaim: prune: olderThan must not be negative, got %v", olderThan)
+	}
+	t := s.Table()
+	q := `WITH batch AS (
+	SELECT id FROM ` + t + ` AS r
+	WHERE id > $1 AND status <> 'running'
+	  AND finished_at < pg_catalog.clock_timestamp() - $2::bigint * interval '1 microsecond'
+	  AND EXISTS (SELECT FROM ` + t + ` AS newer WHERE newer.source = r.source AND newer.started_at > r.started_at)
+	ORDER BY id LIMIT $3
+), del AS (
+	DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM batch) RETURNING id
+)
+SELECT (SELECT count(*) FROM del), count(*), coalesce(max(id), 0) FROM batch`
+	var total, after int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("runclaim: prune: %w", err)
+		}
+		var deleted, picked, last int64
+		if err := s.db.QueryRow(ctx, q, after, olderThan.Microseconds(), PruneBatchSize).Scan(&deleted, &picked, &last); err != nil {
+			return total, s.wrap(ctx, "prune", err)
+		}
+		total += deleted
+		if picked < PruneBatchSize {
+			return total, nil
+		}
+		after = last
+	}
+}

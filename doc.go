@@ -1,0 +1,74 @@
+// Package runclaim makes a scheduled job start at most one running run per
+// source across every replica of a service, with Postgres as the only shared
+// component.
+//
+// Every replica's scheduler (a time.Ticker, gocron, robfig/cron, a second pod
+// during a redeploy) calls Claim or Do for a source on each tick. One of them
+// starts a run; the others are told, with an error matching ErrNotClaimed,
+// that this tick is not theirs, and why.
+//
+// # Guarantees
+//
+//   - At most one running run per source at any instant (G1): a claim takes
+//     a transaction-scoped advisory lock, re-checks under it, and inserts the
+//     run; a partial unique index on running runs backs that up.
+//   - A crashed or partitioned holder frees its source within one lease (G2).
+//   - A holder that lost its run learns it: Heartbeat and Finish return
+//     ErrLeaseLost, and Do cancels its function's context (G3).
+//   - Run IDs strictly increase, so Run.ID is a fencing token (G4).
+//   - With WithMinInterval, two runs of a source start at least that far
+//     apart (G5).
+//   - All time is the database's clock_timestamp() (G6).
+//   - No session state: correct behind PgBouncer in transaction pooling
+//     mode and whatever isolation level the server defaults to (G7).
+//   - A claim that errors or is skipped writes nothing and holds nothing;
+//     bad input is refused before any SQL runs (G8).
+//
+// A winning or losing claim is one network round trip: one pgx.Batch that
+// runs as a single READ COMMITTED transaction.
+//
+// # Use
+//
+//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	if err != nil {
+//		return err
+//	}
+//	store, err := runclaim.NewPostgresStore(pool)
+//	if err != nil {
+//		return err
+//	}
+//	if err := store.Migrate(ctx); err != nil {
+//		return err
+//	}
+//	claimer, err := runclaim.New(store, runclaim.WithLease(30*time.Second))
+//	if err != nil {
+//		return err
+//	}
+//	for range time.Tick(time.Minute) {
+//		err := claimer.Do(ctx, "avito", func(ctx context.Context, run *runclaim.Run) error {
+//			return sweep(ctx, run.ID) // pass run.ID on as a fencing token
+//		})
+//		switch {
+//		case errors.Is(err, runclaim.ErrNotClaimed):
+//			// another replica runs this tick
+//		case err != nil:
+//			log.Printf("sweep: %v", err)
+//		}
+//	}
+//
+// Do heartbeats while the function runs and cancels its context, with cause
+// ErrLeaseLost, once the run can no longer be trusted to be this holder's.
+// Code that needs finer control calls Claim, Run.Heartbeat and Run.Finish
+// itself.
+//
+// # Concurrency
+//
+// Claimer, Run, PostgresStore and MemoryStore are safe for concurrent use.
+// Create one Claimer per process and share it.
+//
+// # Stores
+//
+// NewPostgresStore keeps runs in a Postgres table; NewMemoryStore keeps them
+// in memory, for tests and single-instance tools. Another backend implements
+// Store and proves itself with package storetest.
+package runclaim
