@@ -57,9 +57,10 @@ func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
 	sent := time.Now()
 	info, err := c.store.Claim(ctx, req)
 	if err != nil {
+		c.skipped(source, err, time.Since(sent))
 		return nil, err
 	}
-	return &Run{
+	run := &Run{
 		ID:          info.ID,
 		Source:      info.Source,
 		Owner:       info.Owner,
@@ -67,8 +68,11 @@ func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
 		LeaseUntil:  info.LeaseUntil,
 		claimer:     c,
 		leaseUntil:  info.LeaseUntil,
+		claimedAt:   sent,
 		localExpiry: sent.Add(c.cfg.lease),
-	}, nil
+	}
+	c.claimed(run, time.Since(sent))
+	return run, nil
 }
 
 // A Run is one claimed run of a source. Its exported fields do not change.
@@ -89,12 +93,14 @@ type Run struct {
 	// current end.
 	LeaseUntil time.Time
 
-	claimer *Claimer
+	claimer   *Claimer
+	claimedAt time.Time // when the claim was sent, local clock
 
 	mu          sync.Mutex // protects the fields below
 	leaseUntil  time.Time  // current lease end, database clock
 	localExpiry time.Time  // lease end by this process's monotonic clock
 	finished    *FinishRequest
+	lost        bool // the lease-lost event was reported
 }
 
 // Deadline returns the current end of the run's lease, by the database
@@ -130,6 +136,7 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 	sent := time.Now()
 	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Lease: r.claimer.cfg.lease})
 	if err != nil {
+		r.failed(err, true)
 		return err
 	}
 	r.mu.Lock()
@@ -170,11 +177,13 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FinishTimeout)
 	defer cancel()
 	if err := r.claimer.store.Finish(fctx, req); err != nil {
+		r.failed(err, false)
 		return err
 	}
 	r.mu.Lock()
 	r.finished = &req
 	r.mu.Unlock()
+	r.finishedEvent(req.Status, jobErr)
 	return nil
 }
 

@@ -118,13 +118,11 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 		case <-ctx.Done():
 			return
 		case <-expiry.C:
-			cancel(fmt.Errorf("%w: run %d's lease ended by the local clock without a successful heartbeat", ErrLeaseLost, r.ID))
+			err := fmt.Errorf("%w: run %d's lease ended by the local clock without a successful heartbeat", ErrLeaseLost, r.ID)
+			r.failed(err, true)
+			cancel(err)
 			return
 		case <-tick.C:
-			if inFlight {
-				tick.Reset(interval)
-				continue
-			}
 			inFlight = true
 			go func() { results <- r.Heartbeat(hbCtx) }()
 		case err := <-results:

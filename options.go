@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 )
@@ -30,6 +31,8 @@ type config struct {
 	minInterval time.Duration
 	heartbeat   time.Duration // 0: lease/3
 	owner       string
+	hooks       Hooks
+	logger      *slog.Logger
 	errs        []error
 }
 

@@ -1,0 +1,148 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Hooks are functions a Claimer calls as runs are claimed, skipped,
+// heartbeated and finished: the place to count metrics. Any field may be
+// nil. Hooks run synchronously on the goroutine that caused the event, so
+// they must be quick and must not call back into the Claimer. The event
+// structs may gain fields in later releases.
+type Hooks struct {
+	// Claimed is called after a claim started a run.
+	Claimed func(ClaimedEvent)
+	// Skipped is called after a claim was skipped (ErrNotClaimed).
+	Skipped func(SkippedEvent)
+	// Finished is called after a run's outcome was recorded.
+	Finished func(FinishedEvent)
+	// HeartbeatFailed is called when a heartbeat fails for a reason other
+	// than a lost lease, such as an unreachable database.
+	HeartbeatFailed func(HeartbeatFailedEvent)
+	// LeaseLost is called once per run, when its holder learns that the run
+	// is no longer its own.
+	LeaseLost func(LeaseLostEvent)
+}
+
+// ClaimedEvent describes a claim that started a run.
+type ClaimedEvent struct {
+	Run      *Run
+	Duration time.Duration // how long the claim took
+}
+
+// SkippedEvent describes a claim that was skipped.
+type SkippedEvent struct {
+	Source   string
+	Err      *NotClaimedError // Reason says why: ErrAlreadyRunning or ErrTooSoon
+	Duration time.Duration    // how long the claim took
+}
+
+// FinishedEvent describes a run whose outcome was recorded.
+type FinishedEvent struct {
+	Run      *Run
+	Status   Status        // StatusSucceeded or StatusFailed
+	Err      error         // the job's error, nil if it succeeded
+	Duration time.Duration // from the claim to the recorded outcome, by the local clock
+}
+
+// HeartbeatFailedEvent describes a heartbeat that failed without losing
+// the lease (yet).
+type HeartbeatFailedEvent struct {
+	Run *Run
+	Err error
+}
+
+// LeaseLostEvent describes a holder learning that its run is lost.
+type LeaseLostEvent struct {
+	Run   *Run
+	Cause error // matches ErrLeaseLost
+}
+
+// WithHooks sets functions called on the events of a run's life.
+func WithHooks(h Hooks) Option {
+	return func(c *config) { c.hooks = h }
+}
+
+// WithLogger makes the Claimer log what happens to its runs: claims and
+// skips at Debug, outcomes at Info (succeeded) or Warn (failed), failed
+// heartbeats at Warn and lost leases at Error. Without it nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+func (c *Claimer) claimed(run *Run, d time.Duration) {
+	if c.cfg.logger != nil {
+		c.cfg.logger.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: claimed",
+			slog.String("source", run.Source), slog.Int64("run_id", run.ID), slog.Duration("took", d))
+	}
+	if f := c.cfg.hooks.Claimed; f != nil {
+		f(ClaimedEvent{Run: run, Duration: d})
+	}
+}
+
+func (c *Claimer) skipped(source string, err error, d time.Duration) {
+	var nc *NotClaimedError
+	if !errors.As(err, &nc) {
+		return
+	}
+	if c.cfg.logger != nil {
+		c.cfg.logger.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: skipped",
+			slog.String("source", source), slog.String("reason", nc.Error()))
+	}
+	if f := c.cfg.hooks.Skipped; f != nil {
+		f(SkippedEvent{Source: source, Err: nc, Duration: d})
+	}
+}
+
+func (r *Run) finishedEvent(status Status, jobErr error) {
+	c := r.claimer
+	d := time.Since(r.claimedAt)
+	if c.cfg.logger != nil {
+		level := slog.LevelInfo
+		attrs := []slog.Attr{slog.String("source", r.Source), slog.Int64("run_id", r.ID), slog.String("status", string(status)), slog.Duration("took", d)}
+		if jobErr != nil {
+			level = slog.LevelWarn
+			attrs = append(attrs, slog.String("error", jobErr.Error()))
+		}
+		c.cfg.logger.LogAttrs(context.Background(), level, "runclaim: finished", attrs...)
+	}
+	if f := c.cfg.hooks.Finished; f != nil {
+		f(FinishedEvent{Run: r, Status: status, Err: jobErr, Duration: d})
+	}
+}
+
+// failed reports an error from Heartbeat or Finish: a lost lease once, any
+// other error as a failed heartbeat (heartbeat true) or not at all.
+func (r *Run) failed(err error, heartbeat bool) {
+	c := r.claimer
+	if errors.Is(err, ErrLeaseLost) {
+		r.mu.Lock()
+		first := !r.lost
+		r.lost = true
+		r.mu.Unlock()
+		if !first {
+			return
+		}
+		if c.cfg.logger != nil {
+			c.cfg.logger.LogAttrs(context.Background(), slog.LevelError, "runclaim: lease lost",
+				slog.String("source", r.Source), slog.Int64("run_id", r.ID), slog.String("cause", err.Error()))
+		}
+		if f := c.cfg.hooks.LeaseLost; f != nil {
+			f(LeaseLostEvent{Run: r, Cause: err})
+		}
+		return
+	}
+	if !heartbeat || errors.Is(err, ErrFinished) {
+		return
+	}
+	if c.cfg.logger != nil {
+		c.cfg.logger.LogAttrs(context.Background(), slog.LevelWarn, "runclaim: heartbeat failed",
+			slog.String("source", r.Source), slog.Int64("run_id", r.ID), slog.String("error", err.Error()))
+	}
+	if f := c.cfg.hooks.HeartbeatFailed; f != nil {
+		f(HeartbeatFailedEvent{Run: r, Err: err})
+	}
+}
