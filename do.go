@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -138,3 +139,37 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 		}
 	}
 }
+
+// KeepAlive heartbeats the run in the background, as Do does, for callers
+// that claim with Claim and hand the run to code that Do cannot wrap (such
+// as a scheduler's lock). The returned context is derived from ctx and is
+// cancelled, with cause ErrLeaseLost, as soon as the run is found lost or
+// its lease ends by the local clock without a successful heartbeat. stop
+// ends the heartbeats and waits for them; it is safe to call more than once.
+// KeepAlive does not finish the run: call Finish after stop.
+func (r *Run) KeepAlive(ctx context.Context) (runCtx context.Context, stop func()) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	halt := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		r.keepAlive(runCtx, cancel, halt)
+	}()
+	var once sync.Once
+	return runCtx, func() {
+		once.Do(func() {
+			close(halt)
+			<-stopped
+			cancel(nil)
+		})
+	}
+}
+
+// Lease returns the lease of this Claimer's runs.
+func (c *Claimer) Lease() time.Duration { return c.cfg.lease }
+
+// HeartbeatInterval returns how often Do and KeepAlive extend a lease.
+func (c *Claimer) HeartbeatInterval() time.Duration { return c.cfg.heartbeat }
