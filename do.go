@@ -36,19 +36,10 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 	if err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancelCause(ctx)
+	runCtx, cancel, halt := run.startKeepAlive(ctx)
 	defer cancel(nil)
-
-	stop := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		run.keepAlive(runCtx, cancel, stop)
-	}()
-
 	fnErr, panicked, panicVal := callFn(runCtx, run, fn)
-	close(stop)
-	<-stopped
+	halt()
 
 	outcome := fnErr
 	switch {
@@ -151,20 +142,30 @@ func (r *Run) KeepAlive(ctx context.Context) (runCtx context.Context, stop func(
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	runCtx, cancel := context.WithCancelCause(ctx)
-	halt := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		r.keepAlive(runCtx, cancel, halt)
-	}()
+	runCtx, cancel, halt := r.startKeepAlive(ctx)
 	var once sync.Once
 	return runCtx, func() {
 		once.Do(func() {
-			close(halt)
-			<-stopped
+			halt()
 			cancel(nil)
 		})
+	}
+}
+
+// startKeepAlive starts the heartbeat goroutine on a context derived from
+// ctx. halt stops it and waits for it, leaving the context's cause as the
+// goroutine set it; cancel then releases the context.
+func (r *Run) startKeepAlive(ctx context.Context) (runCtx context.Context, cancel context.CancelCauseFunc, halt func()) {
+	runCtx, cancel = context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		r.keepAlive(runCtx, cancel, stop)
+	}()
+	return runCtx, cancel, func() {
+		close(stop)
+		<-stopped
 	}
 }
 
