@@ -38,7 +38,7 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 	}
 	runCtx, cancel, halt := run.startKeepAlive(ctx)
 	defer cancel(nil)
-	fnErr, panicked, panicVal := callFn(runCtx, run, fn)
+	panicked, panicVal, fnErr := callFn(runCtx, run, fn)
 	halt()
 
 	outcome := fnErr
@@ -70,7 +70,7 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 }
 
 // callFn calls fn and turns a panic into a value.
-func callFn(ctx context.Context, run *Run, fn func(context.Context, *Run) error) (err error, panicked bool, val any) {
+func callFn(ctx context.Context, run *Run, fn func(context.Context, *Run) error) (panicked bool, val any, err error) {
 	panicked = true
 	defer func() {
 		if panicked {
@@ -79,7 +79,7 @@ func callFn(ctx context.Context, run *Run, fn func(context.Context, *Run) error)
 	}()
 	err = fn(ctx, run)
 	panicked = false
-	return err, false, nil
+	return false, nil, err
 }
 
 // keepAlive heartbeats until stop is closed or ctx ends, and cancels ctx

@@ -1,0 +1,456 @@
+// Package pgtest gives tests isolated PostgreSQL databases on one server
+// shared by all tests of a test binary.
+//
+// The server is found, in this order:
+//
+//   - PGTEST_DSN, if set: an existing server. The DSN must be for a
+//     superuser or a role with CREATEDB, and point at a maintenance
+//     database such as "postgres".
+//   - Otherwise a container started through testcontainers-go from the image
+//     named by PGTEST_IMAGE (default "postgres:16-alpine"), once per test
+//     binary, on first use, and removed by [Main] when the tests are done.
+//   - Otherwise tests that need a database are skipped with a message saying
+//     how to run them, or fail when PGTEST_REQUIRED=1.
+//
+// Every test that calls [New] gets a database of its own, created with
+// CREATE DATABASE under a unique name and dropped when the test ends, so
+// tests may run in parallel.
+//
+// Use it from each package's TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+//
+//	func TestSomething(t *testing.T) {
+//		db := pgtest.New(t)
+//		_, err := db.Pool.Exec(t.Context(), "CREATE TABLE t (id int)")
+//		...
+//	}
+//
+// Container details:
+//
+//   - The container runs postgres with "-c max_connections=300"; fsync and
+//     the other durability settings keep their defaults, so that benchmarks
+//     see realistic WAL flushes.
+//   - With a local Docker daemon (DOCKER_HOST unset or unix://) the
+//     container's port 5432 is published on 127.0.0.1 at a host port chosen
+//     up front, so the address stays the same when a test stops and starts
+//     the container ([Server.Container]). TESTCONTAINERS_HOST_OVERRIDE is set
+//     to 127.0.0.1 in that case unless it is already set.
+//   - TESTCONTAINERS_RYUK_DISABLED is set to "true" unless it is already set:
+//     the reaper container needs an image from a registry, which may not be
+//     reachable, and [Main] removes the container itself. Every container
+//     carries the label runclaim.pgtest=1, so leftovers of a killed test
+//     binary can be removed with
+//     docker rm -fv $(docker ps -aq --filter label=runclaim.pgtest=1).
+//     Set TESTCONTAINERS_RYUK_DISABLED=false to use the reaper instead.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/modules/postgres"
+	"go.uber.org/goleak"
+)
+
+// Environment variables read by this package.
+const (
+	envDSN      = "PGTEST_DSN"
+	envImage    = "PGTEST_IMAGE"
+	envRequired = "PGTEST_REQUIRED"
+
+	defaultImage = "postgres:16-alpine"
+
+	// containerLabel marks containers started by this package.
+	containerLabel = "runclaim.pgtest"
+
+	// runTimeout bounds the whole start, including a possible image pull;
+	// postgres.BasicWaitStrategies gives the server itself 60 s to start.
+	runTimeout   = 5 * time.Minute
+	adminTimeout = 30 * time.Second
+
+	containerUser     = "postgres"
+	containerPassword = "postgres"
+	containerDB       = "postgres"
+)
+
+const howToRun = "to run database tests, set PGTEST_DSN to the DSN of a PostgreSQL server " +
+	"(a superuser or CREATEDB role, e.g. postgres://postgres:secret@127.0.0.1:5432/postgres?sslmode=disable), " +
+	"or make a Docker daemon available (image from PGTEST_IMAGE, default " + defaultImage + "); " +
+	"set PGTEST_REQUIRED=1 to fail instead of skipping"
+
+// Server describes the PostgreSQL server shared by the tests of a test
+// binary.
+type Server struct {
+	// AdminDSN connects as a superuser (or CREATEDB role) to the server's
+	// maintenance database.
+	AdminDSN string
+	// Container is the testcontainers container running the server, or nil
+	// when the server comes from PGTEST_DSN. Reliability tests may stop and
+	// start it; with a local Docker daemon its published address (and so
+	// AdminDSN and every DB.DSN) stays the same across a restart. After a
+	// restart the server may take a moment before it accepts connections.
+	Container *postgres.PostgresContainer
+}
+
+// DB is one isolated database created for one test.
+type DB struct {
+	// DSN connects to this database with the credentials of
+	// Server.AdminDSN.
+	DSN string
+	// Name is the database's name.
+	Name string
+	// Pool is a connection pool to the database, closed when the test
+	// ends.
+	Pool *pgxpool.Pool
+}
+
+var (
+	sharedMu   sync.Mutex
+	sharedDone bool
+	shared     *Server
+	sharedErr  error
+
+	dbCounter atomic.Int64
+	runID     = randomHex(4)
+)
+
+// Main runs the tests of a package and then tears down the shared server
+// (if this test binary started one); call it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+//
+// When the tests pass, it then checks with go.uber.org/goleak that no
+// goroutines were leaked, ignoring those that the Docker client and
+// testcontainers-go legitimately leave behind. Leaks are printed and make
+// the result non-zero. The result is the exit code to pass to os.Exit.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if err := teardown(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: tearing down the shared server: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(leakOptions()...); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: goroutines leaked by the tests: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// leakOptions lists goroutines that may legitimately outlive the tests.
+// With testcontainers-go v0.45 none were seen after the container is
+// terminated (Terminate closes the Docker client); idle keep-alive
+// connections of HTTP clients, such as the Docker client's connection to the
+// daemon socket, are still ignored, since closing them is asynchronous.
+func leakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+	}
+}
+
+// New creates a fresh database with a unique name on the shared server and
+// returns it with an open pool. When the test ends, the pool is closed and
+// the database is dropped (WITH (FORCE), so open connections do not block
+// it).
+//
+// When no server can be had, New skips the test with a message that says
+// how to run it, or fails it when PGTEST_REQUIRED=1.
+func New(t testing.TB) *DB {
+	t.Helper()
+	srv := SharedServer(t)
+
+	name := fmt.Sprintf("pgtest_%s_%d", runID, dbCounter.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	if err := adminExec(ctx, srv.AdminDSN, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: create database %s: %v", name, err)
+	}
+	db := &DB{Name: name}
+	t.Cleanup(func() { dropDatabase(t, srv.AdminDSN, name) })
+
+	dsn, err := withDatabase(srv.AdminDSN, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	db.DSN = dsn
+	db.Pool = db.NewPool(t, nil)
+	return db
+}
+
+// NewPool opens an extra pool to the database, for example with a custom
+// DialFunc or MaxConns set by configure (which may be nil). The pool is
+// closed when the test ends, before the database is dropped.
+func (db *DB) NewPool(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatalf("pgtest: parse DSN: %v", err)
+	}
+	if configure != nil {
+		configure(cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: open pool to %s: %v", db.Name, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// SharedServer returns the server shared by the tests of this test binary,
+// starting a container on first use (see the package documentation). When
+// no server can be had, it skips the test with a message that says how to
+// run it, or fails it when PGTEST_REQUIRED=1. Every caller sees the same
+// outcome: a failed start is not retried.
+func SharedServer(t testing.TB) *Server {
+	t.Helper()
+	sharedMu.Lock()
+	if !sharedDone {
+		shared, sharedErr = startServer()
+		sharedDone = true
+	}
+	srv, err := shared, sharedErr
+	sharedMu.Unlock()
+
+	if err != nil {
+		if os.Getenv(envRequired) == "1" {
+			t.Fatalf("pgtest: no PostgreSQL server (PGTEST_REQUIRED=1): %v", err)
+		}
+		t.Skipf("pgtest: no PostgreSQL server: %v; %s", err, howToRun)
+	}
+	return srv
+}
+
+// startServer finds or starts the shared server.
+func startServer() (*Server, error) {
+	if dsn := os.Getenv(envDSN); dsn != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+		defer cancel()
+		if err := adminExec(ctx, dsn, "SELECT 1"); err != nil {
+			return nil, fmt.Errorf("PGTEST_DSN: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "pgtest: using the server of PGTEST_DSN at %s\n", describeDSN(dsn))
+		return &Server{AdminDSN: dsn}, nil
+	}
+	return startContainer()
+}
+
+// startContainer starts the shared server in a container.
+func startContainer() (*Server, error) {
+	img := os.Getenv(envImage)
+	if img == "" {
+		img = defaultImage
+	}
+	setenvIfUnset("TESTCONTAINERS_RYUK_DISABLED", "true")
+	// local: publish the port on 127.0.0.1 at a fixed host port, so that it
+	// survives a restart of the container.
+	local := localDaemon()
+	if local {
+		setenvIfUnset("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+		switch os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") {
+		case "127.0.0.1", "localhost":
+		default:
+			local = false // The user knows better where ports are reachable.
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		hostPort := "0"
+		var hostIP netip.Addr
+		if local {
+			port, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			hostPort = strconv.Itoa(port)
+			hostIP = netip.MustParseAddr("127.0.0.1")
+		}
+		ctr, err := postgres.Run(ctx, img,
+			postgres.WithUsername(containerUser),
+			postgres.WithPassword(containerPassword),
+			postgres.WithDatabase(containerDB),
+			// Replaces the module's default command, which turns fsync off.
+			testcontainers.WithCmd("postgres", "-c", "max_connections=300"),
+			testcontainers.WithLabels(map[string]string{containerLabel: "1"}),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+				hc.PortBindings = network.PortMap{
+					network.MustParsePort("5432/tcp"): {{HostIP: hostIP, HostPort: hostPort}},
+				}
+			}),
+			postgres.BasicWaitStrategies(),
+		)
+		if err != nil {
+			if ctr != nil {
+				_ = ctr.Terminate(context.Background())
+			}
+			lastErr = err
+			if local && isPortInUse(err) {
+				continue // Someone took the port in between; pick another.
+			}
+			return nil, fmt.Errorf("start container from image %s: %w", img, err)
+		}
+		dsn, err := ctr.ConnectionString(ctx, "sslmode=disable")
+		if err != nil {
+			_ = ctr.Terminate(context.Background())
+			return nil, fmt.Errorf("container connection string: %w", err)
+		}
+		if err := waitReady(ctx, dsn); err != nil {
+			_ = ctr.Terminate(context.Background())
+			return nil, fmt.Errorf("container from image %s: %w", img, err)
+		}
+		fmt.Fprintf(os.Stderr, "pgtest: using testcontainers image %s at %s (container %.12s)\n",
+			img, describeDSN(dsn), ctr.GetContainerID())
+		return &Server{AdminDSN: dsn, Container: ctr}, nil
+	}
+	return nil, fmt.Errorf("start container from image %s: %w", img, lastErr)
+}
+
+// teardown removes the shared container, if one was started.
+func teardown() error {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared == nil || shared.Container == nil {
+		return nil
+	}
+	ctr := shared.Container
+	shared, sharedErr = nil, errors.New("the shared server was torn down")
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	return ctr.Terminate(ctx)
+}
+
+// waitReady waits until the server accepts connections; the wait
+// strategies only prove that the port is open.
+func waitReady(ctx context.Context, dsn string) error {
+	var err error
+	for {
+		attemptCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = adminExec(attemptCtx, dsn, "SELECT 1")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server not ready: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// adminExec runs sql on a connection of its own.
+func adminExec(ctx context.Context, dsn, sql string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// dropDatabase drops a test's database at cleanup. It retries for a while
+// so that a test which restarted the server does not make the drop fail.
+func dropDatabase(t testing.TB, adminDSN, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	sql := "DROP DATABASE IF EXISTS " + pgx.Identifier{name}.Sanitize() + " WITH (FORCE)"
+	for {
+		err := adminExec(ctx, adminDSN, sql)
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Errorf("pgtest: drop database %s: %v", name, err)
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// withDatabase returns dsn with its database replaced by name.
+func withDatabase(dsn, name string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", fmt.Errorf("parse DSN: %w", err)
+		}
+		u.Path = "/" + name
+		u.RawPath = ""
+		return u.String(), nil
+	}
+	// Keyword/value form: a later keyword overrides an earlier one.
+	return strings.TrimSpace(dsn) + " dbname=" + name, nil
+}
+
+// describeDSN returns host:port of dsn, without credentials.
+func describeDSN(dsn string) string {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+}
+
+// localDaemon reports whether the Docker daemon is on this machine.
+func localDaemon() bool {
+	h := os.Getenv("DOCKER_HOST")
+	return h == "" || strings.HasPrefix(h, "unix://")
+}
+
+func setenvIfUnset(key, value string) {
+	if _, ok := os.LookupEnv(key); !ok {
+		os.Setenv(key, value)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func isPortInUse(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "port is already allocated") || strings.Contains(s, "address already in use")
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
