@@ -136,7 +136,9 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 	sent := time.Now()
 	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Lease: r.claimer.cfg.lease})
 	if err != nil {
-		r.failed(err, true)
+		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) { // not a heartbeat its caller called off
+			r.failed(err, true)
+		}
 		return err
 	}
 	r.mu.Lock()

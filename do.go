@@ -13,10 +13,11 @@ import (
 // background every heartbeat interval (see WithHeartbeat).
 //
 // fn's context is cancelled, with ErrLeaseLost as its cause (see
-// context.Cause), as soon as a heartbeat finds the run gone, and also when
-// the lease has ended by this process's own clock without a successful
-// heartbeat: from then on another replica may take the source over, so fn
-// should stop. It is also cancelled when ctx is.
+// context.Cause), as soon as a heartbeat finds the run gone, and also when,
+// without a successful heartbeat, the lease is about to end by this
+// process's own clock: (lease - 2*heartbeat interval)/4 before its end, so
+// that fn hears of it before another replica can take the source over. It
+// is also cancelled when ctx is.
 //
 // When fn returns, Do records the outcome: succeeded if fn returned nil,
 // failed with fn's error text otherwise, and failed if ctx was cancelled.
@@ -83,13 +84,14 @@ func callFn(ctx context.Context, run *Run, fn func(context.Context, *Run) error)
 }
 
 // keepAlive heartbeats until stop is closed or ctx ends, and cancels ctx
-// with ErrLeaseLost when the run is gone or its lease ends by the local
-// clock. It waits for an in-flight heartbeat before it returns.
+// with ErrLeaseLost when the run is gone or its lease is about to end by
+// the local clock. It waits for an in-flight heartbeat before it returns.
 func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	interval := r.claimer.cfg.heartbeat
 	tick := time.NewTimer(interval)
 	defer tick.Stop()
-	expiry := time.NewTimer(time.Until(r.localDeadline()))
+	margin := r.expiryMargin()
+	expiry := time.NewTimer(time.Until(r.localDeadline().Add(-margin)))
 	defer expiry.Stop()
 
 	hbCtx, hbCancel := context.WithCancel(ctx)
@@ -110,7 +112,7 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 		case <-ctx.Done():
 			return
 		case <-expiry.C:
-			err := fmt.Errorf("%w: run %d's lease ended by the local clock without a successful heartbeat", ErrLeaseLost, r.ID)
+			err := fmt.Errorf("%w: run %d's lease is ending by the local clock without a successful heartbeat", ErrLeaseLost, r.ID)
 			r.failed(err, true)
 			cancel(err)
 			return
@@ -124,20 +126,33 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 				return
 			}
 			if err == nil {
-				expiry.Reset(time.Until(r.localDeadline()))
+				expiry.Reset(time.Until(r.localDeadline().Add(-margin)))
 			}
 			tick.Reset(interval)
 		}
 	}
 }
 
+// expiryMargin is how long before the lease's end by the local clock
+// keepAlive gives up on a run without a successful heartbeat. Cancelling
+// at the end itself would be too late: the store's lease ends only as much
+// later as the claim or heartbeat took to reach it, so fn could still be
+// running when another replica takes the source over. The margin is a
+// quarter of the slack the heartbeat schedule leaves (positive, since the
+// interval is below lease/2), so one failed heartbeat still does not lose
+// the run.
+func (r *Run) expiryMargin() time.Duration {
+	return (r.claimer.cfg.lease - 2*r.claimer.cfg.heartbeat) / 4
+}
+
 // KeepAlive heartbeats the run in the background, as Do does, for callers
 // that claim with Claim and hand the run to code that Do cannot wrap (such
 // as a scheduler's lock). The returned context is derived from ctx and is
 // cancelled, with cause ErrLeaseLost, as soon as the run is found lost or
-// its lease ends by the local clock without a successful heartbeat. stop
-// ends the heartbeats and waits for them; it is safe to call more than once.
-// KeepAlive does not finish the run: call Finish after stop.
+// its lease is about to end by the local clock without a successful
+// heartbeat (see Do). stop ends the heartbeats and waits for them; it is
+// safe to call more than once. KeepAlive does not finish the run: call
+// Finish after stop.
 func (r *Run) KeepAlive(ctx context.Context) (runCtx context.Context, stop func()) {
 	if ctx == nil {
 		ctx = context.Background()
