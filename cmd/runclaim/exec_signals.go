@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+)
+
+// signalError is the cause of a claim cancelled by a signal.
+type signalError struct{ sig os.Signal }
+
+func (e *signalError) Error() string { return "interrupted by " + signalName(e.sig) }
+
+// signalName is "SIGTERM" rather than "terminated" for the signals exec
+// forwards.
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	}
+	return sig.String()
+}
+
+// forwarder routes the signals exec receives: before the command starts,
+// to cancelling the claim; while it runs, to its process group.
+type forwarder struct {
+	cancel context.CancelCauseFunc // cancels the claim
+
+	mu   sync.Mutex // protects the fields below
+	cmd  *exec.Cmd  // the started command, nil before the start
+	done bool       // the command has exited
+}
+
+// loop handles signals until done is closed.
+func (f *forwarder) loop(sigs <-chan os.Signal, done <-chan struct{}) {
+	for {
+		select {
+		case sig := <-sigs:
+			f.mu.Lock()
+			switch {
+			case f.done:
+			case f.cmd != nil:
+				_ = signalGroup(f.cmd.Process, sig)
+			default:
+				f.cancel(&signalError{sig})
+			}
+			f.mu.Unlock()
+		case <-done:
+			return
+		}
+	}
+}
+
+// start starts cmd unless ctx has ended (a signal came first, or the run
+// was lost already), which it reports as cause. A signal that arrives
+// while it starts cmd is forwarded once cmd has started.
+func (f *forwarder) start(ctx context.Context, cmd *exec.Cmd) (startErr, cause error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	if err := cmd.Start(); err != nil {
+		return err, nil
+	}
+	f.cmd = cmd
+	return nil, nil
+}
+
+// signal sends sig to the command's process group, if it is running.
+func (f *forwarder) signal(sig os.Signal) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cmd != nil && !f.done {
+		_ = signalGroup(f.cmd.Process, sig)
+	}
+}
+
+// exited stops the forwarding.
+func (f *forwarder) exited() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.done = true
+}

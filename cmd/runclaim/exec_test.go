@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runclaim/runclaim"
+)
+
+func TestExec(t *testing.T) {
+	db, store := setup(t)
+
+	t.Run("exit codes are recorded", func(t *testing.T) {
+		for _, tc := range []struct {
+			script string
+			code   int
+			status runclaim.Status
+			err    string
+		}{
+			{"echo hello", 0, runclaim.StatusSucceeded, ""},
+			{"exit 3", 3, runclaim.StatusFailed, "exit status 3"},
+			{"exit 255", 255, runclaim.StatusFailed, "exit status 255"},
+			{"kill -9 $$", 137, runclaim.StatusFailed, "signal: killed"},
+			{"kill -TERM $$", 143, runclaim.StatusFailed, "signal: terminated"},
+		} {
+			source := "codes-" + strings.Fields(tc.script)[0] + fmt.Sprint(tc.code)
+			r := runCLI(t, db, nil, "exec", "--source", source, "--", "sh", "-c", tc.script)
+			if r.code != tc.code {
+				t.Errorf("%q: exit code %d, want %d (%+v)", tc.script, r.code, tc.code, r)
+			}
+			runs := history(t, store, source)
+			if len(runs) != 1 || runs[0].Status != tc.status || runs[0].Error != tc.err || runs[0].FinishedAt.IsZero() {
+				t.Errorf("%q: history %+v, want one %s run with error %q", tc.script, runs, tc.status, tc.err)
+			}
+		}
+	})
+
+	t.Run("arguments, stdin and stdout pass through", func(t *testing.T) {
+		r := runCLI(t, db, strings.NewReader("from stdin\n"),
+			"exec", "--source", "io", "--", "sh", "-c", `cat; echo "$1 $2"; echo oops >&2`, "sh", "first", "second arg")
+		if r.code != 0 || r.stdout != "from stdin\nfirst second arg\n" || r.stderr != "oops\n" {
+			t.Errorf("%+v", r)
+		}
+	})
+
+	t.Run("environment", func(t *testing.T) {
+		r := runCLI(t, db, nil, "exec", "--source", "env", "--owner", "me", "--", "sh", "-c", `echo "$RUNCLAIM_RUN_ID $RUNCLAIM_SOURCE $RUNCLAIM_OWNER"`)
+		runs := history(t, store, "env")
+		if r.code != 0 || len(runs) != 1 || r.stdout != fmt.Sprintf("%d env me\n", runs[0].ID) {
+			t.Errorf("%+v, history %+v", r, runs)
+		}
+	})
+
+	t.Run("verbose", func(t *testing.T) {
+		r := runCLI(t, db, nil, "exec", "--source", "verbose", "--owner", "me", "--verbose", "--", "true")
+		runs := history(t, store, "verbose")
+		if r.code != 0 || len(runs) != 1 || runs[0].Owner != "me" {
+			t.Fatalf("%+v, history %+v", r, runs)
+		}
+		for _, want := range []string{fmt.Sprintf(`claimed run %d of "verbose" as me`, runs[0].ID), fmt.Sprintf(`run %d of "verbose" recorded as succeeded`, runs[0].ID)} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("stderr %q lacks %q", r.stderr, want)
+			}
+		}
+	})
+
+	t.Run("command not found", func(t *testing.T) {
+		for _, name := range []string{"runclaim-no-such-command", "/no/such/dir/cmd"} {
+			r := runCLI(t, db, nil, "exec", "--source", "missing", "--", name)
+			if r.code != exitNotFound || !strings.Contains(r.stderr, name) {
+				t.Errorf("%s: %+v, want exit 127", name, r)
+			}
+		}
+		if runs := history(t, store, "missing"); len(runs) != 0 {
+			t.Errorf("a command that does not exist was claimed: %+v", runs)
+		}
+	})
+
+	t.Run("command not executable", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "script")
+		if err := os.WriteFile(path, []byte("#!/bin/sh\necho ran\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := runCLI(t, db, nil, "exec", "--source", "noexec", "--", path)
+		if r.code != exitCannotRun || r.stdout != "" || !strings.Contains(r.stderr, "permission denied") {
+			t.Errorf("%+v, want exit 126", r)
+		}
+		if runs := history(t, store, "noexec"); len(runs) != 1 || runs[0].Status != runclaim.StatusFailed ||
+			!strings.Contains(runs[0].Error, "permission denied") {
+			t.Errorf("history %+v, want a failed run", runs)
+		}
+	})
+
+	t.Run("usage", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"exec", "--", "true"},
+			{"exec", "--source", "x"},
+			{"exec", "--source", "x", "--"},
+			{"exec", "--source", "", "--", "true"},
+			{"exec", "--source", "bad\x00source", "--", "true"},
+			{"exec", "--source", "x", "--skip-exit-code", "256", "--", "true"},
+			{"exec", "--source", "x", "--kill-grace", "0s", "--", "true"},
+			{"exec", "--source", "x", "--lease", "1ms", "--", "true"},
+			{"exec", "--source", "x", "--lease", "1s", "--heartbeat", "1s", "--", "true"},
+			{"exec", "--source", "x", "--min-interval", "-1s", "--", "true"},
+			{"exec", "--source", "x", "--owner", "a\tb", "--", "true"},
+		} {
+			if r := runCLI(t, db, nil, args...); r.code != exitUsage {
+				t.Errorf("%q: %+v, want exit 2", args, r)
+			}
+		}
+		if runs := history(t, store, "x"); len(runs) != 0 {
+			t.Errorf("a bad command line ran: %+v", runs)
+		}
+	})
+
+	t.Run("database down", func(t *testing.T) {
+		marker := filepath.Join(t.TempDir(), "ran")
+		clearEnv(t)
+		t.Setenv(envDatabaseURL, "postgres://runclaim:pw@127.0.0.1:1/none?connect_timeout=5")
+		r := runInEnv(t, nil, "exec", "--source", "down", "--", "touch", marker)
+		if r.code != exitError || !strings.Contains(r.stderr, "runclaim exec:") {
+			t.Errorf("%+v, want exit 1", r)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Error("the command ran without a claim")
+		}
+	})
+}
+
+func TestExecSkipped(t *testing.T) {
+	db, store := setup(t)
+	holder := hold(t, store, "busy", "other-host")
+	marker := filepath.Join(t.TempDir(), "ran")
+	touch := []string{"--", "touch", marker}
+
+	r := runCLI(t, db, nil, append([]string{"exec", "--source", "busy"}, touch...)...)
+	if r.code != exitSkipped || r.stdout != "" {
+		t.Errorf("%+v, want exit 75", r)
+	}
+	if want := fmt.Sprintf(`runclaim exec: skipped: "busy" is held by run %d of other-host since `, holder.ID); !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr %q lacks %q", r.stderr, want)
+	}
+	r = runCLI(t, db, nil, append([]string{"exec", "--source", "busy", "--quiet"}, touch...)...)
+	if r.code != exitSkipped || r.stderr != "" {
+		t.Errorf("--quiet: %+v, want exit 75 and nothing printed", r)
+	}
+	r = runCLI(t, db, nil, append([]string{"exec", "--source", "busy", "--skip-exit-code", "0", "--quiet"}, touch...)...)
+	if r.code != 0 || r.stderr != "" {
+		t.Errorf("--skip-exit-code 0: %+v", r)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran while another holder had the source")
+	}
+	if runs := history(t, store, "busy"); len(runs) != 1 || runs[0].ID != holder.ID || runs[0].Status != runclaim.StatusRunning {
+		t.Errorf("history %+v, want only the holder's run, running", runs)
+	}
+
+	// The minimum interval.
+	mustRun(t, db, 0, "exec", "--source", "tick", "--", "true")
+	r = runCLI(t, db, nil, append([]string{"exec", "--source", "tick", "--min-interval", "1h"}, touch...)...)
+	if r.code != exitSkipped || !strings.Contains(r.stderr, `too soon: the last run of "tick" started less than 1h0m0s ago`) {
+		t.Errorf("--min-interval: %+v", r)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran too soon")
+	}
+	if runs := history(t, store, "tick"); len(runs) != 1 {
+		t.Errorf("history %+v, want one run", runs)
+	}
+}
+
+// TestExecLeaseLost releases the run while the command runs: exec stops
+// the command (SIGTERM, then SIGKILL if it ignores that) and exits 70.
+func TestExecLeaseLost(t *testing.T) {
+	db, store := setup(t)
+	for _, tc := range []struct {
+		name     string
+		script   string
+		sigkill  bool
+		wantOut  string
+		wantLeft string
+	}{
+		{"stops on SIGTERM", `trap 'echo bye; exit 0' TERM; echo started; while :; do sleep 0.05; done`, false, "bye", "exit status 0"},
+		{"ignores SIGTERM", `trap '' TERM; echo started; while :; do sleep 0.05; done`, true, "", "signal: killed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			source := "lost-" + strings.Fields(tc.name)[0]
+			clearEnv(t)
+			t.Setenv(envDatabaseURL, db.DSN)
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pr.Close()
+			out := readLines(pr)
+			var stderr lockedBuffer
+			done := make(chan int, 1)
+			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+			defer cancel()
+			go func() {
+				defer pw.Close()
+				done <- run(ctx, []string{"exec", "--source", source, "--lease", "600ms", "--kill-grace", "300ms",
+					"--", "sh", "-c", tc.script}, nil, pw, &stderr)
+			}()
+			waitLine(t, out, "started", done)
+
+			released, err := store.Release(t.Context(), 0, source)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var code int
+			select {
+			case code = <-done:
+			case <-time.After(testTimeout):
+				t.Fatal("exec did not stop the command after the run was released")
+			}
+			if code != exitLeaseLost {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, stderr.String())
+			}
+			if tc.wantOut != "" {
+				waitLine(t, out, tc.wantOut, nil)
+			}
+			msgs := stderr.String()
+			for _, want := range []string{
+				fmt.Sprintf(`runclaim exec: run %d of %q: `, released.ID, source),
+				"lease lost; sending SIGTERM to the command, SIGKILL in 300ms\n",
+				fmt.Sprintf(`the run of %q was lost while the command ran`, source),
+				"the command ended with " + tc.wantLeft,
+			} {
+				if !strings.Contains(msgs, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, msgs)
+				}
+			}
+			if got := strings.Contains(msgs, "sending SIGKILL\n"); got != tc.sigkill {
+				t.Errorf("SIGKILL sent: %v, want %v:\n%s", got, tc.sigkill, msgs)
+			}
+			if runs := history(t, store, source); len(runs) != 1 || runs[0].Status != runclaim.StatusReleased {
+				t.Errorf("history %+v, want the released run", runs)
+			}
+		})
+	}
+}
+
+// readLines sends r's lines on the returned channel, closing it at EOF.
+func readLines(r *os.File) <-chan string {
+	ch := make(chan string, 100)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+	}()
+	return ch
+}
+
+// waitLine waits for the line want, failing if lines end first, if done
+// delivers an exit code first, or after testTimeout.
+func waitLine(t *testing.T, lines <-chan string, want string, done <-chan int) {
+	t.Helper()
+	timeout := time.NewTimer(testTimeout)
+	defer timeout.Stop()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("output ended before %q", want)
+			}
+			if l == want {
+				return
+			}
+		case code := <-done:
+			t.Fatalf("exec exited with %d before printing %q", code, want)
+		case <-timeout.C:
+			t.Fatalf("no %q within %v", want, testTimeout)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// The help texts: the top-level usage, each command's --help, and the
+// short message for a bad command line.
+
+// usageError reports a bad command line for cmd and returns exitUsage.
+func (c *cli) usageError(cmd *command, format string, args ...any) int {
+	fmt.Fprintf(c.stderr, "runclaim %s: %s\nusage: runclaim %s\nRun 'runclaim %s --help' for details.\n",
+		cmd.name, fmt.Sprintf(format, args...), cmd.usage, cmd.name)
+	return exitUsage
+}
+
+func (c *cli) topUsage(w io.Writer) {
+	fmt.Fprint(w, `runclaim: see and fix the runs that github.com/runclaim/runclaim records in
+Postgres, and run commands under a claim.
+
+Usage:
+  runclaim [global flags] <command> [arguments]
+
+Commands:
+`)
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprint(w, `
+Global flags (also accepted after the command name):
+  --table schema.table   runs table (default public.runclaim_runs, or $RUNCLAIM_TABLE)
+  --namespace ns         advisory lock namespace, used by exec (default runclaim,
+                         or $RUNCLAIM_NAMESPACE); must match the services' WithNamespace
+  --json                 print one JSON document instead of a table
+
+Connection:
+  DATABASE_URL (postgres://user:pass@host:5432/db?sslmode=... or key=value
+  form) if set, else the standard PG* variables: PGHOST, PGPORT, PGUSER,
+  PGPASSWORD, PGDATABASE, PGSSLMODE, PGCONNECT_TIMEOUT, PGAPPNAME, ...,
+  and ~/.pgpass. Passwords are never printed.
+
+Exit codes: 0 success, 1 error (database, or nothing to act on), 2 bad usage;
+exec has more (see 'runclaim exec --help').
+
+Run 'runclaim <command> --help' for a command's flags and examples.
+`)
+}
+
+// commandHelp prints cmd's full help. fs, if not nil, lists its flags.
+func (c *cli) commandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	if fs == nil {
+		fs = c.commandFlags(cmd)
+	}
+	fmt.Fprintf(w, "usage: runclaim %s\n\n%s\n", cmd.usage, strings.TrimSpace(cmd.help))
+	isGlobal := func(f *flag.Flag) bool { return globalFlagNames[f.Name] }
+	if printFlags(w, fs, func(f *flag.Flag) bool { return !isGlobal(f) }, "\nFlags:\n") {
+		if cmd.positional < 0 {
+			fmt.Fprint(w, "\n(flags go before the command; -x and --x are the same)\n")
+		} else {
+			fmt.Fprint(w, "\n(flags may come before or after the arguments; -x and --x are the same)\n")
+		}
+	}
+	printFlags(w, fs, isGlobal, "\nGlobal flags:\n")
+}
+
+// printFlags prints the flags of fs that keep selects, under title, as
+// flag.PrintDefaults does but with two dashes. It reports whether there
+// were any.
+func printFlags(w io.Writer, fs *flag.FlagSet, keep func(*flag.Flag) bool, title string) bool {
+	found := false
+	fs.VisitAll(func(f *flag.Flag) {
+		if !keep(f) {
+			return
+		}
+		if !found {
+			fmt.Fprint(w, title)
+			found = true
+		}
+		typ, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if typ != "" {
+			line += " " + typ
+		}
+		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+	return found
+}
+
+// commandFlags returns the flag set of cmd: its own flags and the global
+// ones.
+func (c *cli) commandFlags(cmd *command) *flag.FlagSet {
+	fs := flag.NewFlagSet("runclaim "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.globalFlags(fs, !cmd.noJSON)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	return fs
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/runclaim/runclaim"
+)
+
+// defaultHistoryLimit is how many runs history shows unless --limit says.
+const defaultHistoryLimit = 20
+
+func init() {
+	register(&command{
+		name:       "history",
+		summary:    "list a source's latest runs, newest first",
+		usage:      "history <source> [--limit N]",
+		positional: 1,
+		help: `Lists the latest runs of a source, newest first: running, succeeded, failed
+(with the error, such as "exit status 3" from exec), expired (its holder
+stopped heartbeating and a later claim took over) or released (by an
+operator).
+
+Examples:
+  runclaim history nightly-report
+  runclaim history nightly-report --limit 100 --json
+
+JSON output: an array of
+  {"run_id", "source", "status", "owner", "started_at", "lease_until",
+   "heartbeat_at", "finished_at", "duration_seconds", "error"}
+where finished_at and duration_seconds are null while the run is running
+and error is "" when there is none.`,
+		flags: func(fs *flag.FlagSet) any {
+			return fs.Int("limit", defaultHistoryLimit, "show at most `N` runs")
+		},
+		run: runHistory,
+	})
+}
+
+func runHistory(ctx context.Context, c *cli, opts any, args []string) int {
+	cmd := commands["history"]
+	limit := *opts.(*int)
+	if len(args) != 1 {
+		return c.usageError(cmd, "give a source")
+	}
+	source := args[0]
+	if err := runclaim.ValidateSource(source); err != nil {
+		return c.usageError(cmd, "%v", err)
+	}
+	if limit <= 0 {
+		return c.usageError(cmd, "--limit must be positive, got %d", limit)
+	}
+	store, err := c.store(ctx)
+	if err != nil {
+		return c.fail("history", err)
+	}
+	runs, err := store.History(ctx, source, limit)
+	if err != nil {
+		return c.fail("history", err)
+	}
+	if len(runs) == 0 && !c.json {
+		fmt.Fprintf(c.stdout, "no runs of %q\n", source)
+		return exitOK
+	}
+	if err := c.writeRuns(runs); err != nil {
+		return c.fail("history", err)
+	}
+	return exitOK
+}

@@ -1,0 +1,317 @@
+// Command runclaim is the operator's tool for the runs that package runclaim
+// records in Postgres: create the table, see what is running, read a
+// source's history, release a stuck run, prune old runs, and run a command
+// under a claim (a distributed "flock -n" for crontabs on several hosts).
+//
+// Run "runclaim --help" for the commands and "runclaim <command> --help" for
+// each one's flags, examples and exit codes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/runclaim/runclaim"
+)
+
+// Exit codes shared by every command. exec adds its own; see execHelp.
+const (
+	exitOK    = 0
+	exitError = 1 // a database error, or the operation could not be done
+	exitUsage = 2 // bad command line
+)
+
+// Environment variables read besides the standard PG* ones.
+const (
+	envDatabaseURL = "DATABASE_URL"
+	envTable       = "RUNCLAIM_TABLE"
+	envNamespace   = "RUNCLAIM_NAMESPACE"
+)
+
+// connectTimeout bounds each connection attempt unless PGCONNECT_TIMEOUT or
+// connect_timeout in DATABASE_URL says otherwise.
+const connectTimeout = 10 * time.Second
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// A command is one subcommand of runclaim.
+type command struct {
+	name    string
+	summary string // one line, for the top-level usage
+	usage   string // the synopsis, after "runclaim"
+	help    string // description, examples and exit codes, for --help
+	// flags registers the command's own flags; the global ones are added
+	// for it.
+	flags func(fs *flag.FlagSet) any
+	// positional is how many positional arguments the command takes, at
+	// most (exec takes the rest of the line and sets it to -1).
+	positional int
+	// noJSON is set for a command whose output is not the tool's (exec).
+	noJSON bool
+	// run does the work. opts is what flags returned.
+	run func(ctx context.Context, c *cli, opts any, args []string) int
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) { commands[c.name] = c }
+
+// cli is one invocation: its streams, its global flags and, once opened,
+// its store.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+
+	table     string // --table: "schema.table" or "table"
+	namespace string // --namespace
+	json      bool   // --json
+
+	pool    *pgxpool.Pool
+	secrets []string // never printed: passwords and the DSN
+}
+
+// run is the whole program: it parses args (without the program name), runs
+// the command and returns the process exit code. It reads the environment
+// for DATABASE_URL, the PG* variables, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	defer c.close()
+	return c.main(ctx, args)
+}
+
+func (c *cli) main(ctx context.Context, args []string) int {
+	top := flag.NewFlagSet("runclaim", flag.ContinueOnError)
+	top.SetOutput(io.Discard)
+	c.globalFlags(top, true)
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.topUsage(c.stdout)
+			return exitOK
+		}
+		fmt.Fprintf(c.stderr, "runclaim: %v\n\n", err)
+		c.topUsage(c.stderr)
+		return exitUsage
+	}
+	rest := top.Args()
+	if len(rest) == 0 {
+		c.topUsage(c.stderr)
+		return exitUsage
+	}
+	name, rest := rest[0], rest[1:]
+	if name == "help" {
+		if len(rest) == 0 {
+			c.topUsage(c.stdout)
+			return exitOK
+		}
+		cmd, ok := commands[rest[0]]
+		if !ok {
+			fmt.Fprintf(c.stderr, "runclaim: unknown command %q\n\n", rest[0])
+			c.topUsage(c.stderr)
+			return exitUsage
+		}
+		c.commandHelp(c.stdout, cmd, nil)
+		return exitOK
+	}
+	cmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(c.stderr, "runclaim: unknown command %q\n\n", name)
+		c.topUsage(c.stderr)
+		return exitUsage
+	}
+
+	fs := flag.NewFlagSet("runclaim "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.globalFlags(fs, !cmd.noJSON)
+	var opts any
+	if cmd.flags != nil {
+		opts = cmd.flags(fs)
+	}
+	var positional []string
+	var err error
+	if cmd.positional < 0 {
+		err = fs.Parse(rest)
+		positional = fs.Args()
+	} else {
+		positional, err = parseInterspersed(fs, rest)
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.commandHelp(c.stdout, cmd, fs)
+			return exitOK
+		}
+		return c.usageError(cmd, "%v", err)
+	}
+	if cmd.positional >= 0 && len(positional) > cmd.positional {
+		return c.usageError(cmd, "unexpected argument %q", positional[cmd.positional])
+	}
+	if err := c.checkStoreOptions(); err != nil {
+		return c.usageError(cmd, "%v", err)
+	}
+	return cmd.run(ctx, c, opts, positional)
+}
+
+// globalFlagNames are the flags globalFlags registers.
+var globalFlagNames = map[string]bool{"table": true, "namespace": true, "json": true}
+
+// globalFlags registers the flags every command accepts, before or after
+// its name (--json only if withJSON). Their defaults are the values parsed
+// so far, so that "runclaim --json status" and "runclaim status --json"
+// agree.
+func (c *cli) globalFlags(fs *flag.FlagSet, withJSON bool) {
+	if c.table == "" {
+		c.table = c.getenv(envTable)
+	}
+	if c.namespace == "" {
+		c.namespace = c.getenv(envNamespace)
+	}
+	fs.StringVar(&c.table, "table", c.table,
+		"runs table as `schema.table` or table (default \"public.runclaim_runs\", or $RUNCLAIM_TABLE)")
+	fs.StringVar(&c.namespace, "namespace", c.namespace,
+		"advisory lock namespace, for exec (default \"runclaim\", or $RUNCLAIM_NAMESPACE)")
+	if withJSON {
+		fs.BoolVar(&c.json, "json", c.json, "print JSON instead of a table")
+	}
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// positional arguments ("history nightly --limit 5"). Everything after "--"
+// is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// fail prints err for cmd, without secrets and with a hint where one
+// helps, and returns exitError.
+func (c *cli) fail(cmd string, err error) int {
+	fmt.Fprintf(c.stderr, "runclaim %s: %s\n", cmd, c.redact(describeError(err)))
+	return exitError
+}
+
+// describeError is err's text, without the library's "runclaim: " prefix
+// that the command's name replaces, and with a hint for the mistakes
+// operators make.
+func describeError(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "runclaim: ")
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		msg += "\n(hint: run 'runclaim migrate' first, or check --table)"
+	}
+	return msg
+}
+
+// storeOptions are the store options that --table and --namespace ask for.
+func (c *cli) storeOptions() []runclaim.PostgresOption {
+	var opts []runclaim.PostgresOption
+	if c.table != "" {
+		schema, table := runclaim.DefaultSchema, c.table
+		if i := strings.IndexByte(c.table, '.'); i >= 0 {
+			schema, table = c.table[:i], c.table[i+1:]
+		}
+		opts = append(opts, runclaim.WithTable(schema, table))
+	}
+	if c.namespace != "" {
+		opts = append(opts, runclaim.WithNamespace(c.namespace))
+	}
+	return opts
+}
+
+// sqlOnly stands in for a pool where a store is needed only to check its
+// options or render its SQL; it is never queried.
+type sqlOnly struct{ runclaim.Querier }
+
+// checkStoreOptions validates --table and --namespace before anything
+// connects.
+func (c *cli) checkStoreOptions() error {
+	_, err := runclaim.NewPostgresStore(sqlOnly{}, c.storeOptions()...)
+	return err
+}
+
+// store opens the pool described by the environment and returns a store on
+// the runs table named by --table.
+func (c *cli) store(ctx context.Context) (*runclaim.PostgresStore, error) {
+	if c.pool == nil {
+		pool, err := c.openPool(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.pool = pool
+	}
+	return runclaim.NewPostgresStore(c.pool, c.storeOptions()...)
+}
+
+// openPool connects lazily: the first query makes the first connection.
+func (c *cli) openPool(ctx context.Context) (*pgxpool.Pool, error) {
+	dsn := c.getenv(envDatabaseURL)
+	c.secrets = append(c.secrets, dsn, c.getenv("PGPASSWORD"))
+	c.secrets = append(c.secrets, passwordsIn(dsn)...)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, parseConfigError(err)
+	}
+	c.secrets = append(c.secrets, cfg.ConnConfig.Password)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "runclaim"
+	}
+	cfg.MaxConns = 4
+	cfg.MinConns = 0
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open connection pool: %w", err)
+	}
+	return pool, nil
+}
+
+// interruptible returns ctx cancelled on SIGINT or SIGTERM, for commands
+// that can stop cleanly part way.
+func interruptible(ctx context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+}
+
+func (c *cli) close() {
+	if c.pool != nil {
+		c.pool.Close()
+	}
+}
+
+// parseConfigError describes a connection string that does not parse
+// without quoting it: pgx redacts passwords in it only on a best-effort
+// basis.
+func parseConfigError(err error) error {
+	msg := err.Error()
+	if i := strings.Index(msg, "`: "); strings.HasPrefix(msg, "cannot parse `") && i >= 0 {
+		msg = msg[i+3:]
+	} else {
+		msg = "invalid setting"
+	}
+	return fmt.Errorf("cannot parse the connection settings in %s or the PG* variables: %s", envDatabaseURL, msg)
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/runclaim/runclaim"
+)
+
+func init() {
+	register(&command{
+		name:    "prune",
+		summary: "delete finished runs older than a given age",
+		usage:   "prune --older-than D",
+		help: `Deletes finished runs (succeeded, failed, expired, released) that finished
+more than D ago. It never deletes a running run, nor the newest run of any
+source, which the minimum interval between runs is measured from. It deletes
+in small batches, each its own short transaction, so it never holds up
+claims; Ctrl-C stops it between batches.
+
+D is a Go duration (90m, 720h) or a number of days (30d), or both (1d12h).
+
+Examples:
+  runclaim prune --older-than 30d
+  runclaim prune --older-than 720h --json
+
+JSON output: {"deleted": 123, "older_than_seconds": 2592000}`,
+		flags: func(fs *flag.FlagSet) any {
+			return fs.String("older-than", "", "delete runs that finished more than `D` ago (required; e.g. 720h or 30d)")
+		},
+		run: runPrune,
+	})
+}
+
+func runPrune(ctx context.Context, c *cli, opts any, _ []string) int {
+	cmd := commands["prune"]
+	arg := *opts.(*string)
+	if arg == "" {
+		return c.usageError(cmd, "--older-than is required")
+	}
+	olderThan, err := parseAge(arg)
+	if err != nil {
+		return c.usageError(cmd, "--older-than: %v", err)
+	}
+	store, err := c.store(ctx)
+	if err != nil {
+		return c.fail("prune", err)
+	}
+	ctx, stop := interruptible(ctx)
+	defer stop()
+	deleted, err := store.Prune(ctx, olderThan)
+	if err != nil {
+		if deleted > 0 {
+			fmt.Fprintf(c.stderr, "runclaim prune: deleted %d runs before stopping\n", deleted)
+		}
+		return c.fail("prune", err)
+	}
+	if c.json {
+		err = writeJSON(c.stdout, struct {
+			Deleted          int64   `json:"deleted"`
+			OlderThanSeconds float64 `json:"older_than_seconds"`
+		}{deleted, seconds(olderThan)})
+	} else {
+		_, err = fmt.Fprintf(c.stdout, "deleted %d runs that finished more than %s ago (the newest run of each source is kept)\n",
+			deleted, arg)
+	}
+	if err != nil {
+		return c.fail("prune", err)
+	}
+	return exitOK
+}
+
+// parseAge parses a non-negative Go duration with an optional leading
+// number of days: "720h", "30d", "1d12h", "1.5d".
+func parseAge(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New("empty duration")
+	}
+	var days float64
+	rest := s
+	if i := strings.IndexByte(s, 'd'); i >= 0 {
+		n, err := strconv.ParseFloat(s[:i], 64)
+		if err != nil || n < 0 || s[:i] == "" || strings.ContainsAny(s[:i], "eEpP_xX+-") {
+			return 0, fmt.Errorf("invalid duration %q: want e.g. 720h, 30d or 1d12h", s)
+		}
+		days, rest = n, s[i+1:]
+	}
+	var d time.Duration
+	if rest != "" {
+		var err error
+		if d, err = time.ParseDuration(rest); err != nil {
+			return 0, fmt.Errorf("invalid duration %q: want e.g. 720h, 30d or 1d12h", s)
+		}
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("duration %q is negative", s)
+	}
+	const maxDays = float64(runclaim.MaxLease/(24*time.Hour)) * 100
+	if days > maxDays {
+		return 0, errors.New("duration too long")
+	}
+	return d + time.Duration(days*float64(24*time.Hour)), nil
+}

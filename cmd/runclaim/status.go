@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/runclaim/runclaim"
+)
+
+func init() {
+	register(&command{
+		name:       "status",
+		summary:    "list the running runs, with owner, age and lease left",
+		usage:      "status [source]",
+		positional: 1,
+		help: `Lists the running runs of every source, or of one source, with their owner,
+age, time since the last heartbeat and lease left. Ages and leases are
+computed on the database's clock, not this host's.
+
+A lease left of "EXPIRED (-12.3s)" means the holder stopped heartbeating: the
+next claim of the source marks the run expired and takes over. To free the
+source sooner, see 'runclaim release'.
+
+Examples:
+  runclaim status
+  runclaim status nightly-report
+  runclaim status --json | jq -r '.[] | select(.expired) | .source'
+
+JSON output: an array of
+  {"source", "run_id", "owner", "status", "started_at", "lease_until",
+   "heartbeat_at", "checked_at", "age_seconds", "heartbeat_age_seconds",
+   "lease_left_seconds", "expired"}
+where checked_at is the database time the ages are measured at and
+lease_left_seconds is negative once the lease has passed.`,
+		run: runStatus,
+	})
+}
+
+// statusJSON is one running run as status prints it.
+type statusJSON struct {
+	Source              string     `json:"source"`
+	RunID               int64      `json:"run_id"`
+	Owner               string     `json:"owner"`
+	Status              string     `json:"status"`
+	StartedAt           *time.Time `json:"started_at"`
+	LeaseUntil          *time.Time `json:"lease_until"`
+	HeartbeatAt         *time.Time `json:"heartbeat_at"`
+	CheckedAt           *time.Time `json:"checked_at"`
+	AgeSeconds          float64    `json:"age_seconds"`
+	HeartbeatAgeSeconds float64    `json:"heartbeat_age_seconds"`
+	LeaseLeftSeconds    float64    `json:"lease_left_seconds"`
+	Expired             bool       `json:"expired"`
+}
+
+func runStatus(ctx context.Context, c *cli, _ any, args []string) int {
+	var source string
+	if len(args) == 1 {
+		source = args[0]
+		if err := runclaim.ValidateSource(source); err != nil {
+			return c.usageError(commands["status"], "%v", err)
+		}
+	}
+	store, err := c.store(ctx)
+	if err != nil {
+		return c.fail("status", err)
+	}
+	runs, now, err := store.Running(ctx, source)
+	if err != nil {
+		return c.fail("status", err)
+	}
+	if err := c.writeStatus(runs, now, source); err != nil {
+		return c.fail("status", err)
+	}
+	return exitOK
+}
+
+func (c *cli) writeStatus(runs []runclaim.RunRecord, now time.Time, source string) error {
+	if c.json {
+		out := make([]statusJSON, 0, len(runs))
+		for _, r := range runs {
+			left := r.LeaseUntil.Sub(now)
+			out = append(out, statusJSON{
+				Source:              r.Source,
+				RunID:               r.ID,
+				Owner:               r.Owner,
+				Status:              string(r.Status),
+				StartedAt:           jsonTime(r.StartedAt),
+				LeaseUntil:          jsonTime(r.LeaseUntil),
+				HeartbeatAt:         jsonTime(r.HeartbeatAt),
+				CheckedAt:           jsonTime(now),
+				AgeSeconds:          seconds(now.Sub(r.StartedAt)),
+				HeartbeatAgeSeconds: seconds(now.Sub(r.HeartbeatAt)),
+				LeaseLeftSeconds:    seconds(left),
+				Expired:             left <= 0,
+			})
+		}
+		return writeJSON(c.stdout, out)
+	}
+	if len(runs) == 0 {
+		if source != "" {
+			_, err := fmt.Fprintf(c.stdout, "no running run of %q\n", source)
+			return err
+		}
+		_, err := fmt.Fprintln(c.stdout, "no running runs")
+		return err
+	}
+	t := newTable(c.stdout, "SOURCE", "RUN", "OWNER", "STARTED", "AGE", "HEARTBEAT", "LEASE LEFT")
+	for _, r := range runs {
+		t.row(r.Source, fmt.Sprint(r.ID), r.Owner, formatTime(r.StartedAt),
+			formatDuration(now.Sub(r.StartedAt)), formatDuration(now.Sub(r.HeartbeatAt))+" ago",
+			leaseLeft(r.LeaseUntil.Sub(now)))
+	}
+	return t.flush()
+}
+
+// leaseLeft is the lease left for a table, flagged once it has passed.
+func leaseLeft(d time.Duration) string {
+	if d <= 0 {
+		return "EXPIRED (" + formatDuration(d) + ")"
+	}
+	return formatDuration(d)
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestUsage(t *testing.T) {
+	t.Run("no command", func(t *testing.T) {
+		r := runCLI(t, nil, nil)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "Commands:") || r.stdout != "" {
+			t.Errorf("got %+v, want exit 2 and the usage on stderr", r)
+		}
+	})
+	t.Run("unknown command", func(t *testing.T) {
+		r := runCLI(t, nil, nil, "frobnicate")
+		if r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "frobnicate"`) || !strings.Contains(r.stderr, "Commands:") {
+			t.Errorf("got %+v, want exit 2, the error and the usage", r)
+		}
+	})
+	t.Run("unknown global flag", func(t *testing.T) {
+		if r := runCLI(t, nil, nil, "--frob", "status"); r.code != exitUsage {
+			t.Errorf("got %+v, want exit 2", r)
+		}
+	})
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := runCLI(t, nil, nil, args...)
+			if r.code != exitOK || r.stderr != "" {
+				t.Fatalf("got %+v, want exit 0 and nothing on stderr", r)
+			}
+			for name := range commands {
+				if !strings.Contains(r.stdout, "\n  "+name+" ") {
+					t.Errorf("usage does not list %q:\n%s", name, r.stdout)
+				}
+			}
+			for _, want := range []string{"DATABASE_URL", "PGHOST", "--table", "--namespace", "--json"} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("usage does not mention %s", want)
+				}
+			}
+		})
+	}
+	names := []string{"migrate", "status", "history", "release", "prune", "exec"}
+	if len(commands) != len(names) {
+		t.Errorf("commands %v, want %v", commands, names)
+	}
+	for _, name := range names {
+		t.Run(name+" --help", func(t *testing.T) {
+			for _, args := range [][]string{{name, "--help"}, {name, "-h"}, {"help", name}} {
+				r := runCLI(t, nil, nil, args...)
+				if r.code != exitOK || r.stderr != "" {
+					t.Fatalf("%v: got %+v, want exit 0 and nothing on stderr", args, r)
+				}
+				for _, want := range []string{"usage: runclaim " + name, "Examples:", "runclaim " + name, "--table"} {
+					if !strings.Contains(r.stdout, want) {
+						t.Errorf("%v: help does not contain %q:\n%s", args, want, r.stdout)
+					}
+				}
+			}
+		})
+		t.Run(name+" bad flag", func(t *testing.T) {
+			r := runCLI(t, nil, nil, name, "--no-such-flag")
+			if r.code != exitUsage || !strings.Contains(r.stderr, "runclaim "+name+" --help") {
+				t.Errorf("got %+v, want exit 2 and a pointer to --help", r)
+			}
+		})
+	}
+	t.Run("exec documents its exit codes", func(t *testing.T) {
+		r := runCLI(t, nil, nil, "exec", "--help")
+		for _, code := range []string{"75", "70", "126", "127", "128+N", "137", "--skip-exit-code", "--kill-grace", "SIGTERM", "SIGKILL"} {
+			if !strings.Contains(r.stdout, code) {
+				t.Errorf("exec --help does not mention %s", code)
+			}
+		}
+	})
+	t.Run("bad table", func(t *testing.T) {
+		r := runCLI(t, nil, nil, "--table", "a.", "status")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "WithTable") {
+			t.Errorf("got %+v, want exit 2 naming the table", r)
+		}
+	})
+	t.Run("too many arguments", func(t *testing.T) {
+		if r := runCLI(t, nil, nil, "status", "a", "b"); r.code != exitUsage || !strings.Contains(r.stderr, `unexpected argument "b"`) {
+			t.Errorf("got %+v, want exit 2", r)
+		}
+	})
+}
+
+func TestParseInterspersed(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		wantPos   []string
+		wantLimit int
+	}{
+		{[]string{"src"}, []string{"src"}, 20},
+		{[]string{"src", "--limit", "5"}, []string{"src"}, 5},
+		{[]string{"--limit=5", "src"}, []string{"src"}, 5},
+		{[]string{"--limit", "5", "--", "-src"}, []string{"-src"}, 5},
+		{[]string{"a", "--", "--limit", "7"}, []string{"a", "--limit", "7"}, 20},
+	} {
+		fs := (&cli{getenv: func(string) string { return "" }}).commandFlags(commands["history"])
+		pos, err := parseInterspersed(fs, tc.args)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		limit := fs.Lookup("limit").Value.(interface{ Get() any }).Get().(int)
+		if !slices.Equal(pos, tc.wantPos) || limit != tc.wantLimit {
+			t.Errorf("%v: positional %q, limit %d; want %q, %d", tc.args, pos, limit, tc.wantPos, tc.wantLimit)
+		}
+	}
+}
