@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // AdvisoryKey returns the 64-bit key of the transaction-scoped advisory lock
@@ -43,7 +43,11 @@ func AdvisoryKey(namespace, source string) int64 {
 //  2. expireSQL, a later statement and so a fresh snapshot, marks a running
 //     run whose lease has ended as expired. It is a separate statement so
 //     that the unique index on running runs no longer holds the old row when
-//     3 inserts.
+//     3 inserts. It skips a row that another transaction has locked (its
+//     holder's late heartbeat or finish, an operator's release): the claim
+//     then reports the source as running instead of waiting, so a claim
+//     never waits on anything but the network, and a cancelled claim
+//     cannot be left committing on the server after its caller gave up.
 //  3. claimSQL re-checks under the lock and inserts the run, or returns why
 //     not. Every time is clock_timestamp(), the database's clock when the
 //     statement runs.
@@ -58,8 +62,11 @@ const (
 	pg_catalog.current_setting('transaction_isolation')`
 
 	expireSQL = `UPDATE %[1]s SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
-WHERE source = $1 AND status = 'running' AND lease_until <= pg_catalog.clock_timestamp()
-  AND pg_catalog.current_setting('runclaim.locked')::bool`
+WHERE id IN (
+	SELECT id FROM %[1]s
+	WHERE source = $1 AND status = 'running' AND lease_until <= pg_catalog.clock_timestamp()
+	  AND pg_catalog.current_setting('runclaim.locked')::bool
+	FOR UPDATE SKIP LOCKED)`
 
 	claimSQL = `WITH st AS MATERIALIZED (
 	SELECT pg_catalog.current_setting('runclaim.locked')::bool AS locked, pg_catalog.clock_timestamp() AS now
@@ -88,13 +95,35 @@ FROM st LEFT JOIN ins ON true LEFT JOIN cur ON true LEFT JOIN last ON true`
 // so the claim wrote nothing and must be sent in the explicit form.
 var errNeedExplicit = errors.New("runclaim: session isolation is not read committed")
 
+// claimResult holds what the batch returns: the lock statement's row and
+// the claim statement's row. The nullable columns scan into pgtype values
+// rather than pointers, which spares pgx an allocation per column for the
+// scan plan and another per non-NULL value; and one claimResult is one
+// allocation where separate scan targets were one each.
+type claimResult struct {
+	locked    bool   // lockSQL took the advisory lock
+	isolation string // the transaction's isolation level
+
+	insID                pgtype.Int8
+	insStarted, insLease pgtype.Timestamptz
+	stLocked             bool // the claim statement's view of the lock
+	curID                pgtype.Int8
+	curOwner             pgtype.Text
+	curStarted, curLease pgtype.Timestamptz
+	retryAfter           pgtype.Timestamptz
+}
+
 // claim runs the claim protocol once, in the implicit form or, with
 // explicit, inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT.
 func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, error) {
 	key := AdvisoryKey(s.namespace, req.Source)
 	lease, minInterval := req.Lease.Microseconds(), req.MinInterval.Microseconds()
 
-	b := &pgx.Batch{}
+	n := 3
+	if explicit {
+		n = 5
+	}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
 	if explicit {
 		b.Queue(beginSQL)
 	}
@@ -106,30 +135,20 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	}
 
 	br := s.db.SendBatch(ctx, b)
-	var (
-		locked               bool
-		isolation            string
-		insID                *int64
-		insStarted, insLease *time.Time
-		stLocked             bool
-		curID                *int64
-		curOwner             *string
-		curStarted, curLease *time.Time
-		retryAfter           *time.Time
-	)
+	var r claimResult
 	err := func() error {
 		if explicit {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		if err := br.QueryRow().Scan(&locked, &isolation); err != nil {
+		if err := br.QueryRow().Scan(&r.locked, &r.isolation); err != nil {
 			return err
 		}
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		if err := br.QueryRow().Scan(&insID, &insStarted, &insLease, &stLocked, &curID, &curOwner, &curStarted, &curLease, &retryAfter); err != nil {
+		if err := br.QueryRow().Scan(&r.insID, &r.insStarted, &r.insLease, &r.stLocked, &r.curID, &r.curOwner, &r.curStarted, &r.curLease, &r.retryAfter); err != nil {
 			return err
 		}
 		if explicit {
@@ -145,23 +164,23 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	if err != nil {
 		return RunInfo{}, s.wrap(ctx, "claim "+quoteForError(req.Source), err)
 	}
-	if !locked && isolation != "read committed" {
+	if !r.locked && r.isolation != "read committed" {
 		if explicit {
-			return RunInfo{}, fmt.Errorf("runclaim: claim: transaction isolation is %q inside BEGIN ISOLATION LEVEL READ COMMITTED", isolation)
+			return RunInfo{}, fmt.Errorf("runclaim: claim: transaction isolation is %q inside BEGIN ISOLATION LEVEL READ COMMITTED", r.isolation)
 		}
 		return RunInfo{}, errNeedExplicit
 	}
-	if insID != nil {
-		return RunInfo{ID: *insID, Source: req.Source, Owner: req.Owner, StartedAt: *insStarted, LeaseUntil: *insLease}, nil
+	if r.insID.Valid {
+		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time}, nil
 	}
 	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning}
 	switch {
-	case curID != nil:
-		nc.Holder = &RunInfo{ID: *curID, Source: req.Source, Owner: *curOwner, StartedAt: *curStarted, LeaseUntil: *curLease}
-		nc.RetryAfter = *curLease
-	case stLocked && retryAfter != nil:
-		nc.Reason, nc.RetryAfter = ErrTooSoon, *retryAfter
-	case stLocked:
+	case r.curID.Valid:
+		nc.Holder = &RunInfo{ID: r.curID.Int64, Source: req.Source, Owner: r.curOwner.String, StartedAt: r.curStarted.Time, LeaseUntil: r.curLease.Time}
+		nc.RetryAfter = r.curLease.Time
+	case r.stLocked && r.retryAfter.Valid:
+		nc.Reason, nc.RetryAfter = ErrTooSoon, r.retryAfter.Time
+	case r.stLocked:
 		// Locked, nothing running, not too soon, yet no insert: cannot happen
 		// unless the table was changed under us.
 		return RunInfo{}, fmt.Errorf("runclaim: claim %s: the claim statement inserted nothing without a reason", quoteForError(req.Source))

@@ -1,0 +1,760 @@
+package runclaim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
+)
+
+// This file tests the claim protocol of lock.go: the advisory key, the
+// one-batch claim under contention and under every isolation default, its
+// round trips, its clock and the session state it leaves.
+
+// ---------------------------------------------------------------------------
+// Advisory keys
+
+// goldenKeys pins AdvisoryKey. These values must never change: replicas
+// running two releases of the library side by side must take the same lock
+// for the same source.
+var goldenKeys = []struct {
+	namespace, source string
+	key               int64
+}{
+	{"runclaim", "avito", 2771999500527823157},
+	{"runclaim", "", 7606860613709361474},
+	{"", "", -5808590958014384161},
+	{"runclaim", "источник/ü-😀", -3024015508565409948},
+	{"other", "avito", 5875865367734743410},
+	{"runclaim.migrate", "", -1710031467293055329},
+	// The NUL separator keeps these two apart.
+	{"runclaim", "avit", 1267397478383314200},
+	{"runcla", "imavito", -5783417531421295359},
+}
+
+func TestAdvisoryKeyGolden(t *testing.T) {
+	t.Parallel()
+	if runclaim.DefaultNamespace != "runclaim" {
+		t.Errorf("DefaultNamespace = %q; changing it changes every lock key", runclaim.DefaultNamespace)
+	}
+	for _, g := range goldenKeys {
+		if got := runclaim.AdvisoryKey(g.namespace, g.source); got != g.key {
+			t.Errorf("AdvisoryKey(%q, %q) = %d, want %d", g.namespace, g.source, got, g.key)
+		}
+	}
+	if runclaim.AdvisoryKey("runclaim", "avit") == runclaim.AdvisoryKey("runcla", "imavito") {
+		t.Error("namespace and source are not separated")
+	}
+}
+
+// TestAdvisoryKeyIsFNV64a checks the documented derivation against the
+// standard library's FNV-64a.
+func TestAdvisoryKeyIsFNV64a(t *testing.T) {
+	t.Parallel()
+	pairs := [][2]string{{"runclaim", "avito"}, {"", ""}, {"ns", "\xff\xfe"}, {strings.Repeat("n", 300), strings.Repeat("s", 10000)}}
+	for _, g := range goldenKeys {
+		pairs = append(pairs, [2]string{g.namespace, g.source})
+	}
+	for _, p := range pairs {
+		h := fnv.New64a()
+		h.Write([]byte(p[0] + "\x00" + p[1]))
+		if got, want := runclaim.AdvisoryKey(p[0], p[1]), int64(h.Sum64()); got != want {
+			t.Errorf("AdvisoryKey(%.20q, %.20q) = %d, want FNV-64a %d", p[0], p[1], got, want)
+		}
+	}
+}
+
+// TestClaimTakesTheAdvisoryKey: the claim takes exactly the lock
+// AdvisoryKey names (one-bigint form, with the store's namespace). While
+// another transaction holds it, a claim is skipped as "in flight": an
+// ErrAlreadyRunning without a holder, that writes nothing.
+func TestClaimTakesTheAdvisoryKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	other, err := runclaim.NewPostgresStore(db.Pool, runclaim.WithNamespace("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", runclaim.AdvisoryKey(runclaim.DefaultNamespace, "src")); err != nil {
+		t.Fatal(err)
+	}
+	before := readState(t, db.Pool, store.Table())
+
+	_, err = newClaimer(t, store).Claim(ctx, "src")
+	var nc *runclaim.NotClaimedError
+	if !errors.As(err, &nc) || !errors.Is(err, runclaim.ErrAlreadyRunning) || errors.Is(err, runclaim.ErrTooSoon) {
+		t.Fatalf("Claim while the key is locked: %v, want ErrAlreadyRunning as *NotClaimedError", err)
+	}
+	if diff := cmp.Diff(&runclaim.NotClaimedError{Source: "src", Reason: runclaim.ErrAlreadyRunning}, nc,
+		sameReason); diff != "" {
+		t.Errorf("in-flight skip (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(before, readState(t, db.Pool, store.Table())); diff != "" {
+		t.Errorf("a skipped claim changed the table (-before +after):\n%s", diff)
+	}
+
+	// Another namespace takes another key, so it is not blocked.
+	run, err := newClaimer(t, other).Claim(ctx, "src")
+	if err != nil {
+		t.Fatalf("Claim in namespace %q while the default namespace's key is locked: %v", "other", err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Another source takes another key too.
+	if _, err := newClaimer(t, store).Claim(ctx, "src2"); err != nil {
+		t.Errorf("Claim of another source: %v", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClaimer(t, store).Claim(ctx, "src"); err != nil {
+		t.Errorf("Claim after the lock was released: %v", err)
+	}
+	if n := advisoryLocks(t, db.Pool); n != 0 {
+		t.Errorf("%d advisory locks held after the claims", n)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// G1 under contention
+
+// Each contention test runs for contentionTime, longer (up to
+// contentionMaxTime) if by then fewer than contentionWins runs per source
+// have been won: the machines that run these tests have two cores, shared.
+const (
+	contentionTime    = 3 * time.Second
+	contentionMaxTime = 8 * time.Second
+	contentionWins    = 80
+)
+
+// A claimer pauses a random time between two attempts, up to
+// contentionPause times its last claim's latency (at most
+// contentionMaxPause). On two cores at most two claims execute at once
+// however many are queued, so spinning adds queueing, not interleavings:
+// it slows every claim and finish until there are too few handovers for
+// the test to mean anything. A pause that scales with the latency keeps
+// the machine busy but not swamped, under -race and on a shared machine.
+const (
+	contentionPause    = 16
+	contentionMaxPause = 500 * time.Millisecond
+)
+
+type contentionResult struct {
+	wins, skips, inFlight, errs, overlaps atomic.Int64
+	inFlightNow, maxInFlight              atomic.Int64 // Claim calls under way
+	took                                  time.Duration
+
+	mu        sync.Mutex // protects firstErrs
+	firstErrs []string
+}
+
+func (r *contentionResult) fail(format string, args ...any) {
+	r.errs.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.firstErrs) < 5 {
+		r.firstErrs = append(r.firstErrs, fmt.Sprintf(format, args...))
+	}
+}
+
+// contend runs perSource goroutines on each source (see contentionTime).
+// Each goroutine has a Claimer of its own (a distinct owner) and claims in a
+// loop, with a short random pause between attempts like a replica's
+// scheduler tick (see contentionPause); a winner checks that it is its
+// source's only holder, holds the run for 1–3 ms and finishes it. It
+// returns once every goroutine has stopped.
+func contend(t *testing.T, store runclaim.Store, sources []string, perSource int) *contentionResult {
+	t.Helper()
+	ctx := t.Context()
+	res := &contentionResult{}
+	holders := make([]atomic.Int32, len(sources))
+	start := make(chan struct{})
+	var began time.Time
+	wantWins := int64(contentionWins * len(sources))
+	more := func() bool {
+		d := time.Since(began)
+		return d < contentionTime || d < contentionMaxTime && res.wins.Load() < wantWins
+	}
+	var wg sync.WaitGroup
+	for si, src := range sources {
+		for w := range perSource {
+			c := newClaimer(t, store, runclaim.WithOwner(fmt.Sprintf("%s/w%02d", src, w)), runclaim.WithLease(time.Minute))
+			hold := time.Duration(1+w%3) * time.Millisecond
+			wg.Go(func() {
+				<-start
+				var latency time.Duration
+				for more() {
+					// The workload's pacing, not synchronisation.
+					time.Sleep(rand.N(min(contentionMaxPause, contentionPause*latency+time.Millisecond)))
+					n := res.inFlightNow.Add(1)
+					for m := res.maxInFlight.Load(); n > m && !res.maxInFlight.CompareAndSwap(m, n); m = res.maxInFlight.Load() {
+					}
+					sent := time.Now()
+					run, err := c.Claim(ctx, src)
+					latency = time.Since(sent)
+					res.inFlightNow.Add(-1)
+					if err != nil {
+						var nc *runclaim.NotClaimedError
+						switch {
+						case !errors.Is(err, runclaim.ErrNotClaimed):
+							res.fail("Claim: %v", err)
+						case !errors.Is(err, runclaim.ErrAlreadyRunning) || !errors.As(err, &nc):
+							res.fail("skip is not ErrAlreadyRunning as *NotClaimedError: %v", err)
+						case nc.Holder == nil:
+							res.inFlight.Add(1)
+						}
+						res.skips.Add(1)
+						continue
+					}
+					if n := holders[si].Add(1); n != 1 {
+						res.overlaps.Add(1)
+					}
+					res.wins.Add(1)
+					time.Sleep(hold) // the job: the workload, not synchronisation
+					holders[si].Add(-1)
+					if err := run.Finish(ctx, nil); err != nil {
+						res.fail("Finish run %d: %v", run.ID, err)
+					}
+				}
+			})
+		}
+	}
+	began = time.Now()
+	close(start)
+	wg.Wait()
+	res.took = time.Since(began)
+	return res
+}
+
+// checkContention checks a contention run in Go and in the history: no two
+// runs of a source overlapped, every run finished, IDs follow start times,
+// and there were enough wins for the test to mean something.
+func checkContention(t *testing.T, pool *pgxpool.Pool, table string, sources []string, res *contentionResult) {
+	t.Helper()
+	ctx := t.Context()
+	wins, skips := res.wins.Load(), res.skips.Load()
+	t.Logf("%v, %d sources: %d wins, %d skips (%d of them while another claim held the lock), up to %d claims at once, %d errors, %d overlaps seen in Go",
+		res.took.Round(time.Millisecond), len(sources), wins, skips, res.inFlight.Load(), res.maxInFlight.Load(), res.errs.Load(), res.overlaps.Load())
+	if n := res.errs.Load(); n > 0 {
+		t.Errorf("%d claims or finishes failed; first: %q", n, res.firstErrs)
+	}
+	if n := res.overlaps.Load(); n > 0 {
+		t.Errorf("G1 broken: %d wins found their source already held (Go holder counter)", n)
+	}
+	if wins <= 50 || skips <= 50 {
+		t.Errorf("only %d wins and %d skips: too little contention for the test to mean anything", wins, skips)
+	}
+
+	// Overlapping pairs: b starts while a, which started no later, is still
+	// running. The range condition lets the (source, started_at) index
+	// drive the join; && states the overlap itself.
+	var overlaps int64
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` a JOIN `+table+` b
+  ON b.source = a.source AND b.id <> a.id
+ AND b.started_at >= a.started_at AND (b.started_at, b.id) > (a.started_at, a.id)
+ AND b.started_at < coalesce(a.finished_at, 'infinity')
+ AND tstzrange(a.started_at, coalesce(a.finished_at, 'infinity')) && tstzrange(b.started_at, coalesce(b.finished_at, 'infinity'))`).Scan(&overlaps)
+	if err != nil {
+		t.Fatalf("overlap query: %v", err)
+	}
+	if overlaps > 0 {
+		t.Errorf("G1 broken: %d pairs of runs of one source overlap in the history", overlaps)
+	}
+
+	var rows, notSucceeded, idOrder int64
+	err = pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status <> 'succeeded' OR finished_at IS NULL),
+	count(*) FILTER (WHERE started_at <= prev)
+FROM (SELECT *, lag(started_at) OVER (PARTITION BY source ORDER BY id) AS prev FROM `+table+`) h`).Scan(&rows, &notSucceeded, &idOrder)
+	if err != nil {
+		t.Fatalf("history query: %v", err)
+	}
+	if rows != wins {
+		t.Errorf("history has %d runs, Go counted %d wins", rows, wins)
+	}
+	if notSucceeded > 0 {
+		t.Errorf("%d runs did not end as succeeded", notSucceeded)
+	}
+	if idOrder > 0 {
+		t.Errorf("G4 broken: %d runs have a higher ID than an earlier run of their source but did not start later", idOrder)
+	}
+	perSource, err := pool.Query(ctx, `SELECT source, count(*) FROM `+table+` GROUP BY source`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for perSource.Next() {
+		var s string
+		var n int64
+		if err := perSource.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[s] = n
+	}
+	if err := perSource.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sources {
+		if got[s] < 10 {
+			t.Errorf("source %q won only %d times", s, got[s])
+		}
+	}
+	if n := advisoryLocks(t, pool); n != 0 {
+		t.Errorf("%d advisory locks still held", n)
+	}
+}
+
+// contentionPool opens a pool with a connection for every goroutine, and
+// opens those connections up front so that the contention time is spent on
+// claims, not on connection handshakes.
+func contentionPool(t *testing.T, db *pgtest.DB, isolation string) *pgxpool.Pool {
+	t.Helper()
+	const conns = 68
+	configure := func(c *pgxpool.Config) { c.MaxConns = conns }
+	var pool *pgxpool.Pool
+	if isolation == "" {
+		pool = db.NewPool(t, configure)
+	} else {
+		pool = poolWithIsolation(t, db, isolation, configure)
+	}
+	held := make([]*pgxpool.Conn, conns)
+	var wg sync.WaitGroup
+	for i := range held {
+		wg.Go(func() {
+			c, err := pool.Acquire(t.Context())
+			if err != nil {
+				t.Errorf("open connection: %v", err)
+				return
+			}
+			held[i] = c
+		})
+	}
+	wg.Wait()
+	for _, c := range held {
+		if c != nil {
+			c.Release()
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return pool
+}
+
+// TestContentionOneSource: 64 claimers on one source, each with its own
+// owner, never overlap (G1). Not parallel: it uses the machine's CPUs.
+func TestContentionOneSource(t *testing.T) {
+	db := pgtest.New(t)
+	pool := contentionPool(t, db, "")
+	store := migratedStore(t, pool)
+	sources := []string{"avito"}
+	res := contend(t, store, sources, 64)
+	checkContention(t, db.Pool, store.Table(), sources, res)
+}
+
+// TestContentionFourSources: 4 sources with 16 claimers each; claims of
+// different sources do not block each other and none overlap.
+func TestContentionFourSources(t *testing.T) {
+	db := pgtest.New(t)
+	pool := contentionPool(t, db, "")
+	store := migratedStore(t, pool)
+	sources := []string{"a", "b", "c", "d"}
+	res := contend(t, store, sources, 16)
+	checkContention(t, db.Pool, store.Table(), sources, res)
+}
+
+// TestContentionIsolationDefaults: G1 (and G7) with the database's default
+// transaction isolation set to repeatable read, then serializable. A claim
+// that inherited the default would re-check with a snapshot taken before
+// the lock and double-run.
+func TestContentionIsolationDefaults(t *testing.T) {
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			db := pgtest.New(t)
+			migratedStore(t, db.Pool)
+			pool := contentionPool(t, db, level)
+			store, err := runclaim.NewPostgresStore(pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sources := []string{"avito"}
+			res := contend(t, store, sources, 64)
+			checkContention(t, db.Pool, store.Table(), sources, res)
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The explicit-isolation fallback
+
+var beginReadCommitted = regexp.MustCompile(`(?is)^\s*(BEGIN|START\s+TRANSACTION)\b.*\bREAD\s+COMMITTED\b`)
+
+// TestIsolationFallback: under a read committed default a claim is one
+// batch. Under another default the first claim's implicit attempt writes
+// nothing (not even an identity value), the store re-sends the claim inside
+// an explicit READ COMMITTED transaction, and keeps using that form. The
+// session keeps its default.
+func TestIsolationFallback(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
+		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := pgtest.New(t)
+			migratedStore(t, db.Pool)
+			rec := &sqlRecorder{}
+			pool := poolWithIsolation(t, db, level, func(c *pgxpool.Config) {
+				c.MaxConns = 1
+				c.ConnConfig.Tracer = rec
+			})
+			rec.take()
+			store, err := runclaim.NewPostgresStore(pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			explicit := level != "read committed"
+
+			run, err := newClaimer(t, store, runclaim.WithOwner("a")).Claim(ctx, "a")
+			if err != nil {
+				t.Fatalf("first Claim: %v", err)
+			}
+			if got := readState(t, db.Pool, store.Table()); got != (tableState{Rows: 1, MaxID: 1, Running: 1}) || run.ID != 1 {
+				t.Errorf("after the first claim: table %+v, run ID %d; want exactly one row, ID 1", got, run.ID)
+			}
+			batches, _ := rec.take()
+			wantBatches := 1
+			if explicit {
+				wantBatches = 2
+			}
+			if len(batches) != wantBatches {
+				t.Fatalf("first claim sent %d batches, want %d: %q", len(batches), wantBatches, batches)
+			}
+			if beginReadCommitted.MatchString(batches[0][0]) {
+				t.Errorf("first batch starts an explicit transaction: %q", batches[0])
+			}
+			if explicit && !beginReadCommitted.MatchString(batches[1][0]) {
+				t.Errorf("fallback batch does not begin READ COMMITTED: %q", batches[1])
+			}
+
+			// Later claims, won or lost, go straight to the right form.
+			if _, err := newClaimer(t, store, runclaim.WithOwner("b")).Claim(ctx, "a"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+				t.Errorf("losing Claim: %v, want ErrAlreadyRunning", err)
+			}
+			if _, err := newClaimer(t, store).Claim(ctx, "b"); err != nil {
+				t.Errorf("second winning Claim: %v", err)
+			}
+			batches, _ = rec.take()
+			if len(batches) != 2 {
+				t.Fatalf("two claims sent %d batches, want 2: %q", len(batches), batches)
+			}
+			for _, b := range batches {
+				if got := beginReadCommitted.MatchString(b[0]); got != explicit {
+					t.Errorf("batch %q: explicit READ COMMITTED = %v, want %v", b, got, explicit)
+				}
+			}
+			if got := readState(t, db.Pool, store.Table()); got.Rows != 2 || got.MaxID != 2 {
+				t.Errorf("after three claims: table %+v, want two rows with IDs 1 and 2", got)
+			}
+			var after string
+			if err := pool.QueryRow(ctx, "SHOW transaction_isolation").Scan(&after); err != nil || after != level {
+				t.Errorf("session isolation after the claims: %q (%v), want the default %q", after, err, level)
+			}
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Round trips
+
+// TestClaimRoundTrips counts what goes over the wire on a pool of one
+// connection: after the first claim has prepared the statements, a winning
+// claim, a losing claim, a heartbeat and a finish each take exactly one
+// write and one round trip, whatever the isolation default.
+func TestClaimRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"read committed", "repeatable read"} {
+		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := pgtest.New(t)
+			migratedStore(t, db.Pool)
+			alterDatabase(t, db, "default_transaction_isolation", level)
+			pool, wire := countingPool(t, db, 1)
+			var got string
+			if err := pool.QueryRow(ctx, "SHOW transaction_isolation").Scan(&got); err != nil || got != level {
+				t.Fatalf("SHOW transaction_isolation = %q, %v; want %q", got, err, level)
+			}
+			store, err := runclaim.NewPostgresStore(pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newClaimer(t, store, runclaim.WithOwner("a"))
+			b := newClaimer(t, store, runclaim.WithOwner("b"))
+
+			measure := func(what string, want int64, f func() error) {
+				t.Helper()
+				w0, r0 := wire.counts()
+				if err := f(); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				w1, r1 := wire.counts()
+				t.Logf("%-16s %-36s %d round trips, %d writes", level, what, r1-r0, w1-w0)
+				if r1-r0 != want || w1-w0 != want {
+					t.Errorf("%s: %d round trips and %d writes, want %d of each", what, r1-r0, w1-w0, want)
+				}
+			}
+			var run *runclaim.Run
+			first := int64(2) // prepare, then the batch
+			if level != "read committed" {
+				first = 4 // the implicit attempt and the explicit form, each prepared first
+			}
+			measure("first claim on the connection", first, func() (err error) { run, err = a.Claim(ctx, "src"); return err })
+			measure("first heartbeat", 2, func() error { return run.Heartbeat(ctx) })
+			measure("first finish", 2, func() error { return run.Finish(ctx, nil) })
+
+			measure("winning claim", 1, func() (err error) { run, err = a.Claim(ctx, "src"); return err })
+			measure("losing claim", 1, func() error {
+				if _, err := b.Claim(ctx, "src"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+					return fmt.Errorf("got %v, want ErrAlreadyRunning", err)
+				}
+				return nil
+			})
+			measure("heartbeat", 1, func() error { return run.Heartbeat(ctx) })
+			measure("finish", 1, func() error { return run.Finish(ctx, nil) })
+			measure("finish again (no SQL)", 0, func() error { return run.Finish(ctx, nil) })
+			measure("winning claim, other source", 1, func() (err error) { _, err = a.Claim(ctx, "src2"); return err })
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// G6: the database clock
+
+// forbiddenClock matches SQL time functions that are not clock_timestamp():
+// the transaction's start time (now(), current_timestamp, ...) or the
+// statement's.
+var forbiddenClock = regexp.MustCompile(`(?i)\b(now\s*\(|current_timestamp|current_time|current_date|localtimestamp|localtime|transaction_timestamp|statement_timestamp)`)
+
+// TestDatabaseClock: runs carry the database's clock_timestamp(): the lease
+// is exactly the configured length on the database clock, two statements
+// of one claim transaction see different times (now() would give both the
+// same), and the SQL uses clock_timestamp and no other time function.
+func TestDatabaseClock(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	pool, rec := recordingPool(t, db)
+	store, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lease = 300 * time.Millisecond
+	c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("a"))
+	var sqlSeen []string
+	checkSQL := func(what string, mustUseClock bool) {
+		t.Helper()
+		batches, queries := rec.take()
+		var stmts []string
+		for _, b := range batches {
+			stmts = append(stmts, b...)
+		}
+		stmts = append(stmts, queries...)
+		if len(stmts) == 0 {
+			t.Fatalf("%s sent no SQL", what)
+		}
+		for _, s := range stmts {
+			if m := forbiddenClock.FindString(s); m != "" {
+				t.Errorf("%s uses %q instead of clock_timestamp(): %s", what, m, s)
+			}
+		}
+		if mustUseClock && !strings.Contains(strings.Join(stmts, "\n"), "clock_timestamp()") {
+			t.Errorf("%s does not use clock_timestamp(): %q", what, stmts)
+		}
+		sqlSeen = append(sqlSeen, stmts...)
+	}
+
+	before := dbNow(t, db.Pool)
+	run, err := c.Claim(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := dbNow(t, db.Pool)
+	checkSQL("Claim", true)
+	row := loadRun(t, db.Pool, store.Table(), run.ID)
+	if diff := cmp.Diff(row.info(), runInfo(run)); diff != "" {
+		t.Errorf("Run differs from its row (-row +run):\n%s", diff)
+	}
+	if run.StartedAt.Before(before) || run.StartedAt.After(after) {
+		t.Errorf("StartedAt %v is outside the database clock's [%v, %v] around the claim", run.StartedAt, before, after)
+	}
+	if got := run.LeaseUntil.Sub(run.StartedAt); got != lease {
+		t.Errorf("LeaseUntil - StartedAt = %v, want exactly %v", got, lease)
+	}
+	var exact bool
+	if err := db.Pool.QueryRow(ctx, "SELECT lease_until - started_at = interval '300 milliseconds' AND heartbeat_at = started_at FROM "+store.Table()+" WHERE id = $1", run.ID).Scan(&exact); err != nil || !exact {
+		t.Errorf("in SQL, lease_until - started_at is not exactly the lease or heartbeat_at is not started_at (%v)", err)
+	}
+
+	// Two claims in quick succession.
+	run2, err := c.Claim(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSQL("Claim", true)
+	if !run2.StartedAt.After(run.StartedAt) {
+		t.Errorf("a later claim started at %v, not after %v", run2.StartedAt, run.StartedAt)
+	}
+
+	// Heartbeat: the new lease is counted from the heartbeat, by the
+	// database clock.
+	if err := run.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkSQL("Heartbeat", true)
+	row = loadRun(t, db.Pool, store.Table(), run.ID)
+	if !row.HeartbeatAt.After(row.StartedAt) || !aboutLease(row.LeaseUntil.Sub(row.HeartbeatAt), lease) || !row.LeaseUntil.Equal(run.Deadline()) {
+		t.Errorf("after Heartbeat: row %+v, Deadline %v; want heartbeat_at after started_at and lease_until = heartbeat_at + %v = Deadline", row, run.Deadline(), lease)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkSQL("Finish", true)
+	row = loadRun(t, db.Pool, store.Table(), run.ID)
+	if row.FinishedAt == nil || !row.FinishedAt.After(row.HeartbeatAt) {
+		t.Errorf("finished_at %v is not after heartbeat_at %v", row.FinishedAt, row.HeartbeatAt)
+	}
+
+	// A takeover expires the old run and inserts the new one in one
+	// transaction: with clock_timestamp() the new run starts after the old
+	// one was marked finished; with now() both times would be equal.
+	old, err := newClaimer(t, store, runclaim.WithLease(runclaim.MinLease)).Claim(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, 5*time.Millisecond, "the short lease to end", func() bool { return dbNow(t, db.Pool).After(old.LeaseUntil) })
+	rec.take()
+	next, err := c.Claim(ctx, "c")
+	if err != nil {
+		t.Fatalf("takeover Claim: %v", err)
+	}
+	checkSQL("takeover Claim", true)
+	oldRow := loadRun(t, db.Pool, store.Table(), old.ID)
+	if oldRow.Status != "expired" || oldRow.FinishedAt == nil || !next.StartedAt.After(*oldRow.FinishedAt) {
+		t.Errorf("takeover: old run %+v, new run started %v; want expired, finished before the new start", oldRow, next.StartedAt)
+	}
+	if t.Failed() {
+		t.Logf("SQL sent:\n%s", strings.Join(sqlSeen, "\n---\n"))
+	}
+}
+
+// ---------------------------------------------------------------------------
+// G7: no session state
+
+// TestNoSessionState: after claims won, lost and skipped in flight, a
+// heartbeat and a finish on a one-connection pool, that session holds no
+// advisory lock, has no setting changed from its default, and has not kept
+// the claim's transaction-local flag.
+func TestNoSessionState(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	store, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessionSettings := func() []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT name || '=' || setting FROM pg_catalog.pg_settings WHERE source = 'session' ORDER BY name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for rows.Next() {
+			var v string
+			if err := rows.Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			s = append(s, v)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	var pid int32
+	if err := pool.QueryRow(ctx, "SELECT pg_catalog.pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	settings := sessionSettings()
+
+	a, b := newClaimer(t, store, runclaim.WithOwner("a")), newClaimer(t, store, runclaim.WithOwner("b"))
+	run, err := a.Claim(ctx, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Claim(ctx, "src"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		t.Fatalf("losing Claim: %v", err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", runclaim.AdvisoryKey(runclaim.DefaultNamespace, "busy")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Claim(ctx, "busy"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		t.Fatalf("in-flight Claim: %v", err)
+	}
+	if err := run.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	var samePID int32
+	var locks int64
+	var flag *string
+	err = pool.QueryRow(ctx, `SELECT pg_catalog.pg_backend_pid(),
+	(SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()),
+	pg_catalog.current_setting('runclaim.locked', true)`).Scan(&samePID, &locks, &flag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if samePID != pid {
+		t.Fatalf("the pool changed connections (pid %d, then %d); the test needs one session", pid, samePID)
+	}
+	if locks != 0 {
+		t.Errorf("the session holds %d advisory locks after the claims", locks)
+	}
+	if flag != nil && *flag != "" {
+		t.Errorf("the claim's flag outlived its transaction: runclaim.locked = %q", *flag)
+	}
+	if diff := cmp.Diff(settings, sessionSettings()); diff != "" {
+		t.Errorf("session settings changed by the claims (-before +after):\n%s", diff)
+	}
+}
