@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds every example program and runs the ones that need no database.
+#
+# Usage: .ci/examples.sh
+#   With EXAMPLES_DATABASE_URL set, also runs every example against that
+#   database (as DATABASE_URL); they create the runclaim_runs table in it.
+#
+# examples/metrics is a module of its own (it keeps Prometheus out of the
+# runclaim module), so it is built and run from its directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'examples: %s\n' "$*" >&2; }
+
+# The examples that run without a database, each bounded to a few seconds.
+no_db=(quickstart ticker gocron cron redeploy)
+
+log "build ./examples/..."
+go build -o /dev/null ./examples/...
+log "build examples/metrics (nested module)"
+(cd examples/metrics && go vet ./... && go build -o /dev/null ./...)
+
+run() { # run DIR [DATABASE_URL]
+	local dir=$1 url=${2:-} envs=(-u DATABASE_URL)
+	[[ -n $url ]] && envs=("DATABASE_URL=$url")
+	log "run $dir${url:+ with a database}"
+	if [[ $dir == metrics ]]; then
+		(cd examples/metrics && env "${envs[@]}" timeout 60 go run .)
+	else
+		env "${envs[@]}" timeout 60 go run "./examples/$dir"
+	fi
+}
+
+for ex in "${no_db[@]}" metrics; do
+	run "$ex"
+done
+if [[ -n ${EXAMPLES_DATABASE_URL:-} ]]; then
+	for ex in "${no_db[@]}" metrics; do
+		run "$ex" "$EXAMPLES_DATABASE_URL"
+	done
+fi
+log "all examples built and ran"

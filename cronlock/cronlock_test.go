@@ -1,0 +1,328 @@
+package cronlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/cronlock"
+	"github.com/runclaim/runclaim/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// waitTimeout bounds every wait in these tests.
+const waitTimeout = 20 * time.Second
+
+var stores = []struct {
+	name string
+	open func(t *testing.T) runclaim.Store
+}{
+	{"memory", func(*testing.T) runclaim.Store { return runclaim.NewMemoryStore() }},
+	{"postgres", openPostgres},
+}
+
+func openPostgres(t *testing.T) runclaim.Store {
+	t.Helper()
+	db := pgtest.New(t)
+	s, err := runclaim.NewPostgresStore(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// gate is a cron.Schedule whose next activation is whenever the test says:
+// Next blocks until the test sends on ticks, then returns the time it was
+// asked about, so that the entry fires at once. Once done is closed it
+// returns the zero time: never. Blocking in Next blocks the Cron's loop, so
+// close done before calling Stop.
+type gate struct {
+	ticks chan struct{}
+	done  <-chan struct{}
+}
+
+func (g *gate) Next(t time.Time) time.Time {
+	select {
+	case <-g.ticks:
+		return t
+	case <-g.done:
+		return time.Time{}
+	}
+}
+
+// attempt is what one replica did on one tick.
+type attempt struct {
+	replica string
+	ran     bool  // the job ran
+	skip    []any // the key/values logged with "skip"
+	err     error // logged at Error
+}
+
+// attemptLogger is a cron.Logger that reports skips and errors as attempts.
+type attemptLogger struct {
+	replica  string
+	attempts chan<- attempt
+}
+
+func (l attemptLogger) Info(msg string, kv ...any) {
+	if msg == "skip" {
+		l.attempts <- attempt{replica: l.replica, skip: kv}
+	}
+}
+
+func (l attemptLogger) Error(err error, msg string, kv ...any) {
+	l.attempts <- attempt{replica: l.replica, err: fmt.Errorf("%s %v: %w", msg, kv, err)}
+}
+
+// TestTwoCronsOneRunPerTick runs two cron.Crons, each with its own Claimer,
+// on one store. A test-driven schedule fires both at once on every tick. The
+// job that runs holds its claim until the other Cron's attempt for the tick
+// is seen; exactly one of the two must run the job and the other must log a
+// skip because the source is already running. The run must be recorded
+// before the next tick.
+func TestTwoCronsOneRunPerTick(t *testing.T) {
+	for _, sc := range stores {
+		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
+			t.Run(sc.name+"/"+variant, func(t *testing.T) {
+				t.Parallel()
+				testOneRunPerTick(t, sc.open(t), variant)
+			})
+		}
+	}
+}
+
+func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	attempts := make(chan attempt, 2)
+	finished := make(chan runclaim.FinishedEvent, 2)
+	release := make(chan struct{})
+	done := make(chan struct{}) // stops the gates and unblocks a held job
+	var gates []*gate
+
+	for _, replica := range []string{"replica-a", "replica-b"} {
+		claimer, err := runclaim.New(store, runclaim.WithOwner(replica),
+			runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.FinishedEvent) { finished <- e }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logger := attemptLogger{replica: replica, attempts: attempts}
+		hold := func() {
+			attempts <- attempt{replica: replica, ran: true}
+			select {
+			case <-release:
+			case <-done:
+			}
+		}
+		var c *cron.Cron
+		var job cron.Job
+		switch variant {
+		case "SkipUnlessClaimed":
+			c = cron.New(cron.WithLogger(cron.DiscardLogger),
+				cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep", logger)))
+			job = cron.FuncJob(hold)
+		case "Job":
+			c = cron.New(cron.WithLogger(cron.DiscardLogger), cron.WithChain(cron.Recover(logger)))
+			job = cronlock.Job(ctx, claimer, "sweep", logger, func(ctx context.Context, run *runclaim.Run) error {
+				if run.Source != "sweep" || run.Owner != replica || ctx.Err() != nil {
+					return fmt.Errorf("fn called with run %+v, ctx error %v", run, ctx.Err())
+				}
+				hold()
+				return nil
+			})
+		}
+		g := &gate{ticks: make(chan struct{}), done: done}
+		gates = append(gates, g)
+		c.Schedule(g, job)
+		c.Start()
+		t.Cleanup(func() {
+			select {
+			case <-c.Stop().Done(): // waits for running jobs
+			case <-time.After(waitTimeout):
+				t.Errorf("%s: jobs still running after Stop", replica)
+			}
+		})
+	}
+	t.Cleanup(func() { close(done) }) // runs before the Stops
+
+	const ticks = 6
+	wins := map[string]int{}
+	for tick := 1; tick <= ticks; tick++ {
+		for _, g := range gates {
+			select {
+			case g.ticks <- struct{}{}:
+			case <-ctx.Done():
+				t.Fatalf("tick %d: a Cron did not ask for its next activation", tick)
+			}
+		}
+		var ran []string
+		for range 2 {
+			select {
+			case a := <-attempts:
+				switch {
+				case a.err != nil:
+					t.Fatalf("tick %d: %s: %v", tick, a.replica, a.err)
+				case a.ran:
+					ran = append(ran, a.replica)
+				default:
+					// The loser either saw the winner's run, or lost the race
+					// for the advisory lock while the winner's claim was in
+					// flight (Postgres only).
+					got := fmt.Sprint(a.skip)
+					if !strings.HasPrefix(got, "[source sweep reason already running holder replica-") &&
+						got != "[source sweep reason claim in flight]" {
+						t.Fatalf("tick %d: %s logged skip %s; want the source and the reason", tick, a.replica, got)
+					}
+				}
+			case <-ctx.Done():
+				t.Fatalf("tick %d: %d of 2 attempts seen before the timeout", tick, len(ran))
+			}
+		}
+		if len(ran) != 1 {
+			t.Fatalf("tick %d: the job ran on %v; want exactly one replica", tick, ran)
+		}
+		wins[ran[0]]++
+		release <- struct{}{}
+		select {
+		case e := <-finished:
+			if e.Status != runclaim.StatusSucceeded || e.Run.Owner != ran[0] {
+				t.Fatalf("tick %d: %s run by %s finished; want a succeeded run by %s", tick, e.Status, e.Run.Owner, ran[0])
+			}
+		case <-ctx.Done():
+			t.Fatalf("tick %d: the run was not finished", tick)
+		}
+	}
+	t.Logf("runs per replica over %d ticks: %v", ticks, wins)
+}
+
+// recorder is a cron.Logger that keeps what it is given.
+type recorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *recorder) Info(msg string, kv ...any) { r.add(fmt.Sprint("info ", msg, " ", kv)) }
+func (r *recorder) Error(err error, msg string, kv ...any) {
+	r.add(fmt.Sprint("error ", msg, " ", kv, " ", err))
+}
+
+func (r *recorder) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, s)
+}
+
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.lines, "\n")
+}
+
+// TestOutcomes checks what is recorded and logged when a job fails, panics
+// or is skipped for being too soon.
+func TestOutcomes(t *testing.T) {
+	var events []runclaim.FinishedEvent
+	claimer, err := runclaim.New(runclaim.NewMemoryStore(), runclaim.WithMinInterval(time.Hour),
+		runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.FinishedEvent) { events = append(events, e) }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &recorder{}
+
+	t.Run("JobError", func(t *testing.T) {
+		boom := errors.New("boom")
+		cronlock.Job(t.Context(), claimer, "fails", log, func(context.Context, *runclaim.Run) error { return boom }).Run()
+		if len(events) != 1 || events[0].Status != runclaim.StatusFailed || !errors.Is(events[0].Err, boom) {
+			t.Fatalf("finished events %+v; want one failed with boom", events)
+		}
+		if got := log.String(); !strings.Contains(got, "error run failed [source fails]") || !strings.Contains(got, "boom") {
+			t.Fatalf("logged %q; want the error with its source", got)
+		}
+	})
+
+	t.Run("Panic", func(t *testing.T) {
+		events, log.lines = nil, nil
+		job := cron.NewChain(cron.Recover(log), cronlock.SkipUnlessClaimed(claimer, "panics", log)).
+			Then(cron.FuncJob(func() { panic("kaboom") }))
+		job.Run()
+		if len(events) != 1 || events[0].Status != runclaim.StatusFailed || !strings.Contains(events[0].Err.Error(), "kaboom") {
+			t.Fatalf("finished events %+v; want one failed with the panic", events)
+		}
+		if got := log.String(); !strings.Contains(got, "error panic") || !strings.Contains(got, "kaboom") {
+			t.Fatalf("logged %q; want the re-panic caught by cron.Recover", got)
+		}
+	})
+
+	t.Run("TooSoon", func(t *testing.T) {
+		events, log.lines = nil, nil
+		ran := 0
+		job := cronlock.SkipUnlessClaimed(claimer, "fast", log)(cron.FuncJob(func() { ran++ }))
+		job.Run()
+		job.Run()
+		if ran != 1 || len(events) != 1 || events[0].Status != runclaim.StatusSucceeded {
+			t.Fatalf("ran %d times with events %+v; want once, succeeded", ran, events)
+		}
+		if got, want := log.String(), "info skip [source fast reason too soon]"; got != want {
+			t.Fatalf("logged %q; want %q", got, want)
+		}
+	})
+
+	t.Run("Cancelled", func(t *testing.T) {
+		events, log.lines = nil, nil
+		ctx, cancel := context.WithCancel(t.Context())
+		cronlock.Job(ctx, claimer, "cancelled", log, func(ctx context.Context, _ *runclaim.Run) error {
+			cancel() // the service shuts down while the job runs
+			<-ctx.Done()
+			return ctx.Err()
+		}).Run()
+		if len(events) != 1 || events[0].Status != runclaim.StatusFailed || !errors.Is(events[0].Err, context.Canceled) {
+			t.Fatalf("finished events %+v; want one failed with context.Canceled", events)
+		}
+		if got, want := log.String(), "info cancelled [source cancelled]"; got != want {
+			t.Fatalf("logged %q; want %q", got, want)
+		}
+	})
+
+	t.Run("InvalidSource", func(t *testing.T) {
+		events, log.lines = nil, nil
+		cronlock.SkipUnlessClaimed(claimer, "", log)(cron.FuncJob(func() { t.Error("the job ran") })).Run()
+		if got := log.String(); !strings.HasPrefix(got, "error run failed [source ]") || !strings.Contains(got, runclaim.ErrInvalidSource.Error()) {
+			t.Fatalf("logged %q; want an invalid source error", got)
+		}
+	})
+}
+
+func TestNilArgumentsPanic(t *testing.T) {
+	claimer, err := runclaim.New(runclaim.NewMemoryStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := func(context.Context, *runclaim.Run) error { return nil }
+	var nilCtx context.Context
+	for name, f := range map[string]func(){
+		"SkipUnlessClaimed nil claimer": func() { cronlock.SkipUnlessClaimed(nil, "s", nil) },
+		"Job nil claimer":               func() { cronlock.Job(t.Context(), nil, "s", nil, fn) },
+		"Job nil fn":                    func() { cronlock.Job(t.Context(), claimer, "s", nil, nil) },
+		"Job nil ctx":                   func() { cronlock.Job(nilCtx, claimer, "s", nil, fn) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.HasPrefix(fmt.Sprint(r), "cronlock: ") {
+					t.Errorf("%s: recovered %v; want a cronlock panic", name, r)
+				}
+			}()
+			f()
+		}()
+	}
+}
