@@ -333,7 +333,8 @@ func TestDoNilArguments(t *testing.T) {
 	if err := c.Do(t.Context(), "src", nil); err == nil || !strings.Contains(err.Error(), "nil function") {
 		t.Errorf("Do with a nil fn = %v, want an error about the nil function", err)
 	}
-	err := c.Do(nil, "src", func(context.Context, *runclaim.Run) error { //nolint:staticcheck // the nil-context guard is under test
+	//lint:ignore SA1012 the nil-context guard is under test
+	err := c.Do(nil, "src", func(context.Context, *runclaim.Run) error {
 		t.Error("fn was called with a nil context")
 		return nil
 	})

@@ -42,6 +42,8 @@
 //     carries the label runclaim.pgtest=1, so leftovers of a killed test
 //     binary can be removed with
 //     docker rm -fv $(docker ps -aq --filter label=runclaim.pgtest=1).
+//     With PGTEST_RUN set, containers also carry runclaim.pgtest.run=$PGTEST_RUN,
+//     so that a CI run removes its own containers and no one else's.
 //     Set TESTCONTAINERS_RYUK_DISABLED=false to use the reaper instead.
 package pgtest
 
@@ -300,7 +302,7 @@ func startContainer() (*Server, error) {
 			postgres.WithDatabase(containerDB),
 			// Replaces the module's default command, which turns fsync off.
 			testcontainers.WithCmd("postgres", "-c", "max_connections=300"),
-			testcontainers.WithLabels(map[string]string{containerLabel: "1"}),
+			testcontainers.WithLabels(containerLabels()),
 			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 				hc.PortBindings = network.PortMap{
 					network.MustParsePort("5432/tcp"): {{HostIP: hostIP, HostPort: hostPort}},
@@ -453,4 +455,13 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// containerLabels are the labels of a container this package starts.
+func containerLabels() map[string]string {
+	labels := map[string]string{containerLabel: "1"}
+	if run := os.Getenv("PGTEST_RUN"); run != "" {
+		labels[containerLabel+".run"] = run
+	}
+	return labels
 }
