@@ -42,7 +42,10 @@ func (c *Claimer) Owner() string { return c.cfg.owner }
 // ErrNotClaimed (and ErrAlreadyRunning or ErrTooSoon) at once. Any other
 // error is a real failure, such as an invalid source (ErrInvalidSource) or an
 // unreachable database; the store's error is wrapped. ctx bounds the claim
-// only, not the run; if ctx ends first, its error is returned, wrapped.
+// only, not the run; if ctx ends first, its error is returned, wrapped. (The
+// Postgres store lets a claim that is already on the wire run for up to 5 s
+// more to learn whether it won, and deletes a run won after ctx ended, so
+// that a cancelled claim never leaves behind a run nobody holds.)
 //
 // The caller must end the run with Finish, and keep it alive with Heartbeat
 // when it may last longer than the lease; Do does both.

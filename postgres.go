@@ -86,7 +86,7 @@ type PostgresStore struct {
 	table     string
 	namespace string
 	sql       struct {
-		expire, claim, heartbeat, finish string
+		expire, claim, heartbeat, finish, unclaim string
 	}
 	// explicit is set once a session is seen whose default isolation level
 	// is not READ COMMITTED; from then on claims use the explicit form.
@@ -122,6 +122,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.claim = fmt.Sprintf(claimSQL, t)
 	s.sql.heartbeat = fmt.Sprintf(heartbeatSQL, t)
 	s.sql.finish = fmt.Sprintf(finishSQL, t)
+	s.sql.unclaim = fmt.Sprintf(unclaimSQL, t)
 	return s, nil
 }
 
@@ -191,14 +192,48 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	if err := req.Validate(); err != nil {
 		return RunInfo{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w", quoteForError(req.Source), err)
+	}
+	// Once sent, a claim commits at the server whether or not its answer is
+	// read. Were it abandoned when ctx ends, a run won that way would hold
+	// the source for a whole lease with nobody to run it. So the claim runs
+	// on a context that ctx's end does not cancel until claimGrace later,
+	// and a run won after ctx ended is deleted again: the claim then returns
+	// ctx's error and, as any failed claim, leaves no row (G8).
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, cancel) })
+	defer stop()
+
 	explicit := s.explicit.Load()
-	info, err := s.claim(ctx, req, explicit)
+	info, err := s.claim(cctx, req, explicit)
 	if err == errNeedExplicit {
 		s.explicit.Store(true)
-		info, err = s.claim(ctx, req, true)
+		info, err = s.claim(cctx, req, true)
 	}
-	return info, err
+	what := "claim " + quoteForError(req.Source)
+	switch ctxErr := ctx.Err(); {
+	case ctxErr == nil:
+		return info, err
+	case err == nil:
+		if _, derr := s.db.Exec(cctx, s.sql.unclaim, info.ID); derr != nil {
+			return RunInfo{}, fmt.Errorf("runclaim: %s: %w; and run %d, won meanwhile, could not be deleted: %w", what, ctxErr, info.ID, derr)
+		}
+		return RunInfo{}, fmt.Errorf("runclaim: %s: %w", what, ctxErr)
+	case errors.Is(err, ctxErr):
+		return info, err
+	default:
+		return RunInfo{}, fmt.Errorf("runclaim: %s: %w (%w)", what, ctxErr, err)
+	}
 }
+
+// claimGrace is how long a claim already under way may go on after its
+// context ends, to learn whether it won (see Claim).
+const claimGrace = 5 * time.Second
+
+// unclaimSQL deletes a run its claimer won after giving up on the claim.
+const unclaimSQL = `DELETE FROM %[1]s WHERE id = $1 AND status = 'running'`
 
 // heartbeatSQL reads the clock once, so that lease_until - heartbeat_at is
 // exactly the lease.

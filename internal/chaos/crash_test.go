@@ -1,0 +1,558 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
+)
+
+// The crash test runs replicas as separate OS processes: the test binary
+// re-executes itself with -test.run=^TestCrashChild$ and these variables.
+const (
+	envChild = "CHAOS_CRASH_CHILD" // "1" in a child
+	envDSN   = "CHAOS_CRASH_DSN"
+	envOut   = "CHAOS_CRASH_OUT"   // the child's record file
+	envOwner = "CHAOS_CRASH_OWNER" // the owner name of the child's runs
+	envSeed  = "CHAOS_CRASH_SEED"  // the child's random seed; CHAOS_SEED sets the parent's
+
+	childReady = "chaos-child-ready"
+)
+
+// The workload of every child.
+const (
+	crashSources  = 8
+	crashLease    = time.Second // heartbeat: the default, a third of it
+	crashTick     = 50 * time.Millisecond
+	crashChildren = 4
+	crashChaos    = 12 * time.Second // how long the parent kills and restarts children
+	// crashSlack is added to the takeover bound (one lease plus one claim
+	// interval) for everything else: a child noticing a tick late, a claim
+	// queued behind others on a machine with two cores shared with other
+	// tests under the race detector.
+	crashSlack = 1500 * time.Millisecond
+)
+
+func crashSource(i int) string { return fmt.Sprintf("src-%d", i) }
+
+// errStopped ends a child's runs on SIGTERM.
+var errStopped = errors.New("chaos child: stopped by SIGTERM")
+
+// TestCrashChild is one replica of TestCrash. It claims the shared
+// sources every crashTick until SIGTERM, then finishes its runs and exits.
+//
+// SIGTERM stops the ticking and ends the runs, but does not cancel a claim
+// in flight: the context given to Do is not the signal's. A claim cancelled
+// after the server committed it would leave a run that holds the source
+// for a whole lease with nobody running it (TestPartitionCancelledClaim).
+//
+// Each run appends two records to the child's file:
+//
+//	S <source> <run id> <started_at>                when fn starts
+//	E <source> <run id> <started_at> <outcome> <end> when fn ends
+func TestCrashChild(t *testing.T) {
+	if os.Getenv(envChild) != "1" {
+		t.Skip("a helper process of TestCrash; it runs only when TestCrash starts it")
+	}
+	// Registered before anything is claimed, and announced, so that the
+	// parent's SIGTERM always means "stop gracefully".
+	term, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	seed, err := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", envSeed, err)
+	}
+
+	pool, err := pgxpool.New(context.Background(), os.Getenv(envDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost sync.Map // run ID -> struct{}: runs whose lease this child lost
+	claimer, err := runclaim.New(store, runclaim.WithLease(crashLease), runclaim.WithOwner(os.Getenv(envOwner)),
+		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.LeaseLostEvent) { lost.Store(e.Run.ID, struct{}{}) }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(os.Getenv(envOut), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	record := func(format string, args ...any) {
+		// One write per record: O_APPEND keeps records whole, whoever writes.
+		if _, err := fmt.Fprintf(f, format+"\n", args...); err != nil {
+			t.Errorf("record: %v", err)
+		}
+	}
+	fmt.Println(childReady)
+
+	var wg sync.WaitGroup
+	for i := range crashSources {
+		source := crashSource(i)
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		wg.Go(func() {
+			work := func(ctx context.Context, run *runclaim.Run) error {
+				started := run.StartedAt.UTC().Format(time.RFC3339Nano)
+				record("S %s %d %s", source, run.ID, started)
+				// Mostly short runs, some longer than the lease, which only
+				// heartbeats keep alive.
+				d := time.Duration(20+rng.IntN(300)) * time.Millisecond
+				if rng.IntN(10) < 3 {
+					d = crashLease + time.Duration(200+rng.IntN(800))*time.Millisecond
+				}
+				timer := time.NewTimer(d)
+				defer timer.Stop()
+				var err error
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+					err = context.Cause(ctx)
+				case <-term.Done():
+					err = errStopped
+				}
+				outcome := "done"
+				if err != nil {
+					outcome = "cancelled"
+				}
+				record("E %s %d %s %s %s", source, run.ID, started, outcome, time.Now().UTC().Format(time.RFC3339Nano))
+				return err
+			}
+			tick := time.NewTicker(crashTick)
+			defer tick.Stop()
+			for {
+				select {
+				case <-term.Done():
+					return
+				case <-tick.C:
+				}
+				err := claimer.Do(context.Background(), source, work)
+				switch {
+				case err == nil, errors.Is(err, runclaim.ErrNotClaimed):
+				case errors.Is(err, errStopped): // SIGTERM: the run was recorded as failed
+				case errors.Is(err, runclaim.ErrLeaseLost):
+					// Allowed, if the machine is slow enough for a heartbeat to
+					// miss the lease; the parent's checks still hold.
+					fmt.Fprintf(os.Stderr, "chaos child: %s: %v\n", source, err)
+				default:
+					t.Errorf("%s: %v", source, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n := 0
+	lost.Range(func(any, any) bool { n++; return true })
+	fmt.Printf("chaos child: %d runs lost their lease\n", n)
+}
+
+// child is one process started by TestCrash.
+type child struct {
+	owner  string
+	out    string
+	cmd    *exec.Cmd
+	output *childOutput
+	done   chan error // cmd.Wait's result, read once by the test's goroutine
+	killed bool
+	exited bool // done has been read
+}
+
+// reap waits for c to exit, at most timeout, and returns whether it did
+// and cmd.Wait's result.
+func (c *child) reap(timeout time.Duration) (bool, error) {
+	select {
+	case err := <-c.done:
+		c.exited = true
+		return true, err
+	case <-time.After(timeout):
+		return false, nil
+	}
+}
+
+// childOutput collects a child's output and signals when it is ready.
+type childOutput struct {
+	mu    sync.Mutex // protects buf
+	buf   bytes.Buffer
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (o *childOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buf.Write(p)
+	if bytes.Contains(o.buf.Bytes(), []byte(childReady)) {
+		o.once.Do(func() { close(o.ready) })
+	}
+	return len(p), nil
+}
+
+func (o *childOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// kill is one SIGKILL of a child by TestCrash.
+type kill struct {
+	owner string
+	at    time.Time // database clock, read after the child was reaped
+	held  []row     // its runs still running at that moment
+}
+
+// TestCrash runs four replicas as processes on eight sources, SIGKILLs one
+// at random every 0.4–1.6 s for 12 s and starts a new one each time, then
+// stops the rest with SIGTERM. It then checks, over the table's history:
+//
+//   - G1: no two runs of a source overlap while both held a live lease,
+//     where a run holds from its start to its finish, or, if it was expired
+//     by a takeover, to the end of its last lease;
+//   - G2: every source a killed replica held was taken over within one
+//     lease plus one claim interval of the kill (plus slack), and the
+//     killed run became expired;
+//   - G4: run IDs of a source increase with their start;
+//   - no run is left running but those of killed replicas not yet taken
+//     over, and a final claim pass takes them over, leaving none;
+//   - every run a replica recorded in its file is in the table with the
+//     same ID, source and start, and the outcome it recorded; a replica
+//     that was never killed recorded exactly the runs the table has for it.
+//
+// Set CHAOS_SEED to replay a schedule of kills.
+func TestCrash(t *testing.T) {
+	db := pgtest.New(t)
+	direct := db.Pool
+	migrated(t, direct)
+	dir := t.TempDir()
+
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("CHAOS_SEED: %v", err)
+		}
+	}
+	t.Logf("CHAOS_SEED=%d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	var (
+		children []*child
+		started  int
+	)
+	// Children that outlive a failed test are killed.
+	t.Cleanup(func() {
+		for _, c := range children {
+			if !c.exited {
+				_ = c.cmd.Process.Kill()
+				<-c.done
+			}
+		}
+	})
+	start := func() *child {
+		started++
+		c := &child{
+			owner:  fmt.Sprintf("crash-child-%02d", started),
+			out:    filepath.Join(dir, fmt.Sprintf("child-%02d.log", started)),
+			output: &childOutput{ready: make(chan struct{})},
+			done:   make(chan error, 1),
+		}
+		c.cmd = exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.timeout=2m")
+		c.cmd.Env = append(os.Environ(),
+			envChild+"=1", envDSN+"="+db.DSN, envOut+"="+c.out, envOwner+"="+c.owner,
+			envSeed+"="+strconv.FormatUint(rng.Uint64(), 10))
+		c.cmd.Stdout, c.cmd.Stderr = c.output, c.output
+		if err := c.cmd.Start(); err != nil {
+			t.Fatalf("start a child: %v", err)
+		}
+		children = append(children, c)
+		go func() { c.done <- c.cmd.Wait() }()
+		select {
+		case <-c.output.ready:
+		case err := <-c.done:
+			c.exited = true
+			t.Fatalf("child %s exited before it was ready: %v\n%s", c.owner, err, c.output)
+		case <-time.After(wait):
+			t.Fatalf("child %s not ready within %v:\n%s", c.owner, wait, c.output)
+		}
+		return c
+	}
+	live := func() []*child {
+		var out []*child
+		for _, c := range children {
+			if !c.killed && !c.exited {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+
+	for range crashChildren {
+		start()
+	}
+	var kills []kill
+	chaosEnd := time.Now().Add(crashChaos)
+	for time.Now().Before(chaosEnd) {
+		pause := time.NewTimer(time.Duration(400+rng.IntN(1200)) * time.Millisecond)
+		<-pause.C
+		all := live()
+		victim := all[rng.IntN(len(all))]
+		victim.killed = true
+		if err := victim.cmd.Process.Kill(); err != nil {
+			t.Fatalf("kill %s: %v", victim.owner, err)
+		}
+		if ok, _ := victim.reap(wait); !ok {
+			t.Fatalf("killed child %s did not exit", victim.owner)
+		}
+		k := kill{owner: victim.owner, at: dbNow(t, direct)}
+		for _, r := range rows(t, direct, "") {
+			if r.Owner == victim.owner && r.Status == string(runclaim.StatusRunning) {
+				k.held = append(k.held, r)
+			}
+		}
+		kills = append(kills, k)
+		start()
+	}
+
+	// Graceful stop: SIGTERM everyone alive; they finish their runs.
+	stopAt := dbNow(t, direct)
+	for _, c := range live() {
+		if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatalf("SIGTERM %s: %v", c.owner, err)
+		}
+	}
+	for _, c := range live() {
+		ok, err := c.reap(wait)
+		if !ok {
+			t.Fatalf("child %s did not exit within %v of SIGTERM:\n%s", c.owner, wait, c.output)
+		}
+		if err != nil {
+			t.Errorf("child %s, stopped with SIGTERM, exited with %v:\n%s", c.owner, err, c.output)
+		}
+	}
+	for _, c := range children {
+		for _, line := range strings.Split(c.output.String(), "\n") {
+			if strings.HasPrefix(line, "chaos child:") && !strings.Contains(line, " 0 runs lost") {
+				t.Logf("%s: %s", c.owner, line)
+			}
+		}
+	}
+
+	all := rows(t, direct, "")
+	bySource := map[string][]row{}
+	for _, r := range all {
+		bySource[r.Source] = append(bySource[r.Source], r)
+	}
+	killedOwners := map[string]bool{}
+	for _, k := range kills {
+		killedOwners[k.owner] = true
+	}
+	heldAtEnd := 0
+	for _, r := range all {
+		if r.Status == string(runclaim.StatusRunning) {
+			heldAtEnd++
+		}
+	}
+	t.Logf("%d children started, %d killed; %d runs in %v of chaos; %d runs of killed children still running at the end",
+		started, len(kills), len(all), crashChaos, heldAtEnd)
+
+	// G1 and G4 over the history.
+	end := func(r row) time.Time {
+		switch {
+		case r.Status == string(runclaim.StatusExpired):
+			return r.LeaseUntil
+		case r.FinishedAt != nil:
+			return *r.FinishedAt
+		default:
+			return r.LeaseUntil // still running
+		}
+	}
+	for source, rs := range bySource {
+		byStart := slices.Clone(rs)
+		slices.SortFunc(byStart, func(a, b row) int { return a.StartedAt.Compare(b.StartedAt) })
+		for i := 1; i < len(byStart); i++ {
+			if byStart[i].ID <= byStart[i-1].ID {
+				t.Errorf("%s: run %d started after run %d but has a lower ID", source, byStart[i].ID, byStart[i-1].ID)
+			}
+		}
+		var latest row // the run with the latest end so far
+		for i, r := range byStart {
+			if i > 0 && r.StartedAt.Before(end(latest)) {
+				t.Errorf("%s: double run: %v started before %v ended (at %s)", source, r, latest, end(latest).Format("15:04:05.000000"))
+			}
+			if i == 0 || end(r).After(end(latest)) {
+				latest = r
+			}
+		}
+	}
+
+	// G2: every run a killed child held was taken over in time.
+	bound := crashLease + crashTick + crashSlack
+	var worst time.Duration
+	for _, k := range kills {
+		for _, h := range k.held {
+			var next *row
+			for _, r := range bySource[h.Source] {
+				if r.ID > h.ID {
+					next = &r
+					break
+				}
+			}
+			final := rowByIDIn(all, h.ID)
+			if next == nil {
+				if k.at.Add(bound).Before(stopAt) {
+					t.Errorf("%s: run %d of killed %s (killed at %s) was never taken over; the chaos went on until %s",
+						h.Source, h.ID, k.owner, k.at.Format("15:04:05.000"), stopAt.Format("15:04:05.000"))
+				}
+				continue
+			}
+			took := next.StartedAt.Sub(k.at)
+			worst = max(worst, took)
+			if took > bound {
+				t.Errorf("%s: run %d of %s killed at %s was taken over by run %d only %v later, more than %v",
+					h.Source, h.ID, k.owner, k.at.Format("15:04:05.000"), next.ID, took, bound)
+			}
+			// Expired by the takeover, or finished by a request the child
+			// sent just before it died, which the kernel still delivered.
+			switch final.Status {
+			case string(runclaim.StatusExpired):
+			case string(runclaim.StatusSucceeded), string(runclaim.StatusFailed):
+				t.Logf("%s: run %d of %s (killed at %s) was finished at %s by a request sent before the kill",
+					h.Source, h.ID, k.owner, k.at.Format("15:04:05.000000"), final.FinishedAt.Format("15:04:05.000000"))
+			default:
+				t.Errorf("%s: the killed holder's run after the takeover: %v, want expired", h.Source, final)
+			}
+		}
+	}
+	t.Logf("slowest takeover after a kill: %v (bound %v)", worst, bound)
+
+	// Nothing left running but killed children's runs that nobody took over.
+	for _, r := range all {
+		if r.Status == string(runclaim.StatusRunning) && !killedOwners[r.Owner] {
+			t.Errorf("left running by a child stopped gracefully: %v", r)
+		}
+	}
+	// A final claim pass takes those over, and then nothing is running.
+	final := newClaimer(t, newStore(t, direct), runclaim.WithLease(crashLease), runclaim.WithOwner("final-pass"))
+	for i := range crashSources {
+		source := crashSource(i)
+		var run *runclaim.Run
+		eventually(t, wait, crashTick, "final claim of "+source, func() (bool, error) {
+			r, err := final.Claim(context.Background(), source)
+			if err != nil && !errors.Is(err, runclaim.ErrAlreadyRunning) {
+				t.Fatalf("final claim of %s: %v", source, err)
+			}
+			run = r
+			return err == nil, err
+		})
+		if err := run.Finish(context.Background(), nil); err != nil {
+			t.Errorf("final finish of %s: %v", source, err)
+		}
+	}
+	var running int
+	if err := direct.QueryRow(context.Background(), `SELECT count(*) FROM runclaim_runs WHERE status = 'running'`).Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	if running != 0 {
+		t.Errorf("%d runs still running after the final pass", running)
+	}
+
+	// The children's records agree with the table.
+	all = rows(t, direct, "")
+	for _, c := range children {
+		checkRecords(t, c, all)
+	}
+}
+
+func rowByIDIn(all []row, id int64) row {
+	for _, r := range all {
+		if r.ID == id {
+			return r
+		}
+	}
+	return row{}
+}
+
+// checkRecords compares a child's record file with the table.
+func checkRecords(t *testing.T, c *child, all []row) {
+	t.Helper()
+	f, err := os.Open(c.out)
+	if errors.Is(err, os.ErrNotExist) {
+		f = nil // killed before it wrote anything
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[int64]row{}
+	for _, r := range all {
+		byID[r.ID] = r
+	}
+	recorded := map[int64]bool{}
+	if f != nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 4 || (fields[0] != "S" && fields[0] != "E") || (fields[0] == "E" && len(fields) != 6) {
+				t.Errorf("%s: bad record %q", c.owner, sc.Text())
+				continue
+			}
+			id, err := strconv.ParseInt(fields[2], 10, 64)
+			if err != nil {
+				t.Errorf("%s: bad record %q", c.owner, sc.Text())
+				continue
+			}
+			started, err := time.Parse(time.RFC3339Nano, fields[3])
+			if err != nil {
+				t.Errorf("%s: bad record %q", c.owner, sc.Text())
+				continue
+			}
+			r, ok := byID[id]
+			if !ok || r.Source != fields[1] || !r.StartedAt.Equal(started) || r.Owner != c.owner {
+				t.Errorf("%s recorded %q, but the table has %v", c.owner, sc.Text(), r)
+				continue
+			}
+			recorded[id] = true
+			if fields[0] == "E" {
+				// "done": fn returned nil, so the run succeeded, unless its
+				// lease was lost (or it was killed) before it could finish.
+				want := []string{string(runclaim.StatusSucceeded), string(runclaim.StatusExpired)}
+				if fields[4] == "cancelled" {
+					want = []string{string(runclaim.StatusFailed), string(runclaim.StatusExpired)}
+				}
+				if !slices.Contains(want, r.Status) {
+					t.Errorf("%s recorded %q, but the run ended %s", c.owner, sc.Text(), r.Status)
+				}
+			}
+		}
+		if err := sc.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.killed {
+		return // it may have won claims it had no time to record
+	}
+	for _, r := range all {
+		if r.Owner == c.owner && !recorded[r.ID] {
+			t.Errorf("%s never recorded its run %v", c.owner, r)
+		}
+	}
+}
