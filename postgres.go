@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -135,14 +134,18 @@ func (s *PostgresStore) Table() string {
 // its indexes. Users of goose, atlas or golang-migrate can apply it with
 // their tool instead of calling Migrate.
 func (s *PostgresStore) SchemaSQL() string {
+	if s.schema == DefaultSchema {
+		return s.tableSQL()
+	}
+	return fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize()) + s.tableSQL()
+}
+
+// tableSQL is SchemaSQL without the CREATE SCHEMA statement.
+func (s *PostgresStore) tableSQL() string {
 	t := s.Table()
 	running := pgx.Identifier{s.table + "_running"}.Sanitize()
 	history := pgx.Identifier{s.table + "_history"}.Sanitize()
-	var b strings.Builder
-	if s.schema != DefaultSchema {
-		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize())
-	}
-	fmt.Fprintf(&b, `CREATE TABLE IF NOT EXISTS %s (
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	source       text NOT NULL,
 	status       text NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'expired', 'released')),
@@ -156,7 +159,6 @@ func (s *PostgresStore) SchemaSQL() string {
 CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s (source) WHERE status = 'running';
 CREATE INDEX IF NOT EXISTS %s ON %s (source, started_at DESC);
 `, t, running, t, history, t)
-	return b.String()
 }
 
 // migrateKey is the advisory lock Migrate holds so that replicas migrating
@@ -166,18 +168,29 @@ var migrateKey = AdvisoryKey("runclaim.migrate", "")
 // Migrate creates the runs table and its indexes if they do not exist. It is
 // idempotent and safe to call from every replica at once: callers queue on a
 // transaction-scoped advisory lock. ctx bounds the whole migration.
+//
+// It sends CREATE SCHEMA only when the schema is missing, so a role that
+// owns (or may create in) an existing schema needs no CREATE privilege on
+// the database; and it sends the lock and the DDL as one multi-statement
+// query, one implicit transaction that never sits idle between round trips.
 func (s *PostgresStore) Migrate(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::bigint)", migrateKey); err != nil {
-			return err
+	ddl := s.SchemaSQL()
+	if s.schema != DefaultSchema {
+		var exists bool
+		err := s.db.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)", s.schema).Scan(&exists)
+		if err != nil {
+			return s.wrap(ctx, "migrate", err)
 		}
-		_, err := tx.Exec(ctx, s.SchemaSQL())
-		return err
-	})
-	if err != nil {
+		if exists {
+			ddl = s.tableSQL()
+		}
+	}
+	// No arguments: pgx sends it with the simple protocol, as one
+	// transaction, whatever the pool's query mode.
+	if _, err := s.db.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_advisory_xact_lock(%d);\n%s", migrateKey, ddl)); err != nil {
 		return s.wrap(ctx, "migrate", err)
 	}
 	return nil

@@ -1,0 +1,347 @@
+package runclaim_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
+)
+
+// Fuzz targets for hostile and odd input. Their seeds are the table of
+// hostile_test.go. CI runs each briefly, one target per invocation:
+//
+//	go test -run '^$' -fuzz '^FuzzValidateSource$' -fuzztime 10s .
+//	go test -run '^$' -fuzz '^FuzzMemoryClaim$' -fuzztime 10s .
+//	go test -run '^$' -fuzz '^FuzzTableName$' -fuzztime 10s .
+//	go test -run '^$' -fuzz '^FuzzPostgresClaim$' -fuzztime 20s .
+//
+// Without -fuzz, go test runs the seeds (and testdata/fuzz, if a failure
+// was ever saved there) as ordinary tests.
+
+// sourceOK is ValidateSource's rule, written out independently: 1 to
+// MaxSourceLen bytes of valid UTF-8 without C0 controls (NUL included),
+// DEL or C1 controls.
+func sourceOK(s string) bool {
+	if len(s) == 0 || len(s) > runclaim.MaxSourceLen || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
+			return false
+		}
+	}
+	return true
+}
+
+func addSourceSeeds(f *testing.F) {
+	for _, h := range hostileSources {
+		f.Add(h.s)
+	}
+}
+
+// checkRefusal checks the error for a refused source: it wraps
+// ErrInvalidSource, is not a skip, and is short valid UTF-8 that does not
+// carry the source itself (which may be megabytes of binary).
+func checkRefusal(t *testing.T, what, source string, err error) {
+	t.Helper()
+	switch {
+	case err == nil:
+		t.Fatalf("%s(%q) accepted a source that breaks the rules", what, source)
+	case !errors.Is(err, runclaim.ErrInvalidSource):
+		t.Fatalf("%s(%q) = %v, want ErrInvalidSource", what, source, err)
+	case errors.Is(err, runclaim.ErrNotClaimed):
+		t.Fatalf("%s(%q) = %v is a skip", what, source, err)
+	case len(err.Error()) > 200 || !utf8.ValidString(err.Error()):
+		t.Fatalf("%s(%q): error is %d bytes or not valid UTF-8: %q", what, source, len(err.Error()), err)
+	case len(source) > 8 && strings.Contains(err.Error(), source):
+		t.Fatalf("%s(%q): the error repeats the source: %q", what, source, err)
+	}
+}
+
+// FuzzValidateSource: ValidateSource never panics and accepts exactly the
+// sources sourceOK accepts; a refusal wraps ErrInvalidSource. AdvisoryKey
+// is deterministic on any input.
+func FuzzValidateSource(f *testing.F) {
+	addSourceSeeds(f)
+	f.Fuzz(func(t *testing.T, source string) {
+		err := runclaim.ValidateSource(source)
+		if want := sourceOK(source); want != (err == nil) {
+			t.Fatalf("ValidateSource(%q) = %v, want accepted = %v", source, err, want)
+		}
+		if err != nil {
+			checkRefusal(t, "ValidateSource", source, err)
+		}
+		if k1, k2 := runclaim.AdvisoryKey("ns", source), runclaim.AdvisoryKey("ns", source); k1 != k2 {
+			t.Fatalf("AdvisoryKey(%q) is not deterministic", source)
+		}
+	})
+}
+
+// countingStore counts the calls that reach a Store.
+type countingStore struct {
+	runclaim.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	s.calls.Add(1)
+	return s.Store.Claim(ctx, req)
+}
+
+// FuzzMemoryClaim: through a Claimer on the memory store, a source is
+// either refused with ErrInvalidSource before the store is called (Claim,
+// Do, and the store's own Claim), or claimed, heartbeated, finished and
+// claimed again by Do with Run.Source byte for byte the input.
+func FuzzMemoryClaim(f *testing.F) {
+	addSourceSeeds(f)
+	f.Fuzz(func(t *testing.T, source string) {
+		ctx := context.Background()
+		store := &countingStore{Store: runclaim.NewMemoryStore()}
+		c, err := runclaim.New(store, runclaim.WithOwner("fuzz"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := c.Claim(ctx, source)
+		if !sourceOK(source) {
+			checkRefusal(t, "Claim", source, err)
+			err = c.Do(ctx, source, func(context.Context, *runclaim.Run) error {
+				t.Fatalf("Do(%q) called its function", source)
+				return nil
+			})
+			checkRefusal(t, "Do", source, err)
+			if n := store.calls.Load(); n != 0 {
+				t.Fatalf("a refused source reached the store %d times", n)
+			}
+			_, err = store.Claim(ctx, runclaim.ClaimRequest{Source: source, Owner: "fuzz", Lease: time.Minute})
+			checkRefusal(t, "MemoryStore.Claim", source, err)
+			return
+		}
+		if err != nil {
+			t.Fatalf("Claim(%q): %v", source, err)
+		}
+		if run.Source != source {
+			t.Fatalf("Run.Source = %q, want %q", run.Source, source)
+		}
+		if err := run.Heartbeat(ctx); err != nil {
+			t.Fatalf("Heartbeat: %v", err)
+		}
+		if _, err := c.Claim(ctx, source); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+			t.Fatalf("second Claim(%q) while held: %v, want ErrAlreadyRunning", source, err)
+		}
+		if err := run.Finish(ctx, nil); err != nil {
+			t.Fatalf("Finish: %v", err)
+		}
+		var seen string
+		if err := c.Do(ctx, source, func(_ context.Context, r *runclaim.Run) error { seen = r.Source; return nil }); err != nil {
+			t.Fatalf("Do(%q) after Finish: %v", source, err)
+		}
+		if seen != source {
+			t.Fatalf("Do's Run.Source = %q, want %q", seen, source)
+		}
+	})
+}
+
+// FuzzPostgresClaim: against a real database (one per fuzzing process,
+// created before the first input), a source is either refused with
+// ErrInvalidSource and the table unchanged, or claimed and stored verbatim:
+// the row's source, as bytes, is the input; History and Running find the
+// run under exactly that source; a job error whose text is the source is
+// stored verbatim too.
+func FuzzPostgresClaim(f *testing.F) {
+	addSourceSeeds(f)
+	db := pgtest.New(f)
+	store, err := runclaim.NewPostgresStore(db.Pool)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := store.Migrate(context.Background()); err != nil {
+		f.Fatal(err)
+	}
+	c, err := runclaim.New(store, runclaim.WithOwner("fuzz"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	table := store.Table()
+	count := func(t *testing.T) (n int64) {
+		t.Helper()
+		if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	f.Fuzz(func(t *testing.T, source string) {
+		ctx := context.Background()
+		before := count(t)
+		run, err := c.Claim(ctx, source)
+		if !sourceOK(source) {
+			checkRefusal(t, "Claim", source, err)
+			if _, err := store.History(ctx, source, 1); !errors.Is(err, runclaim.ErrInvalidSource) {
+				t.Fatalf("History(%q) = %v, want ErrInvalidSource", source, err)
+			}
+			if after := count(t); after != before {
+				t.Fatalf("a refused source changed the row count from %d to %d", before, after)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("Claim(%q): %v", source, err)
+		}
+		var stored []byte
+		if err := db.Pool.QueryRow(ctx, "SELECT convert_to(source, 'UTF8') FROM "+table+" WHERE id = $1", run.ID).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(stored, []byte(source)) {
+			t.Fatalf("stored source %q (%d bytes), want %q (%d bytes)", stored, len(stored), source, len(source))
+		}
+		running, _, err := store.Running(ctx, source)
+		if err != nil || len(running) != 1 || running[0].ID != run.ID || running[0].Source != source {
+			t.Fatalf("Running(%q) = %+v, %v; want run %d", source, running, err, run.ID)
+		}
+		if err := run.Finish(ctx, errors.New(source)); err != nil {
+			t.Fatalf("Finish: %v", err)
+		}
+		hist, err := store.History(ctx, source, 2)
+		if err != nil || len(hist) == 0 || hist[0].ID != run.ID {
+			t.Fatalf("History(%q) = %+v, %v; want run %d first", source, hist, err, run.ID)
+		}
+		for _, h := range hist {
+			if h.Source != source {
+				t.Fatalf("History(%q) returned a run of %q", source, h.Source)
+			}
+		}
+		if hist[0].Error != source || hist[0].Status != runclaim.StatusFailed {
+			t.Fatalf("recorded outcome %s %q, want failed %q", hist[0].Status, hist[0].Error, source)
+		}
+		if after := count(t); after != before+1 {
+			t.Fatalf("row count went from %d to %d, want one more", before, after)
+		}
+	})
+}
+
+// tableNameOK is WithTable's rule for one name, written out independently.
+func tableNameOK(s string, max int) bool {
+	if len(s) == 0 || len(s) > max || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
+			return false
+		}
+	}
+	return true
+}
+
+// splitIdents lexes SQL just enough to take out every double-quoted
+// identifier: it returns the identifiers, unquoted, and the SQL with each
+// replaced by a placeholder. String literals are skipped whole. ok is false
+// if a quoted identifier or string literal is not closed.
+func splitIdents(sql string) (idents []string, skeleton string, ok bool) {
+	var b strings.Builder
+	for i := 0; i < len(sql); {
+		switch sql[i] {
+		case '"', '\'':
+			q := sql[i]
+			var name strings.Builder
+			j := i + 1
+			closed := false
+			for j < len(sql) {
+				if sql[j] == q {
+					if j+1 < len(sql) && sql[j+1] == q {
+						name.WriteByte(q)
+						j += 2
+						continue
+					}
+					closed = true
+					break
+				}
+				name.WriteByte(sql[j])
+				j++
+			}
+			if !closed {
+				return nil, "", false
+			}
+			if q == '"' {
+				idents = append(idents, name.String())
+				b.WriteString("<ident>")
+			} else {
+				b.WriteString(sql[i : j+1])
+			}
+			i = j + 1
+		default:
+			b.WriteByte(sql[i])
+			i++
+		}
+	}
+	return idents, b.String(), true
+}
+
+// FuzzTableName: NewPostgresStore(WithTable(schema, table)) refuses the
+// names, naming WithTable, exactly when they break the rules. Otherwise
+// Table() is the two names quoted, and SchemaSQL() is, once its quoted
+// identifiers are taken out, the same statement text as for harmless names:
+// nothing in a name can end an identifier and inject SQL. The identifiers
+// are exactly the names (and the index names derived from the table name).
+func FuzzTableName(f *testing.F) {
+	for _, n := range hostileTableNames {
+		f.Add(n.schema, n.table)
+	}
+	for _, h := range hostileSources {
+		f.Add("public", h.s)
+	}
+	pool := &pgxpool.Pool{} // never used: nothing is sent
+	skeletonFor := func(schema string) string {
+		s, err := runclaim.NewPostgresStore(pool, runclaim.WithTable(schema, "t"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		_, skel, ok := splitIdents(s.SchemaSQL())
+		if !ok {
+			f.Fatalf("SchemaSQL does not lex: %s", s.SchemaSQL())
+		}
+		return skel
+	}
+	publicSkeleton, otherSkeleton := skeletonFor(runclaim.DefaultSchema), skeletonFor("s")
+
+	f.Fuzz(func(t *testing.T, schema, table string) {
+		s, err := runclaim.NewPostgresStore(pool, runclaim.WithTable(schema, table))
+		want := tableNameOK(schema, 63) && tableNameOK(table, 55)
+		if want != (err == nil) {
+			t.Fatalf("WithTable(%q, %q): error %v, want accepted = %v", schema, table, err, want)
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), "WithTable") {
+				t.Fatalf("WithTable(%q, %q): error %q does not name WithTable", schema, table, err)
+			}
+			return
+		}
+		idents, rest, ok := splitIdents(s.Table())
+		if !ok || rest != "<ident>.<ident>" || !slices.Equal(idents, []string{schema, table}) {
+			t.Fatalf("Table() = %s: lexes as %q around %q (ok %v), want exactly %q.%q", s.Table(), idents, rest, ok, schema, table)
+		}
+		idents, skel, ok := splitIdents(s.SchemaSQL())
+		if !ok {
+			t.Fatalf("SchemaSQL does not lex:\n%s", s.SchemaSQL())
+		}
+		wantSkel := otherSkeleton
+		wantIdents := []string{schema, schema, table, table + "_running", schema, table, table + "_history", schema, table}
+		if schema == runclaim.DefaultSchema {
+			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
+		}
+		if skel != wantSkel {
+			t.Fatalf("SchemaSQL for %q.%q has other statements than for harmless names:\n%s\nwant:\n%s", schema, table, skel, wantSkel)
+		}
+		if !slices.Equal(idents, wantIdents) {
+			t.Fatalf("SchemaSQL identifiers %q, want %q", idents, wantIdents)
+		}
+	})
+}
