@@ -29,20 +29,20 @@ type Hooks struct {
 
 // ClaimedEvent describes a claim that started a run.
 type ClaimedEvent struct {
-	Run      *Run
+	Run      *Run          // the new run
 	Duration time.Duration // how long the claim took
 }
 
 // SkippedEvent describes a claim that was skipped.
 type SkippedEvent struct {
-	Source   string
+	Source   string           // the source that was not claimed
 	Err      *NotClaimedError // Reason says why: ErrAlreadyRunning or ErrTooSoon
 	Duration time.Duration    // how long the claim took
 }
 
 // FinishedEvent describes a run whose outcome was recorded.
 type FinishedEvent struct {
-	Run      *Run
+	Run      *Run          // the finished run
 	Status   Status        // StatusSucceeded or StatusFailed
 	Err      error         // the job's error, nil if it succeeded
 	Duration time.Duration // from the claim to the recorded outcome, by the local clock
@@ -51,13 +51,13 @@ type FinishedEvent struct {
 // HeartbeatFailedEvent describes a heartbeat that failed without losing
 // the lease (yet).
 type HeartbeatFailedEvent struct {
-	Run *Run
-	Err error
+	Run *Run  // the run whose lease was not extended
+	Err error // why; the lease is lost once it ends without a later success
 }
 
 // LeaseLostEvent describes a holder learning that its run is lost.
 type LeaseLostEvent struct {
-	Run   *Run
+	Run   *Run  // the lost run
 	Cause error // matches ErrLeaseLost
 }
 

@@ -33,11 +33,14 @@ const (
 // transaction: the store runs its own short transactions and relies on
 // none of them being inside another.
 type Querier interface {
+	// SendBatch sends a claim: one network write, one implicit transaction.
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	// QueryRow runs a heartbeat, a finish or a prune batch.
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	// Query runs the operator commands' reads.
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	// Exec runs Migrate.
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
 }
 
 var _ Querier = (*pgxpool.Pool)(nil)
