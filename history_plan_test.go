@@ -1,0 +1,277 @@
+package runclaim_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
+)
+
+// planRowsEnv sets how many finished runs TestHistoryPlansUseIndexes
+// loads; BENCHMARKS.md shows its plans with 1,000,000.
+const planRowsEnv = "RUNCLAIM_PLAN_ROWS"
+
+// stmtRecorder is a pgx tracer that records each statement a pool sends,
+// with its arguments, batched or not.
+type stmtRecorder struct {
+	mu    sync.Mutex // protects stmts
+	stmts []recordedStmt
+}
+
+type recordedStmt struct {
+	sql  string
+	args []any
+}
+
+func (r *stmtRecorder) add(sql string, args []any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stmts = append(r.stmts, recordedStmt{sql: sql, args: args})
+}
+
+func (r *stmtRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.add(d.SQL, d.Args)
+	return ctx
+}
+
+func (r *stmtRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *stmtRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	for _, q := range d.Batch.QueuedQueries {
+		r.add(q.SQL, q.Arguments)
+	}
+	return ctx
+}
+
+func (r *stmtRecorder) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *stmtRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// take returns the statements recorded since the last call.
+func (r *stmtRecorder) take() []recordedStmt {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.stmts
+	r.stmts = nil
+	return s
+}
+
+// sqlLiteral writes an argument the library sends as an SQL literal.
+func sqlLiteral(v any) (string, error) {
+	switch v := v.(type) {
+	case nil:
+		return "NULL", nil
+	case int64:
+		return strconv.FormatInt(v, 10), nil
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'", nil
+	case *string:
+		if v == nil {
+			return "NULL", nil
+		}
+		return sqlLiteral(*v)
+	}
+	return "", fmt.Errorf("no SQL literal for %T", v)
+}
+
+// execute returns an EXECUTE of prepared statement name with args.
+func execute(name string, args []any) (string, error) {
+	if len(args) == 0 {
+		return "EXECUTE " + name, nil
+	}
+	lits := make([]string, len(args))
+	for i, a := range args {
+		l, err := sqlLiteral(a)
+		if err != nil {
+			return "", err
+		}
+		lits[i] = l
+	}
+	return "EXECUTE " + name + "(" + strings.Join(lits, ", ") + ")", nil
+}
+
+// planNode is a node of an EXPLAIN (FORMAT JSON) plan.
+type planNode struct {
+	NodeType     string     `json:"Node Type"`
+	RelationName string     `json:"Relation Name"`
+	IndexName    string     `json:"Index Name"`
+	Plans        []planNode `json:"Plans"`
+}
+
+// walk calls f on n and every node below it.
+func (n planNode) walk(f func(planNode)) {
+	f(n)
+	for _, c := range n.Plans {
+		c.walk(f)
+	}
+}
+
+// TestHistoryPlansUseIndexes checks that claims stay O(1) as history grows:
+// on a table of finished runs (RUNCLAIM_PLAN_ROWS, default 20,000, over
+// 1,000 sources, analyzed), no statement that a claim, a heartbeat or a
+// finish sends scans the runs table sequentially, and each one that reads
+// it uses one of its indexes, in both the custom and the generic plan
+// (prepared statements switch to the generic plan after five executions).
+// The statements are the ones the store really sends, recorded by a tracer.
+// With -v it also logs EXPLAIN (ANALYZE, BUFFERS) of the generic plans.
+func TestHistoryPlansUseIndexes(t *testing.T) {
+	t.Parallel()
+	rows := 20_000
+	if s := os.Getenv(planRowsEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			t.Fatalf("%s=%q: want a number of rows", planRowsEnv, s)
+		}
+		rows = n
+	}
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := benchStore(t, db.Pool)
+	loadHistory(t, db.Pool, store, runclaim.DefaultTable, rows)
+
+	rec := &stmtRecorder{}
+	traced := db.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	tstore, err := runclaim.NewPostgresStore(traced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A minimum interval, so that the claim reads the source's last start.
+	c := benchClaimer(t, tstore, "plan", runclaim.WithMinInterval(time.Millisecond))
+	const source = "src-0007" // has history
+	run, err := c.Claim(ctx, source)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if err := run.Heartbeat(ctx); err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	stmts := rec.take()
+
+	table := runclaim.DefaultTable
+	indexes := map[string]bool{table + "_pkey": true, table + "_running": true, table + "_history": true}
+	var reading int
+	for _, s := range stmts {
+		if strings.Contains(s.sql, store.Table()) {
+			reading++
+		}
+	}
+	// The claim's expire and claim statements, the heartbeat and the finish.
+	if reading < 4 {
+		t.Fatalf("recorded %d statements that read the runs table, want at least 4: %q", reading, stmts)
+	}
+
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// inTx runs f in a transaction that is rolled back, with the setting
+	// that the claim's lock statement makes and the statements prepared as
+	// p0, p1, ...
+	inTx := func(mode string, f func(tx pgx.Tx)) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			// Prepared statements outlive the transaction.
+			_ = tx.Rollback(ctx)
+			for i := range stmts {
+				if _, err := conn.Exec(ctx, fmt.Sprintf("DEALLOCATE p%d", i)); err != nil {
+					t.Errorf("DEALLOCATE p%d: %v", i, err)
+				}
+			}
+		}()
+		for _, q := range []string{
+			"SET LOCAL plan_cache_mode = " + mode,
+			"SELECT pg_catalog.set_config('runclaim.locked', 'true', true)",
+		} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		for i, s := range stmts {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("PREPARE p%d AS %s", i, s.sql)); err != nil {
+				t.Fatalf("PREPARE %s: %v", s.sql, err)
+			}
+		}
+		f(tx)
+	}
+
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		inTx(mode, func(tx pgx.Tx) {
+			for i, s := range stmts {
+				exec, err := execute(fmt.Sprintf("p%d", i), s.args)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out string
+				if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+exec).Scan(&out); err != nil {
+					t.Fatalf("EXPLAIN %s: %v", s.sql, err)
+				}
+				var plans []struct{ Plan planNode }
+				if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 1 {
+					t.Fatalf("EXPLAIN %s: unexpected output %s (%v)", s.sql, out, err)
+				}
+				usesIndex := false
+				plans[0].Plan.walk(func(n planNode) {
+					if n.RelationName == table && n.NodeType == "Seq Scan" {
+						t.Errorf("%s: a sequential scan of %s in:\n%s\nplan: %s", mode, table, s.sql, out)
+					}
+					usesIndex = usesIndex || indexes[n.IndexName]
+				})
+				if strings.Contains(s.sql, store.Table()) && !usesIndex {
+					t.Errorf("%s: no index of %s used by:\n%s\nplan: %s", mode, table, s.sql, out)
+				}
+			}
+		})
+	}
+
+	if !testing.Verbose() {
+		return
+	}
+	// Show the plans as they run: claim source again (it wins), then
+	// heartbeat and finish the new run.
+	inTx("force_generic_plan", func(tx pgx.Tx) {
+		var newID int64
+		for i, s := range stmts {
+			args := s.args
+			if len(args) > 0 && args[0] == any(run.ID) && newID != 0 {
+				args = append([]any{newID}, args[1:]...)
+			}
+			exec, err := execute(fmt.Sprintf("p%d", i), args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+exec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s\n%s", s.sql, strings.Join(lines, "\n"))
+			if newID == 0 {
+				err := tx.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+store.Table()+" WHERE source = $1 AND status = 'running'", source).Scan(&newID)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+}
