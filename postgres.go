@@ -217,10 +217,14 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	// on a context that ctx's end does not cancel until claimGrace later,
 	// and a run won after ctx ended is deleted again: the claim then returns
 	// ctx's error and, as any failed claim, leaves no row (G8).
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, cancel) })
-	defer stop()
+	cctx := ctx
+	if ctx.Done() != nil { // a context that can end
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stop := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, cancel) })
+		defer stop()
+	}
 
 	explicit := s.explicit.Load()
 	info, err := s.claim(cctx, req, explicit)
