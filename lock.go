@@ -82,7 +82,7 @@ WHERE id IN (
 	  AND NOT EXISTS (SELECT FROM last WHERE last.started_at + $4::bigint * interval '1 microsecond' > st.now)
 	RETURNING id, started_at, lease_until
 )
-SELECT ins.id, ins.started_at, ins.lease_until, st.locked,
+SELECT ins.id, ins.started_at, ins.lease_until,
 	cur.id, cur.owner, cur.started_at, cur.lease_until,
 	last.started_at + $4::bigint * interval '1 microsecond'
 FROM st LEFT JOIN ins ON true LEFT JOIN cur ON true LEFT JOIN last ON true`
@@ -106,7 +106,6 @@ type claimResult struct {
 
 	insID                pgtype.Int8
 	insStarted, insLease pgtype.Timestamptz
-	stLocked             bool // the claim statement's view of the lock
 	curID                pgtype.Int8
 	curOwner             pgtype.Text
 	curStarted, curLease pgtype.Timestamptz
@@ -148,7 +147,7 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		if err := br.QueryRow().Scan(&r.insID, &r.insStarted, &r.insLease, &r.stLocked, &r.curID, &r.curOwner, &r.curStarted, &r.curLease, &r.retryAfter); err != nil {
+		if err := br.QueryRow().Scan(&r.insID, &r.insStarted, &r.insLease, &r.curID, &r.curOwner, &r.curStarted, &r.curLease, &r.retryAfter); err != nil {
 			return err
 		}
 		if explicit {
@@ -178,9 +177,9 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	case r.curID.Valid:
 		nc.Holder = &RunInfo{ID: r.curID.Int64, Source: req.Source, Owner: r.curOwner.String, StartedAt: r.curStarted.Time, LeaseUntil: r.curLease.Time}
 		nc.RetryAfter = r.curLease.Time
-	case r.stLocked && r.retryAfter.Valid:
+	case r.locked && r.retryAfter.Valid:
 		nc.Reason, nc.RetryAfter = ErrTooSoon, r.retryAfter.Time
-	case r.stLocked:
+	case r.locked:
 		// Locked, nothing running, not too soon, yet no insert: cannot happen
 		// unless the table was changed under us.
 		return RunInfo{}, fmt.Errorf("runclaim: claim %s: the claim statement inserted nothing without a reason", quoteForError(req.Source))
