@@ -69,6 +69,7 @@ type link struct {
 	done           chan struct{} // closed when the link is closed
 	closed         bool          // guarded by Proxy.mu
 	draining       bool          // guarded by Proxy.mu: a drain goroutine owns server
+	blackHoled     bool          // guarded by Proxy.mu: set by BlackHoleExisting
 }
 
 // Start listens on 127.0.0.1 at a free port and forwards every connection
@@ -98,6 +99,19 @@ func (p *Proxy) Delay(d time.Duration) { p.setMode(modeDelay, d) }
 
 // BlackHole stops forwarding, keeping every connection open.
 func (p *Proxy) BlackHole() { p.setMode(modeBlackHole, 0) }
+
+// BlackHoleExisting stops forwarding on every connection open now, for good,
+// keeping them open, while new connections pass as the mode says: a
+// firewall or NAT that silently dropped the state of established
+// connections. The data of those connections is never delivered.
+func (p *Proxy) BlackHoleExisting() {
+	p.mu.Lock()
+	for l := range p.links {
+		l.blackHoled = true
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
 
 // Cut closes every connection and, until the mode changes, every new one
 // as soon as it is accepted.
@@ -245,7 +259,7 @@ func (p *Proxy) forward(l *link, dst net.Conn, b []byte, toServer bool) bool {
 	delayed := false
 	for {
 		p.mu.Lock()
-		for p.mode == modeBlackHole && !l.closed && !p.closed {
+		for (p.mode == modeBlackHole || l.blackHoled) && !l.closed && !p.closed {
 			p.cond.Wait()
 		}
 		if l.closed || p.closed {

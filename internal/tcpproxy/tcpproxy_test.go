@@ -170,6 +170,32 @@ func TestBlackHoleHoldsThenDelivers(t *testing.T) {
 	}
 }
 
+func TestBlackHoleExistingSparesNewConnections(t *testing.T) {
+	s := newSink(t, true)
+	p := start(t, s.ln.Addr().String())
+	old := dial(t, p)
+	roundTrip(t, old, "warm")
+
+	p.BlackHoleExisting()
+	if _, err := old.Write([]byte("lost")); err != nil {
+		t.Fatal(err)
+	}
+	// A new connection works at once, while the old one stays silent.
+	fresh := dial(t, p)
+	roundTrip(t, fresh, "fresh")
+	old.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := old.Read(make([]byte, 16)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on a black-holed connection: n=%d err=%v, want a timeout", n, err)
+	}
+	// Pass does not revive it: its state is gone for good.
+	p.Pass()
+	old.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := old.Read(make([]byte, 16)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on a black-holed connection after Pass: n=%d err=%v, want a timeout", n, err)
+	}
+	roundTrip(t, fresh, "still")
+}
+
 func TestCutClosesAndRefuses(t *testing.T) {
 	s := newSink(t, true)
 	p := start(t, s.ln.Addr().String())
