@@ -99,6 +99,8 @@ type Run struct {
 	claimer   *Claimer
 	claimedAt time.Time // when the claim was sent, local clock
 
+	finishMu sync.Mutex // serialises Finish calls, so that racing ones agree
+
 	mu          sync.Mutex // protects the fields below
 	leaseUntil  time.Time  // current lease end, database clock
 	localExpiry time.Time  // lease end by this process's monotonic clock
@@ -124,8 +126,9 @@ func (r *Run) localDeadline() time.Time {
 
 // Heartbeat extends the run's lease to a full lease from now. It returns an
 // error matching ErrLeaseLost if the run is not running any more (another
-// claim expired it, or an operator released it), ErrFinished after Finish,
-// and the store's error, wrapped, otherwise. ctx bounds this call only.
+// claim expired it, or an operator released it) or its lease has already
+// ended by the store's clock, ErrFinished after Finish, and the store's
+// error, wrapped, otherwise. ctx bounds this call only.
 func (r *Run) Heartbeat(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -137,7 +140,7 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("runclaim: heartbeat run %d: %w", r.ID, ErrFinished)
 	}
 	sent := time.Now()
-	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Lease: r.claimer.cfg.lease})
+	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: r.claimer.cfg.lease})
 	if err != nil {
 		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) { // not a heartbeat its caller called off
 			r.failed(err, true)
@@ -154,22 +157,28 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 }
 
 // Finish records the run's outcome: succeeded if jobErr is nil, else failed
-// with jobErr's text. A cancelled ctx does not stop it, so that a deferred
+// with jobErr's text (made valid UTF-8 without NUL bytes, and cut to
+// MaxErrorLen bytes). A cancelled ctx does not stop it, so that a deferred
 // Finish still records the outcome of a cancelled job; it gives up after
 // FinishTimeout or at ctx's deadline, whichever is later.
 //
 // Finish returns an error matching ErrLeaseLost if the run was taken over or
-// released before it finished. Calling it again with the same outcome returns
-// the first call's result once that succeeded; a different outcome returns
-// ErrFinished.
+// released before it finished, or if its lease had already ended by the
+// store's clock: the store then records the run as expired, whether or not
+// another claim got there first, because another replica may already be
+// running the source. Calling it again, also concurrently, with the same
+// outcome returns nil once a call has succeeded; a different outcome
+// returns ErrFinished.
 func (r *Run) Finish(ctx context.Context, jobErr error) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	req := FinishRequest{ID: r.ID, Status: StatusSucceeded}
+	req := FinishRequest{ID: r.ID, Source: r.Source, Status: StatusSucceeded}
 	if jobErr != nil {
 		req.Status, req.Error = StatusFailed, errorText(jobErr)
 	}
+	r.finishMu.Lock()
+	defer r.finishMu.Unlock()
 	r.mu.Lock()
 	prev := r.finished
 	r.mu.Unlock()
@@ -179,7 +188,7 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 		}
 		return fmt.Errorf("runclaim: finish run %d: %w as %s", r.ID, ErrFinished, prev.Status)
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FinishTimeout)
+	fctx, cancel := finishContext(ctx)
 	defer cancel()
 	if err := r.claimer.store.Finish(fctx, req); err != nil {
 		r.failed(err, false)
@@ -190,6 +199,16 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 	r.mu.Unlock()
 	r.finishedEvent(req.Status, jobErr)
 	return nil
+}
+
+// finishContext is ctx without its cancellation, with a deadline of
+// FinishTimeout from now or ctx's own deadline, whichever is later.
+func finishContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(FinishTimeout)
+	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
+		deadline = d
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
 }
 
 const truncatedMark = "…(truncated)"

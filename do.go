@@ -12,23 +12,36 @@ import (
 // context derived from ctx. While fn runs, Do extends the lease in the
 // background every heartbeat interval (see WithHeartbeat).
 //
-// fn's context is cancelled, with ErrLeaseLost as its cause (see
-// context.Cause), as soon as a heartbeat finds the run gone, and also when,
-// without a successful heartbeat, the lease is about to end by this
-// process's own clock: (lease - 2*heartbeat interval)/4 before its end, so
-// that fn hears of it before another replica can take the source over. It
-// is also cancelled when ctx is.
+// The run is kept alive until fn returns, whatever happens to ctx: when ctx
+// is cancelled (a graceful shutdown), fn's context is cancelled with ctx's
+// cause, and the heartbeats go on while fn winds down, so that no other
+// replica can take the source over before fn has stopped. fn learns of a
+// shutdown from its context's cause being ctx's, and of a lost run from the
+// cause matching ErrLeaseLost: fn's context is cancelled with ErrLeaseLost
+// as soon as a heartbeat finds the run gone, and also when, without a
+// successful heartbeat, the lease is about to end by this process's own
+// clock: (lease - 2*heartbeat interval)/4 before its end, so that fn hears
+// of it before another replica can take the source over. Each heartbeat
+// attempt is bounded (see Run.KeepAlive); one that hangs is abandoned and
+// retried, so one hung connection does not lose the run.
 //
 // When fn returns, Do records the outcome: succeeded if fn returned nil,
 // failed with fn's error text otherwise, and failed if ctx was cancelled.
-// A panic in fn is recorded as failed and then re-panicked. The outcome is
-// recorded even after ctx was cancelled (see Run.Finish). Do's heartbeat
-// goroutine has stopped by the time Do returns or re-panics.
+// A panic in fn is recorded as failed and then re-panicked with the same
+// value, from the panicking goroutine's stack, so that the crash output
+// shows where fn panicked; fn leaving through runtime.Goexit (t.FailNow in
+// a test) is recorded as failed too. The outcome is recorded even after ctx
+// was cancelled (see Run.Finish). Do's heartbeat goroutine has stopped by
+// the time Do returns, re-panics or lets a Goexit go on.
 //
 // If the claim is skipped, Do returns the ErrNotClaimed error without calling
 // fn. Otherwise it returns fn's error wrapped (errors.Is finds it and, after
 // a lost lease, ErrLeaseLost), joined with any error from recording the
 // outcome.
+//
+// A job that writes its results into the database of the runs table can
+// make those writes commit only while it holds the run: see
+// PostgresStore.Fence.
 func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Context, run *Run) error) error {
 	if fn == nil {
 		return errors.New("runclaim: Do: nil function")
@@ -39,13 +52,31 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 	}
 	runCtx, cancel, halt := run.startKeepAlive(ctx)
 	defer cancel(nil)
-	panicked, panicVal, fnErr := callFn(runCtx, run, fn)
+
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// fn panicked or called runtime.Goexit. This runs on top of fn's
+		// frames: re-panicking here keeps them in the crash output.
+		val := recover()
+		halt()
+		outcome := errors.New("fn called runtime.Goexit")
+		if val != nil {
+			outcome = panicError(val)
+		}
+		_ = run.Finish(ctx, outcome)
+		if val != nil {
+			panic(val)
+		}
+	}()
+	fnErr := fn(runCtx, run)
+	returned = true
 	halt()
 
 	outcome := fnErr
 	switch {
-	case panicked:
-		outcome = fmt.Errorf("panic: %v", panicVal)
 	case fnErr != nil:
 		if cause := context.Cause(runCtx); cause != nil && !errors.Is(fnErr, cause) && errors.Is(fnErr, runCtx.Err()) {
 			outcome = fmt.Errorf("%w (cause: %w)", fnErr, cause)
@@ -54,9 +85,6 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 		outcome = fmt.Errorf("cancelled: %w", context.Cause(ctx))
 	}
 	finishErr := run.Finish(ctx, outcome)
-	if panicked {
-		panic(panicVal)
-	}
 	var result error
 	if outcome != nil {
 		result = fmt.Errorf("runclaim: run %d of %q: %w", run.ID, run.Source, outcome)
@@ -70,67 +98,118 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 	return result
 }
 
-// callFn calls fn and turns a panic into a value.
-func callFn(ctx context.Context, run *Run, fn func(context.Context, *Run) error) (panicked bool, val any, err error) {
-	panicked = true
-	defer func() {
-		if panicked {
-			val = recover()
-		}
-	}()
-	err = fn(ctx, run)
-	panicked = false
-	return false, nil, err
+// panicError is the outcome recorded for a panic with val.
+func panicError(val any) error {
+	if err, ok := val.(error); ok {
+		return fmt.Errorf("panic: %w", err)
+	}
+	return fmt.Errorf("panic: %v", val)
 }
 
-// keepAlive heartbeats until stop is closed or ctx ends, and cancels ctx
-// with ErrLeaseLost when the run is gone or its lease is about to end by
-// the local clock. It waits for an in-flight heartbeat before it returns.
+// hbResult is the answer to one heartbeat attempt.
+type hbResult struct {
+	seq int
+	err error
+}
+
+// keepAlive heartbeats until stop is closed, whatever becomes of ctx, and
+// cancels ctx with ErrLeaseLost when the run is gone or its lease is about
+// to end by the local clock. Each attempt is bounded by attemptTimeout: a
+// late one is abandoned (its context cancelled, which makes pgx drop the
+// connection) and retried after retryDelay, as is a failed one. When it
+// returns, every attempt it started has returned.
 func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	interval := r.claimer.cfg.heartbeat
-	tick := time.NewTimer(interval)
-	defer tick.Stop()
+	timeout, retry := r.attemptTimeout(), r.retryDelay()
 	margin := r.expiryMargin()
-	expiry := time.NewTimer(time.Until(r.localDeadline().Add(-margin)))
-	defer expiry.Stop()
 
-	hbCtx, hbCancel := context.WithCancel(ctx)
-	defer hbCancel()
-	results := make(chan error, 1)
-	inFlight := false
+	// The attempts' parent: not ended by ctx (the run outlives a cancelled
+	// ctx while fn winds down), only by keepAlive's return.
+	base, baseCancel := context.WithCancel(context.WithoutCancel(ctx))
+	results := make(chan hbResult)
+	exited := make(chan struct{})
+	var attempts sync.WaitGroup
 	defer func() {
-		if inFlight {
-			hbCancel()
-			<-results
-		}
+		baseCancel()
+		close(exited)
+		attempts.Wait()
 	}()
 
+	next := time.NewTimer(interval)
+	defer next.Stop()
+	expiry := time.NewTimer(time.Until(r.localDeadline().Add(-margin)))
+	defer expiry.Stop()
+	late := time.NewTimer(timeout)
+	late.Stop()
+	defer late.Stop()
+
+	seq, current := 0, 0 // current is the attempt awaited, 0 for none
+	var abandon context.CancelFunc = func() {}
 	for {
 		select {
 		case <-stop:
-			return
-		case <-ctx.Done():
 			return
 		case <-expiry.C:
 			err := fmt.Errorf("%w: run %d's lease is ending by the local clock without a successful heartbeat", ErrLeaseLost, r.ID)
 			r.failed(err, true)
 			cancel(err)
 			return
-		case <-tick.C:
-			inFlight = true
-			go func() { results <- r.Heartbeat(hbCtx) }()
-		case err := <-results:
-			inFlight = false
-			if errors.Is(err, ErrLeaseLost) {
-				cancel(err)
+		case <-next.C:
+			seq++
+			current = seq
+			actx, acancel := context.WithCancel(base)
+			abandon = acancel
+			attempts.Add(1)
+			go func(seq int) {
+				defer attempts.Done()
+				defer acancel()
+				err := r.Heartbeat(actx)
+				select {
+				case results <- hbResult{seq, err}:
+				case <-exited:
+				}
+			}(seq)
+			late.Reset(timeout)
+		case <-late.C:
+			abandon()
+			current = 0
+			r.failed(fmt.Errorf("runclaim: heartbeat run %d: no answer within %v; abandoned, retrying: %w", r.ID, timeout, context.DeadlineExceeded), true)
+			next.Reset(retry)
+		case res := <-results:
+			if errors.Is(res.err, ErrLeaseLost) {
+				cancel(res.err)
 				return
 			}
-			if err == nil {
+			if res.err == nil {
 				expiry.Reset(time.Until(r.localDeadline().Add(-margin)))
 			}
-			tick.Reset(interval)
+			if res.seq != current {
+				continue // abandoned: its retry is already scheduled
+			}
+			current = 0
+			late.Stop()
+			if res.err == nil {
+				next.Reset(interval)
+			} else {
+				next.Reset(retry)
+			}
 		}
 	}
+}
+
+// attemptTimeout bounds one heartbeat attempt: a third of what the lease
+// leaves after the heartbeat interval and the expiry margin, so that an
+// attempt that hangs is given up in time for two more before the run is
+// cancelled.
+func (r *Run) attemptTimeout() time.Duration {
+	cfg := r.claimer.cfg
+	return (cfg.lease - r.expiryMargin() - cfg.heartbeat) / 3
+}
+
+// retryDelay is how long keepAlive waits after a failed or abandoned
+// attempt before the next: a quarter of the heartbeat interval.
+func (r *Run) retryDelay() time.Duration {
+	return r.claimer.cfg.heartbeat / 4
 }
 
 // expiryMargin is how long before the lease's end by the local clock
@@ -147,12 +226,22 @@ func (r *Run) expiryMargin() time.Duration {
 
 // KeepAlive heartbeats the run in the background, as Do does, for callers
 // that claim with Claim and hand the run to code that Do cannot wrap (such
-// as a scheduler's lock). The returned context is derived from ctx and is
-// cancelled, with cause ErrLeaseLost, as soon as the run is found lost or
-// its lease is about to end by the local clock without a successful
-// heartbeat (see Do). stop ends the heartbeats and waits for them; it is
-// safe to call more than once. KeepAlive does not finish the run: call
-// Finish after stop.
+// as a scheduler's lock). The returned context is derived from ctx: it ends
+// when ctx does, with ctx's cause, and it is cancelled with a cause matching
+// ErrLeaseLost as soon as the run is found lost or its lease is about to end
+// by the local clock without a successful heartbeat (see Do).
+//
+// The heartbeats go on until stop is called or the run is lost, whatever
+// becomes of ctx: a job whose context was cancelled by a shutdown keeps its
+// run while it winds down. Each attempt is bounded by a third of what the
+// lease leaves after the heartbeat interval and Do's expiry margin; an
+// attempt that does not answer in time is abandoned (pgx then drops its
+// connection) and retried after a quarter of the heartbeat interval, as is
+// one that fails.
+//
+// stop ends the heartbeats and waits for the attempts in flight, which it
+// cancels; it is safe to call more than once. KeepAlive does not finish the
+// run: call Finish after stop.
 func (r *Run) KeepAlive(ctx context.Context) (runCtx context.Context, stop func()) {
 	if ctx == nil {
 		ctx = context.Background()
