@@ -333,7 +333,10 @@ func FuzzTableName(f *testing.F) {
 			t.Fatalf("SchemaSQL does not lex:\n%s", s.SchemaSQL())
 		}
 		wantSkel := otherSkeleton
-		wantIdents := []string{schema, schema, table, table + "_running", schema, table, table + "_history", schema, table}
+		wantIdents := []string{schema, schema, table, table + "_running", schema, table, table + "_history", schema, table,
+			schema, table, // version 1's COMMENT ON TABLE
+			schema, table, // version 2's ALTER TABLE
+			schema, table} // and its COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

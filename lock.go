@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -39,18 +40,24 @@ func AdvisoryKey(namespace, source string) int64 {
 //     isolation level the snapshot of the re-check would predate the lock,
 //     so the statement refuses and reports the level; the store then
 //     switches to the explicit form, which wraps the same statements in
-//     BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT.
+//     BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT. It also bounds how
+//     long the later statements may wait for a table lock (claimLockTimeout,
+//     or the session's own lock_timeout if that is shorter): a claim waits
+//     for nothing but DDL or maintenance on the runs table, and for that
+//     only so long.
 //  2. expireSQL, a later statement and so a fresh snapshot, marks a running
-//     run whose lease has ended as expired. It is a separate statement so
-//     that the unique index on running runs no longer holds the old row when
-//     3 inserts. It skips a row that another transaction has locked (its
-//     holder's late heartbeat or finish, an operator's release): the claim
-//     then reports the source as running instead of waiting, so a claim
-//     never waits on anything but the network, and a cancelled claim
-//     cannot be left committing on the server after its caller gave up.
+//     run whose lease has ended as expired, but only when the claim will go
+//     on to insert: not when the minimum interval has not passed, so that a
+//     skip writes nothing. It is a separate statement so that the unique
+//     index on running runs no longer holds the old row when 3 inserts. It
+//     skips a row that another transaction has locked (its holder's late
+//     finish, an operator's release, a fenced transaction): the claim then
+//     reports the source as running instead of waiting.
 //  3. claimSQL re-checks under the lock and inserts the run, or returns why
-//     not. Every time is clock_timestamp(), the database's clock when the
-//     statement runs.
+//     not. The minimum interval is the longer of the claimer's and the one
+//     recorded with the source's latest run, so an interval binds every
+//     later claimer. Every time is clock_timestamp(), the database's clock
+//     when the statement runs.
 //
 // A lost claim updates and inserts nothing, so it assigns no transaction ID
 // and its commit flushes no WAL.
@@ -59,13 +66,21 @@ const (
 	CASE WHEN pg_catalog.current_setting('transaction_isolation') = 'read committed'
 	     THEN pg_catalog.pg_try_advisory_xact_lock($1::bigint)::text
 	     ELSE 'false' END, true)::bool,
-	pg_catalog.current_setting('transaction_isolation')`
+	pg_catalog.current_setting('transaction_isolation'),
+	pg_catalog.set_config('lock_timeout', CASE
+		WHEN pg_catalog.current_setting('lock_timeout')::interval > interval '0'
+		 AND pg_catalog.current_setting('lock_timeout')::interval < $2::bigint * interval '1 millisecond'
+		THEN pg_catalog.current_setting('lock_timeout')
+		ELSE $2::bigint::text END, true)`
 
 	expireSQL = `UPDATE %[1]s SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
 WHERE id IN (
 	SELECT id FROM %[1]s
 	WHERE source = $1 AND status = 'running' AND lease_until <= pg_catalog.clock_timestamp()
 	  AND pg_catalog.current_setting('runclaim.locked')::bool
+	  AND NOT EXISTS (
+		SELECT FROM (SELECT started_at, min_interval FROM %[1]s WHERE source = $1 ORDER BY started_at DESC LIMIT 1) AS last
+		WHERE last.started_at + greatest(last.min_interval, $2::bigint * interval '1 microsecond') > pg_catalog.clock_timestamp())
 	FOR UPDATE SKIP LOCKED)`
 
 	claimSQL = `WITH st AS MATERIALIZED (
@@ -73,23 +88,29 @@ WHERE id IN (
 ), cur AS MATERIALIZED (
 	SELECT id, owner, started_at, lease_until FROM %[1]s WHERE source = $1 AND status = 'running'
 ), last AS MATERIALIZED (
-	SELECT started_at FROM %[1]s WHERE $4::bigint > 0 AND source = $1 ORDER BY started_at DESC LIMIT 1
+	SELECT started_at + greatest(min_interval, $4::bigint * interval '1 microsecond') AS next
+	FROM %[1]s WHERE source = $1 ORDER BY started_at DESC LIMIT 1
 ), ins AS (
-	INSERT INTO %[1]s (source, status, owner, started_at, lease_until, heartbeat_at)
-	SELECT $1, 'running', $2, st.now, st.now + $3::bigint * interval '1 microsecond', st.now FROM st
+	INSERT INTO %[1]s (source, status, owner, started_at, lease_until, heartbeat_at, min_interval)
+	SELECT $1, 'running', $2, st.now, st.now + $3::bigint * interval '1 microsecond', st.now, $4::bigint * interval '1 microsecond' FROM st
 	WHERE st.locked
 	  AND NOT EXISTS (SELECT FROM cur)
-	  AND NOT EXISTS (SELECT FROM last WHERE last.started_at + $4::bigint * interval '1 microsecond' > st.now)
+	  AND NOT EXISTS (SELECT FROM last WHERE last.next > st.now)
 	RETURNING id, started_at, lease_until
 )
-SELECT ins.id, ins.started_at, ins.lease_until,
-	cur.id, cur.owner, cur.started_at, cur.lease_until,
-	last.started_at + $4::bigint * interval '1 microsecond'
+SELECT st.now, ins.id, ins.started_at, ins.lease_until,
+	cur.id, cur.owner, cur.started_at, cur.lease_until, last.next
 FROM st LEFT JOIN ins ON true LEFT JOIN cur ON true LEFT JOIN last ON true`
 
 	beginSQL  = `BEGIN ISOLATION LEVEL READ COMMITTED`
 	commitSQL = `COMMIT`
 )
+
+// claimLockTimeout bounds how long a claim waits for a lock on the runs
+// table (DDL, VACUUM FULL, an explicit LOCK TABLE): it then fails with
+// SQLSTATE 55P03. It is shorter than claimGrace, so that a claim whose
+// caller gave up always ends on the server before the grace does.
+const claimLockTimeout = time.Second
 
 // errNeedExplicit says the session's isolation level is not READ COMMITTED,
 // so the claim wrote nothing and must be sent in the explicit form.
@@ -103,7 +124,9 @@ var errNeedExplicit = errors.New("runclaim: session isolation is not read commit
 type claimResult struct {
 	locked    bool   // lockSQL took the advisory lock
 	isolation string // the transaction's isolation level
+	timeout   string // the lock_timeout set for the claim
 
+	now                  pgtype.Timestamptz // the database clock when the claim statement ran
 	insID                pgtype.Int8
 	insStarted, insLease pgtype.Timestamptz
 	curID                pgtype.Int8
@@ -126,8 +149,8 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	if explicit {
 		b.Queue(beginSQL)
 	}
-	b.Queue(lockSQL, key)
-	b.Queue(s.sql.expire, req.Source)
+	b.Queue(lockSQL, key, claimLockTimeout.Milliseconds())
+	b.Queue(s.sql.expire, req.Source, minInterval)
 	b.Queue(s.sql.claim, req.Source, req.Owner, lease, minInterval)
 	if explicit {
 		b.Queue(commitSQL)
@@ -141,13 +164,13 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 				return err
 			}
 		}
-		if err := br.QueryRow().Scan(&r.locked, &r.isolation); err != nil {
+		if err := br.QueryRow().Scan(&r.locked, &r.isolation, &r.timeout); err != nil {
 			return err
 		}
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		if err := br.QueryRow().Scan(&r.insID, &r.insStarted, &r.insLease, &r.curID, &r.curOwner, &r.curStarted, &r.curLease, &r.retryAfter); err != nil {
+		if err := br.QueryRow().Scan(&r.now, &r.insID, &r.insStarted, &r.insLease, &r.curID, &r.curOwner, &r.curStarted, &r.curLease, &r.retryAfter); err != nil {
 			return err
 		}
 		if explicit {
@@ -161,6 +184,11 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		err = cerr
 	}
 	if err != nil {
+		if pgCode(err) == "23505" { // unique_violation: two running runs
+			return RunInfo{}, fmt.Errorf("runclaim: claim %s: a concurrent claim inserted a running run of it without waiting for this store's advisory lock; "+
+				"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
+				quoteForError(req.Source), s.Table(), s.namespace, err)
+		}
 		return RunInfo{}, s.wrap(ctx, "claim "+quoteForError(req.Source), err)
 	}
 	if !r.locked && r.isolation != "read committed" {
@@ -173,12 +201,21 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time}, nil
 	}
 	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning}
-	switch {
-	case r.curID.Valid:
+	holder := func() {
 		nc.Holder = &RunInfo{ID: r.curID.Int64, Source: req.Source, Owner: r.curOwner.String, StartedAt: r.curStarted.Time, LeaseUntil: r.curLease.Time}
 		nc.RetryAfter = r.curLease.Time
-	case r.locked && r.retryAfter.Valid:
+	}
+	tooSoon := r.locked && r.retryAfter.Valid && r.retryAfter.Time.After(r.now.Time)
+	switch {
+	case r.curID.Valid && r.curLease.Time.After(r.now.Time):
+		holder() // a live holder
+	case tooSoon:
 		nc.Reason, nc.RetryAfter = ErrTooSoon, r.retryAfter.Time
+	case r.curID.Valid:
+		// A lapsed run that expireSQL left alone: it was locked by another
+		// transaction (a late finish, a release, a fence), or the interval
+		// passed between the two statements.
+		holder()
 	case r.locked:
 		// Locked, nothing running, not too soon, yet no insert: cannot happen
 		// unless the table was changed under us.

@@ -14,18 +14,19 @@ import (
 type MemoryStore struct {
 	now func() time.Time // the store's clock
 
-	mu        sync.Mutex // protects the fields below
-	lastID    int64
-	runs      map[int64]*memRun
-	running   map[string]*memRun // by source
-	lastStart map[string]time.Time
+	mu      sync.Mutex // protects the fields below
+	lastID  int64
+	runs    map[int64]*memRun
+	running map[string]*memRun // by source
+	latest  map[string]*memRun // by source: the run that started last
 }
 
 type memRun struct {
-	info     RunInfo
-	status   Status
-	errText  string
-	finished time.Time
+	info        RunInfo
+	minInterval time.Duration // the interval its claim asked for
+	status      Status
+	errText     string
+	finished    time.Time
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -47,10 +48,10 @@ func WithClock(now func() time.Time) MemoryOption {
 // NewMemoryStore returns an empty in-memory Store.
 func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	s := &MemoryStore{
-		now:       time.Now,
-		runs:      make(map[int64]*memRun),
-		running:   make(map[string]*memRun),
-		lastStart: make(map[string]time.Time),
+		now:     time.Now,
+		runs:    make(map[int64]*memRun),
+		running: make(map[string]*memRun),
+		latest:  make(map[string]*memRun),
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -74,27 +75,31 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if cur := s.running[req.Source]; cur != nil {
-		if cur.info.LeaseUntil.After(now) {
-			holder := cur.info
-			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
-		}
-		cur.status, cur.finished = StatusExpired, now
-		delete(s.running, req.Source)
+	cur := s.running[req.Source]
+	if cur != nil && cur.info.LeaseUntil.After(now) {
+		holder := cur.info
+		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
 	}
-	if last, ok := s.lastStart[req.Source]; ok && req.MinInterval > 0 {
-		if next := last.Add(req.MinInterval); next.After(now) {
+	// Too soon is decided before a lapsed run is expired: a skip writes
+	// nothing.
+	if last := s.latest[req.Source]; last != nil {
+		if next := last.info.StartedAt.Add(max(last.minInterval, req.MinInterval)); next.After(now) {
 			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTooSoon, RetryAfter: next}
 		}
 	}
+	if cur != nil {
+		cur.status, cur.finished = StatusExpired, now
+		delete(s.running, req.Source)
+	}
 	s.lastID++
 	r := &memRun{
-		info:   RunInfo{ID: s.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease)},
-		status: StatusRunning,
+		info:        RunInfo{ID: s.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease)},
+		minInterval: req.MinInterval,
+		status:      StatusRunning,
 	}
 	s.runs[r.info.ID] = r
 	s.running[req.Source] = r
-	s.lastStart[req.Source] = now
+	s.latest[req.Source] = r
 	return r.info, nil
 }
 
@@ -112,10 +117,11 @@ func (s *MemoryStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (time
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.runs[req.ID]
-	if r == nil || r.status != StatusRunning {
+	now := s.now()
+	if r == nil || r.info.Source != req.Source || r.status != StatusRunning || !r.info.LeaseUntil.After(now) {
 		return time.Time{}, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, ErrLeaseLost)
 	}
-	r.info.LeaseUntil = s.now().Add(req.Lease)
+	r.info.LeaseUntil = now.Add(req.Lease)
 	return r.info.LeaseUntil, nil
 }
 
@@ -133,6 +139,15 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.runs[req.ID]
+	if r != nil && r.info.Source != req.Source {
+		r = nil
+	}
+	now := s.now()
+	if r != nil && r.status == StatusRunning && !r.info.LeaseUntil.After(now) {
+		// The lease has lapsed: the run is lost, as if a claim had expired it.
+		r.status, r.finished = StatusExpired, now
+		delete(s.running, r.info.Source)
+	}
 	if r == nil || r.status != StatusRunning {
 		var status, errText *string
 		if r != nil {
@@ -144,7 +159,7 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 		}
 		return finishConflict(req, status, errText)
 	}
-	r.status, r.errText, r.finished = req.Status, req.Error, s.now()
+	r.status, r.errText, r.finished = req.Status, req.Error, now
 	delete(s.running, r.info.Source)
 	return nil
 }

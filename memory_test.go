@@ -89,10 +89,10 @@ func TestMemoryStoreLeaseEndsExactly(t *testing.T) {
 		t.Fatalf("takeover: run %d started %v; want an ID above %d and start %v", b.ID, b.StartedAt, a.ID, now)
 	}
 	ctx := t.Context()
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of expired run: %v, want ErrLeaseLost", err)
 	}
-	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Finish of expired run: %v, want ErrLeaseLost", err)
 	}
 }
@@ -105,7 +105,7 @@ func TestMemoryStoreHeartbeatExtendsFromNow(t *testing.T) {
 
 	a := memMustClaim(t, s, "src", "a", lease, 0)
 	now := clk.Advance(40 * time.Second)
-	until, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Lease: lease})
+	until, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease})
 	if err != nil || !until.Equal(now.Add(lease)) {
 		t.Fatalf("Heartbeat at %v = %v, %v; want %v", now, until, err, now.Add(lease))
 	}
@@ -119,7 +119,7 @@ func TestMemoryStoreHeartbeatExtendsFromNow(t *testing.T) {
 
 	// A shorter lease shortens it: the lease is counted from the heartbeat.
 	now = clk.Now()
-	until, err = s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Lease: time.Second})
+	until, err = s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: time.Second})
 	if err != nil || !until.Equal(now.Add(time.Second)) {
 		t.Fatalf("Heartbeat with a 1s lease = %v, %v; want %v", until, err, now.Add(time.Second))
 	}
@@ -130,22 +130,20 @@ func TestMemoryStoreHeartbeatExtendsFromNow(t *testing.T) {
 	}
 }
 
-// A run whose lease has ended but which no claim has expired yet is still
-// running: a late heartbeat revives it, as in the Postgres store, whose
-// heartbeat also only checks the status.
+// A run whose lease has ended but which no claim has expired yet is lost
+// all the same: a late heartbeat does not revive it, and the next claim
+// takes the source over.
 func TestMemoryStoreLateHeartbeatBeforeTakeover(t *testing.T) {
 	clk := newManualClock()
 	s := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
 	const lease = time.Minute
 
 	a := memMustClaim(t, s, "src", "a", lease, 0)
-	now := clk.Advance(time.Hour)
-	until, err := s.Heartbeat(t.Context(), runclaim.HeartbeatRequest{ID: a.ID, Lease: lease})
-	if err != nil || !until.Equal(now.Add(lease)) {
-		t.Fatalf("late Heartbeat = %v, %v; want %v", until, err, now.Add(lease))
+	clk.Advance(time.Hour)
+	if _, err := s.Heartbeat(t.Context(), runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+		t.Fatalf("late Heartbeat = %v, want ErrLeaseLost", err)
 	}
-	_, err = memClaim(t, s, "src", "b", lease, 0)
-	memWantSkip(t, err, runclaim.ErrAlreadyRunning)
+	memMustClaim(t, s, "src", "b", lease, 0)
 }
 
 func TestMemoryStoreMinIntervalExactly(t *testing.T) {
@@ -156,7 +154,7 @@ func TestMemoryStoreMinIntervalExactly(t *testing.T) {
 
 	a := memMustClaim(t, s, "src", "a", lease, interval)
 	clk.Advance(time.Second)
-	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Status: runclaim.StatusSucceeded}); err != nil {
+	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -176,9 +174,17 @@ func TestMemoryStoreMinIntervalExactly(t *testing.T) {
 		t.Fatalf("run started %v, want %v", b.StartedAt, now)
 	}
 
-	// An expired run's start counts too: c takes over from b, c's lease
-	// ends, and a claim a lease later is too soon after c's start.
+	// b's interval is recorded with it and binds c, which asked for none,
+	// although b's lease has ended.
 	clk.Advance(lease)
+	_, err = memClaim(t, s, "src", "c", lease, 0)
+	if nc := memWantSkip(t, err, runclaim.ErrTooSoon); !nc.RetryAfter.Equal(b.StartedAt.Add(interval)) {
+		t.Errorf("RetryAfter %v, want b's start plus b's recorded interval, %v", nc.RetryAfter, b.StartedAt.Add(interval))
+	}
+	// An expired run's start counts too: c takes over from b once b's
+	// interval has passed, c's lease ends, and a claim a lease later is too
+	// soon after c's start.
+	clk.Advance(interval)
 	c := memMustClaim(t, s, "src", "c", lease, 0)
 	clk.Advance(lease)
 	_, err = memClaim(t, s, "src", "d", lease, interval)

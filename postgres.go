@@ -29,9 +29,11 @@ const (
 )
 
 // Querier is what the Postgres store needs of a connection pool.
-// *pgxpool.Pool implements it. Pass a pool, not a single connection or a
-// transaction: the store runs its own short transactions and relies on
-// none of them being inside another.
+// *pgxpool.Pool implements it. Pass a pool, not a single connection
+// (*pgx.Conn, *pgxpool.Conn) or a transaction, which NewPostgresStore
+// refuses: the store runs its own short transactions, relies on none of
+// them being inside another, and relies on the pool to drop a connection
+// that a failed call left inside a transaction.
 type Querier interface {
 	// SendBatch sends a claim: one network write, one implicit transaction.
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
@@ -88,10 +90,11 @@ type PostgresStore struct {
 	table     string
 	namespace string
 	sql       struct {
-		expire, claim, heartbeat, finish, unclaim string
+		expire, claim, heartbeat, finish, unclaim, readRun string
 	}
 	// explicit is set once a session is seen whose default isolation level
-	// is not READ COMMITTED; from then on claims use the explicit form.
+	// is not READ COMMITTED; from then on claims, heartbeats and finishes
+	// use the explicit BEGIN ISOLATION LEVEL READ COMMITTED form.
 	explicit atomic.Bool
 }
 
@@ -99,8 +102,8 @@ var _ Store = (*PostgresStore)(nil)
 
 // NewPostgresStore returns a Store that keeps runs in a Postgres table,
 // through db (usually a *pgxpool.Pool, which stays the caller's to close).
-// Call Migrate, or apply SchemaSQL with a migration tool, before the first
-// claim. It returns an error, naming the option, if an option is invalid.
+// Call Migrate, or apply the Migrations with a migration tool, before the
+// first claim. It returns an error, naming the option, if an option is invalid.
 func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error) {
 	if isNil(db) {
 		return nil, errors.New("runclaim: NewPostgresStore: nil pool")
@@ -109,6 +112,13 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 		// A claim inside the caller's transaction would hold its lock and
 		// hide its row until that transaction ends.
 		return nil, errors.New("runclaim: NewPostgresStore: got a transaction; pass a pool, such as a *pgxpool.Pool")
+	}
+	switch db.(type) {
+	case interface{ PgConn() *pgconn.PgConn }, interface{ Conn() *pgx.Conn }:
+		// One session for everything: a claim that fails in the explicit
+		// BEGIN ... COMMIT form would leave it in an aborted transaction for
+		// every later call, and concurrent calls would queue on it.
+		return nil, errors.New("runclaim: NewPostgresStore: got a single connection; pass a pool, such as a *pgxpool.Pool")
 	}
 	s := &PostgresStore{db: db, schema: DefaultSchema, table: DefaultTable, namespace: DefaultNamespace}
 	for _, o := range opts {
@@ -125,78 +135,13 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.heartbeat = fmt.Sprintf(heartbeatSQL, t)
 	s.sql.finish = fmt.Sprintf(finishSQL, t)
 	s.sql.unclaim = fmt.Sprintf(unclaimSQL, t)
+	s.sql.readRun = fmt.Sprintf(readRunSQL, t)
 	return s, nil
 }
 
 // Table returns the quoted, schema-qualified name of the runs table.
 func (s *PostgresStore) Table() string {
 	return pgx.Identifier{s.schema, s.table}.Sanitize()
-}
-
-// SchemaSQL returns the idempotent DDL that Migrate runs: the runs table and
-// its indexes. Users of goose, atlas or golang-migrate can apply it with
-// their tool instead of calling Migrate.
-func (s *PostgresStore) SchemaSQL() string {
-	if s.schema == DefaultSchema {
-		return s.tableSQL()
-	}
-	return fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize()) + s.tableSQL()
-}
-
-// tableSQL is SchemaSQL without the CREATE SCHEMA statement.
-func (s *PostgresStore) tableSQL() string {
-	t := s.Table()
-	running := pgx.Identifier{s.table + "_running"}.Sanitize()
-	history := pgx.Identifier{s.table + "_history"}.Sanitize()
-	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	source       text NOT NULL,
-	status       text NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'expired', 'released')),
-	owner        text NOT NULL,
-	started_at   timestamptz NOT NULL,
-	lease_until  timestamptz NOT NULL,
-	heartbeat_at timestamptz NOT NULL,
-	finished_at  timestamptz,
-	error        text
-);
-CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s (source) WHERE status = 'running';
-CREATE INDEX IF NOT EXISTS %s ON %s (source, started_at DESC);
-`, t, running, t, history, t)
-}
-
-// migrateKey is the advisory lock Migrate holds so that replicas migrating
-// at once do not race on the catalog.
-var migrateKey = AdvisoryKey("runclaim.migrate", "")
-
-// Migrate creates the runs table and its indexes if they do not exist. It is
-// idempotent and safe to call from every replica at once: callers queue on a
-// transaction-scoped advisory lock. ctx bounds the whole migration.
-//
-// It sends CREATE SCHEMA only when the schema is missing, so a role that
-// owns (or may create in) an existing schema needs no CREATE privilege on
-// the database; and it sends the lock and the DDL as one multi-statement
-// query, one implicit transaction that never sits idle between round trips.
-func (s *PostgresStore) Migrate(ctx context.Context) error {
-	if err := checkContext(ctx); err != nil {
-		return err
-	}
-	ddl := s.SchemaSQL()
-	if s.schema != DefaultSchema {
-		var exists bool
-		err := s.db.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)", s.schema).Scan(&exists)
-		if err != nil {
-			return s.wrap(ctx, "migrate", err)
-		}
-		if exists {
-			ddl = s.tableSQL()
-		}
-	}
-	// No arguments: pgx sends it with the simple protocol, as one
-	// transaction, whatever the pool's query mode.
-	if _, err := s.db.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_advisory_xact_lock(%d);\n%s", migrateKey, ddl)); err != nil {
-		return s.wrap(ctx, "migrate", err)
-	}
-	return nil
 }
 
 // Claim implements Store. It sends the whole claim as one batch: one round
@@ -256,11 +201,14 @@ const claimGrace = 5 * time.Second
 const unclaimSQL = `DELETE FROM %[1]s WHERE id = $1 AND status = 'running'`
 
 // heartbeatSQL reads the clock once, so that lease_until - heartbeat_at is
-// exactly the lease.
+// exactly the lease. It finds the row by its ID and its source, which the
+// partial index on running runs answers in one probe whatever the
+// statistics say, and extends only a lease that has not ended: a lapsed
+// lease is lost (G2), whether or not a claim has expired the run yet.
 const heartbeatSQL = `UPDATE %[1]s
-SET lease_until = c.now + $2::bigint * interval '1 microsecond', heartbeat_at = c.now
+SET lease_until = c.now + $3::bigint * interval '1 microsecond', heartbeat_at = c.now
 FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
-WHERE id = $1 AND status = 'running'
+WHERE id = $1 AND source = $2 AND status = 'running' AND lease_until > c.now
 RETURNING lease_until`
 
 // Heartbeat implements Store in one statement.
@@ -272,7 +220,7 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (ti
 		return time.Time{}, err
 	}
 	var until pgtype.Timestamptz // not a time.Time, which pgx would wrap in an allocation
-	err := s.db.QueryRow(ctx, s.sql.heartbeat, req.ID, req.Lease.Microseconds()).Scan(&until)
+	err := s.queryRow(ctx, s.sql.heartbeat, []any{req.ID, req.Source, req.Lease.Microseconds()}, &until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, ErrLeaseLost)
 	}
@@ -282,19 +230,31 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (ti
 	return until.Time, nil
 }
 
-// finishSQL updates a running run and reports the row as it was before, so
-// that a repeated Finish can be told from a lost run in one statement.
-const finishSQL = `WITH old AS (
-	SELECT status, error FROM %[1]s WHERE id = $1
+// finishSQL records the outcome of a running run, or marks it expired if
+// its lease has ended by the database clock, and reports the row as it was
+// before, so that a repeated Finish can be told from a lost run in one
+// statement. The two clock readings of a row are one: the CTE reads it
+// once.
+const finishSQL = `WITH c AS MATERIALIZED (
+	SELECT pg_catalog.clock_timestamp() AS now
+), old AS (
+	SELECT status, error FROM %[1]s WHERE id = $1 AND source = $2
 ), upd AS (
-	UPDATE %[1]s SET status = $2, error = $3, finished_at = pg_catalog.clock_timestamp()
-	WHERE id = $1 AND status = 'running'
-	RETURNING 1
+	UPDATE %[1]s AS r SET
+		status = CASE WHEN r.lease_until > c.now THEN $3 ELSE 'expired' END,
+		error = $4, finished_at = c.now
+	FROM c
+	WHERE r.id = $1 AND r.source = $2 AND r.status = 'running'
+	RETURNING r.status
 )
-SELECT (SELECT count(*) FROM upd), old.status, old.error
+SELECT (SELECT status FROM upd), old.status, old.error
 FROM (SELECT) AS one LEFT JOIN old ON true`
 
-// Finish implements Store in one statement.
+// readRunSQL reads a run's status and error text.
+const readRunSQL = `SELECT status, error FROM %[1]s WHERE id = $1 AND source = $2`
+
+// Finish implements Store in one statement; two when it raced another
+// Finish of the same run (see below).
 func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -306,20 +266,68 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 	if req.Status == StatusFailed {
 		errText = &req.Error
 	}
-	// One allocation for all three scan targets; pgtype.Text rather than
-	// *string spares pgx an allocation per column (see claimResult).
+	what := "finish run " + strconv.FormatInt(req.ID, 10)
+	// One allocation for all scan targets; pgtype.Text rather than *string
+	// spares pgx an allocation per column (see claimResult).
 	var r struct {
-		updated             int64
-		oldStatus, oldError pgtype.Text
+		newStatus, oldStatus, oldError pgtype.Text
 	}
-	err := s.db.QueryRow(ctx, s.sql.finish, req.ID, string(req.Status), errText).Scan(&r.updated, &r.oldStatus, &r.oldError)
+	err := s.queryRow(ctx, s.sql.finish, []any{req.ID, req.Source, string(req.Status), errText}, &r.newStatus, &r.oldStatus, &r.oldError)
 	if err != nil {
-		return s.wrap(ctx, "finish run "+strconv.FormatInt(req.ID, 10), err)
+		return s.wrap(ctx, what, err)
 	}
-	if r.updated == 1 {
+	switch {
+	case r.newStatus.Valid && Status(r.newStatus.String) == StatusExpired:
+		return fmt.Errorf("runclaim: %s: %w: its lease had ended by the database clock; recorded as expired", what, ErrLeaseLost)
+	case r.newStatus.Valid:
 		return nil
+	case r.oldStatus.Valid && Status(r.oldStatus.String) == StatusRunning:
+		// The row was running in the statement's snapshot, yet the UPDATE,
+		// which waited for another transaction's lock on it, found it no
+		// longer running: another Finish (or a takeover, or a release)
+		// committed meanwhile. Read what it committed.
+		if err := s.queryRow(ctx, s.sql.readRun, []any{req.ID, req.Source}, &r.oldStatus, &r.oldError); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return s.wrap(ctx, what, err)
+		}
 	}
 	return finishConflict(req, textPtr(r.oldStatus), textPtr(r.oldError))
+}
+
+// queryRow runs a one-row statement and scans its row into dest: as an
+// implicit transaction, or, once the store has seen a session whose default
+// isolation level is not READ COMMITTED, inside BEGIN ISOLATION LEVEL READ
+// COMMITTED ... COMMIT, sent as one batch. Under REPEATABLE READ or
+// SERIALIZABLE a statement that meets a row changed by a concurrent
+// transaction fails with a serialization error (40001) where READ
+// COMMITTED would see the committed row; so such a failure also switches
+// the store to the explicit form, and the statement, which wrote nothing,
+// is sent again in it.
+func (s *PostgresStore) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	if !s.explicit.Load() {
+		err := s.db.QueryRow(ctx, sql, args...).Scan(dest...)
+		if pgCode(err) != "40001" {
+			return err
+		}
+		s.explicit.Store(true)
+	}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
+	b.Queue(beginSQL)
+	b.Queue(sql, args...)
+	b.Queue(commitSQL)
+	br := s.db.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(dest...)
+		if err == nil || errors.Is(err, pgx.ErrNoRows) {
+			if _, cerr := br.Exec(); cerr != nil {
+				err = cerr
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // textPtr returns a pointer to t's string, or nil if t is NULL.
@@ -343,12 +351,26 @@ func finishConflict(req FinishRequest, oldStatus, oldError *string) error {
 }
 
 // wrap adds a prefix to a database error. When ctx has ended, the error says
-// so, whatever the driver made of the cancellation.
+// so, whatever the driver made of the cancellation. An error that a table
+// older than this release needs would give says so too.
 func (s *PostgresStore) wrap(ctx context.Context, what string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("runclaim: %s: %w (%w)", what, ctxErr, err)
 	}
+	switch pgCode(err) {
+	case "42703", "42883": // undefined column, undefined function
+		return fmt.Errorf("runclaim: %s: %w (%w)", what, err, errSchemaHint)
+	}
 	return fmt.Errorf("runclaim: %s: %w", what, err)
+}
+
+// pgCode returns the SQLSTATE of the *pgconn.PgError in err's chain, or "".
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // quoteForError quotes a source for an error message, cut to 64 bytes.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // A Store records runs and decides claims. Claimer is written against this
@@ -25,13 +27,16 @@ type Store interface {
 
 	// Heartbeat extends the lease of a running run to req.Lease from now and
 	// returns the new end of the lease. It returns ErrLeaseLost if the run is
-	// not running any more.
+	// not running any more, or if its lease has ended by the store's clock,
+	// whether or not a claim has expired it yet: a lapsed lease is lost.
 	Heartbeat(ctx context.Context, req HeartbeatRequest) (time.Time, error)
 
 	// Finish records the outcome of a running run. Repeating a Finish that
-	// succeeded, with the same outcome, returns nil and changes nothing. It
-	// returns ErrLeaseLost if the run was expired or released, and
-	// ErrFinished if it was finished with another outcome.
+	// succeeded, with the same outcome, returns nil and changes nothing, also
+	// when the two calls race. It returns ErrLeaseLost if the run was expired
+	// or released, or if its lease has ended by the store's clock (the run is
+	// then recorded as StatusExpired, as a claim would have), and ErrFinished
+	// if it was finished with another outcome.
 	Finish(ctx context.Context, req FinishRequest) error
 }
 
@@ -76,14 +81,18 @@ func (r ClaimRequest) Validate() error {
 
 // HeartbeatRequest is what Run.Heartbeat asks of a Store.
 type HeartbeatRequest struct {
-	ID    int64         // the run
-	Lease time.Duration // the new lease, counted from now
+	ID     int64         // the run
+	Source string        // the run's source; a run of another source is not found
+	Lease  time.Duration // the new lease, counted from now
 }
 
 // Validate returns an error if the request is malformed.
 func (r HeartbeatRequest) Validate() error {
 	if r.ID <= 0 {
 		return fmt.Errorf("runclaim: invalid run ID %d", r.ID)
+	}
+	if err := ValidateSource(r.Source); err != nil {
+		return err
 	}
 	if r.Lease < MinLease || r.Lease > MaxLease {
 		return fmt.Errorf("runclaim: lease must be between %v and %v, got %v", MinLease, MaxLease, r.Lease)
@@ -94,18 +103,24 @@ func (r HeartbeatRequest) Validate() error {
 // FinishRequest is what Run.Finish asks of a Store.
 type FinishRequest struct {
 	ID     int64  // the run
+	Source string // the run's source; a run of another source is not found
 	Status Status // StatusSucceeded or StatusFailed
-	Error  string // the failure's text; empty when Status is StatusSucceeded
+	Error  string // the failure's text: valid UTF-8 without NUL bytes; empty when Status is StatusSucceeded
 }
 
 // MaxErrorLen is the longest error text a run records, in bytes. Longer texts
 // are cut and marked with a trailing "…(truncated)".
 const MaxErrorLen = 8 << 10
 
-// Validate returns an error if the request is malformed.
+// Validate returns an error if the request is malformed, including an
+// error text that a Postgres text column cannot hold (a NUL byte, invalid
+// UTF-8). Run.Finish makes any error's text storable before it asks.
 func (r FinishRequest) Validate() error {
 	if r.ID <= 0 {
 		return fmt.Errorf("runclaim: invalid run ID %d", r.ID)
+	}
+	if err := ValidateSource(r.Source); err != nil {
+		return err
 	}
 	switch r.Status {
 	case StatusSucceeded:
@@ -118,6 +133,12 @@ func (r FinishRequest) Validate() error {
 	}
 	if len(r.Error) > MaxErrorLen+len(truncatedMark) {
 		return fmt.Errorf("runclaim: error text is %d bytes, more than %d", len(r.Error), MaxErrorLen)
+	}
+	if !utf8.ValidString(r.Error) {
+		return errors.New("runclaim: error text is not valid UTF-8")
+	}
+	if i := strings.IndexByte(r.Error, 0); i >= 0 {
+		return fmt.Errorf("runclaim: error text has a NUL byte at offset %d", i)
 	}
 	return nil
 }

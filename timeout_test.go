@@ -497,6 +497,20 @@ func TestDBAIdleInTransactionTimeout(t *testing.T) {
 // read_only_sql_transaction, wrapped: Claim in both forms, Do (whose
 // function is not called), Heartbeat, Finish, Release, Prune and Migrate.
 // Nothing is written and no lock is held; the reads work.
+// migrateOlder makes the table look like one of schema version 1, so that
+// Migrate has a step to apply, and runs Migrate on store. (On a current
+// schema Migrate only reads, and succeeds in a read-only session.)
+func migrateOlder(t *testing.T, admin *pgxpool.Pool, store *runclaim.PostgresStore) error {
+	t.Helper()
+	if err := store.Migrate(t.Context()); err != nil {
+		t.Errorf("Migrate on a current schema, read-only: %v", err)
+	}
+	if _, err := admin.Exec(t.Context(), "COMMENT ON TABLE "+store.Table()+" IS NULL"); err != nil {
+		t.Fatal(err)
+	}
+	return store.Migrate(t.Context())
+}
+
 func TestDBAReadOnly(t *testing.T) {
 	t.Parallel()
 	for _, isolation := range []string{"read committed", "serializable"} {
@@ -527,17 +541,17 @@ func TestDBAReadOnly(t *testing.T) {
 			}
 			c := newClaimer(t, ro)
 			_, claimErr := c.Claim(ctx, "src")
-			_, heartbeatErr := ro.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Lease: time.Minute})
+			_, heartbeatErr := ro.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, Lease: time.Minute})
 			_, releaseErr := ro.Release(ctx, held.ID, "")
 			_, pruneErr := ro.Prune(ctx, 0)
 			for what, err := range map[string]error{
 				"Claim":     claimErr,
 				"Do":        c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { t.Error("Do called its function"); return nil }),
 				"Heartbeat": heartbeatErr,
-				"Finish":    ro.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Status: runclaim.StatusSucceeded}),
+				"Finish":    ro.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, Status: runclaim.StatusSucceeded}),
 				"Release":   releaseErr,
 				"Prune":     pruneErr,
-				"Migrate":   ro.Migrate(ctx),
+				"Migrate":   migrateOlder(t, check, ro),
 			} {
 				switch {
 				case err == nil:

@@ -125,12 +125,12 @@ func claimReq(source, owner string, lease time.Duration) runclaim.ClaimRequest {
 	return runclaim.ClaimRequest{Source: source, Owner: owner, Lease: lease}
 }
 
-func succeeded(id int64) runclaim.FinishRequest {
-	return runclaim.FinishRequest{ID: id, Status: runclaim.StatusSucceeded}
+func succeeded(r runclaim.RunInfo) runclaim.FinishRequest {
+	return runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusSucceeded}
 }
 
-func failed(id int64, text string) runclaim.FinishRequest {
-	return runclaim.FinishRequest{ID: id, Status: runclaim.StatusFailed, Error: text}
+func failed(r runclaim.RunInfo, text string) runclaim.FinishRequest {
+	return runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusFailed, Error: text}
 }
 
 func mustClaim(t *testing.T, ctx context.Context, s runclaim.Store, req runclaim.ClaimRequest) runclaim.RunInfo {
@@ -152,11 +152,11 @@ func mustFinish(t *testing.T, ctx context.Context, s runclaim.Store, req runclai
 	}
 }
 
-func mustHeartbeat(t *testing.T, ctx context.Context, s runclaim.Store, id int64, lease time.Duration) time.Time {
+func mustHeartbeat(t *testing.T, ctx context.Context, s runclaim.Store, r runclaim.RunInfo, lease time.Duration) time.Time {
 	t.Helper()
-	until, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: id, Lease: lease})
+	until, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: lease})
 	if err != nil {
-		t.Fatalf("Heartbeat(run %d): %v", id, err)
+		t.Fatalf("Heartbeat(run %d): %v", r.ID, err)
 	}
 	return until
 }
@@ -256,12 +256,12 @@ func testClaimResult(t *testing.T, s runclaim.Store) {
 	if b.ID == a.ID {
 		t.Errorf("two running runs share ID %d", a.ID)
 	}
-	mustFinish(t, ctx, s, succeeded(b.ID))
+	mustFinish(t, ctx, s, succeeded(b))
 
 	// Finishing frees the source at once, whatever the lease.
-	mustFinish(t, ctx, s, succeeded(a.ID))
+	mustFinish(t, ctx, s, succeeded(a))
 	c := mustClaim(t, ctx, s, claimReq(src, "owner-b", lease))
-	mustFinish(t, ctx, s, failed(c.ID, "boom"))
+	mustFinish(t, ctx, s, failed(c, "boom"))
 }
 
 // testExclusion hammers one source from many goroutines and checks, with a
@@ -326,7 +326,7 @@ func testExclusion(t *testing.T, s runclaim.Store) {
 				}
 				runtime.Gosched() // hold the source for a moment
 				holders.Add(-1)
-				if err := s.Finish(ctx, succeeded(info.ID)); err != nil {
+				if err := s.Finish(ctx, succeeded(info)); err != nil {
 					t.Errorf("%s: Finish(run %d): %v", owner, info.ID, err)
 					return
 				}
@@ -348,7 +348,7 @@ func testExclusion(t *testing.T, s runclaim.Store) {
 	if last.ID <= lastID.Load() {
 		t.Errorf("run %d started after run %d", last.ID, lastID.Load())
 	}
-	mustFinish(t, ctx, s, succeeded(last.ID))
+	mustFinish(t, ctx, s, succeeded(last))
 }
 
 // testExpiry checks that a run whose lease ended is taken over by the next
@@ -376,21 +376,21 @@ func testExpiry(t *testing.T, s runclaim.Store) {
 	}
 
 	// The expired holder learns it, whatever it tries.
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of expired run %d: %v, want ErrLeaseLost", a.ID, err)
 	}
-	if err := s.Finish(ctx, succeeded(a.ID)); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := s.Finish(ctx, succeeded(a)); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Finish(succeeded) of expired run %d: %v, want ErrLeaseLost", a.ID, err)
 	}
-	if err := s.Finish(ctx, failed(a.ID, "late")); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := s.Finish(ctx, failed(a, "late")); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Finish(failed) of expired run %d: %v, want ErrLeaseLost", a.ID, err)
 	}
 
 	// None of that disturbed the new holder.
 	_, err := s.Claim(ctx, claimReq(src, "owner-a", lease))
 	wantHolder(t, skipOf(t, err, src, runclaim.ErrAlreadyRunning), b)
-	mustHeartbeat(t, ctx, s, b.ID, longLease)
-	mustFinish(t, ctx, s, succeeded(b.ID))
+	mustHeartbeat(t, ctx, s, b, longLease)
+	mustFinish(t, ctx, s, succeeded(b))
 }
 
 // testHeartbeat checks that heartbeats extend the lease and keep the run's
@@ -418,7 +418,7 @@ func testHeartbeat(t *testing.T, s runclaim.Store) {
 		case <-deadline.C:
 			t.Fatalf("after %d heartbeats in %v the store's clock has not passed the first lease end %v", beats, 10*lease, a.LeaseUntil)
 		}
-		until := mustHeartbeat(t, ctx, s, a.ID, lease)
+		until := mustHeartbeat(t, ctx, s, a, lease)
 		beats++
 		if !until.After(prev) {
 			t.Fatalf("heartbeat %d returned lease end %v, not after the previous one %v", beats, until, prev)
@@ -439,11 +439,11 @@ func testHeartbeat(t *testing.T, s runclaim.Store) {
 	t.Logf("run held past its first lease with %d heartbeats", beats)
 
 	// A heartbeat with a longer lease extends by that lease.
-	long := mustHeartbeat(t, ctx, s, a.ID, longLease)
+	long := mustHeartbeat(t, ctx, s, a, longLease)
 	if long.Sub(prev) < longLease-lease {
 		t.Errorf("heartbeat with lease %v returned %v, want at least %v after the previous end %v", longLease, long, longLease-lease, prev)
 	}
-	mustFinish(t, ctx, s, succeeded(a.ID))
+	mustFinish(t, ctx, s, succeeded(a))
 }
 
 // testFencing checks that IDs strictly increase across the whole store, in
@@ -459,9 +459,9 @@ func testFencing(t *testing.T, s runclaim.Store) {
 		}
 		last = r.ID
 		if i%2 == 0 {
-			mustFinish(t, ctx, s, succeeded(r.ID))
+			mustFinish(t, ctx, s, succeeded(r))
 		} else {
-			mustFinish(t, ctx, s, failed(r.ID, "odd"))
+			mustFinish(t, ctx, s, failed(r, "odd"))
 		}
 	}
 
@@ -478,7 +478,7 @@ func testFencing(t *testing.T, s runclaim.Store) {
 					return
 				}
 				ids[w] = append(ids[w], r.ID)
-				if err := s.Finish(ctx, succeeded(r.ID)); err != nil {
+				if err := s.Finish(ctx, succeeded(r)); err != nil {
 					t.Errorf("Finish(run %d): %v", r.ID, err)
 					return
 				}
@@ -507,7 +507,7 @@ func testFencing(t *testing.T, s runclaim.Store) {
 	if r.ID <= maxID {
 		t.Errorf("claim after all others got ID %d, not above %d", r.ID, maxID)
 	}
-	mustFinish(t, ctx, s, succeeded(r.ID))
+	mustFinish(t, ctx, s, succeeded(r))
 }
 
 // testMinInterval checks ErrTooSoon and its RetryAfter.
@@ -522,7 +522,7 @@ func testMinInterval(t *testing.T, s runclaim.Store) {
 	if _, err := s.Claim(ctx, req); !errors.Is(err, runclaim.ErrNotClaimed) {
 		t.Fatalf("claim while run %d runs: %v, want ErrNotClaimed", a.ID, err)
 	}
-	mustFinish(t, ctx, s, succeeded(a.ID))
+	mustFinish(t, ctx, s, succeeded(a))
 
 	// Finished, but too soon: the interval runs from start to start.
 	retryAfter := a.StartedAt.Add(interval)
@@ -546,13 +546,24 @@ func testMinInterval(t *testing.T, s runclaim.Store) {
 	if b.StartedAt.Before(retryAfter) {
 		t.Errorf("run %d started at %v, less than %v after run %d started at %v", b.ID, b.StartedAt, interval, a.ID, a.StartedAt)
 	}
-	mustFinish(t, ctx, s, failed(b.ID, "failed runs count too"))
+	mustFinish(t, ctx, s, failed(b, "failed runs count too"))
 
-	// The interval is the request's: a claim without one is not held back.
-	c := mustClaim(t, ctx, s, claimReq(src, "other", longLease))
-	mustFinish(t, ctx, s, succeeded(c.ID))
+	// The interval is recorded with the run: it binds a claimer that asked
+	// for none, until b's start plus b's interval.
+	bare := claimReq(src, "other", longLease)
+	c := claimWhenFree(t, ctx, s, bare, 20*interval, func(err error) {
+		nc := skipOf(t, err, src, runclaim.ErrTooSoon)
+		if want := b.StartedAt.Add(interval); !nc.RetryAfter.Equal(want) {
+			t.Errorf("RetryAfter = %v, want run %d's start plus its recorded interval, %v", nc.RetryAfter, b.ID, want)
+		}
+	})
+	if c.StartedAt.Before(b.StartedAt.Add(interval)) {
+		t.Errorf("a claimer without an interval started run %d at %v, less than run %d's recorded %v after its start %v", c.ID, c.StartedAt, b.ID, interval, b.StartedAt)
+	}
+	mustFinish(t, ctx, s, succeeded(c))
 
-	// It counts from the latest start, of any run.
+	// It counts from the latest start, of any run, and the longer of the
+	// claimer's interval and the recorded one wins.
 	long := req
 	long.MinInterval = time.Hour
 	_, err := s.Claim(ctx, long)
@@ -563,7 +574,7 @@ func testMinInterval(t *testing.T, s runclaim.Store) {
 
 	// A source that never ran is never too soon.
 	d := mustClaim(t, ctx, s, runclaim.ClaimRequest{Source: prefix + "/fresh", Owner: "owner", Lease: longLease, MinInterval: time.Hour})
-	mustFinish(t, ctx, s, succeeded(d.ID))
+	mustFinish(t, ctx, s, succeeded(d))
 }
 
 // testFinishGuards checks repeated and conflicting Finish calls, and
@@ -573,44 +584,45 @@ func testFinishGuards(t *testing.T, s runclaim.Store) {
 	src := prefix + "/a"
 
 	a := mustClaim(t, ctx, s, claimReq(src, "owner", longLease))
-	mustFinish(t, ctx, s, succeeded(a.ID))
-	if err := s.Finish(ctx, succeeded(a.ID)); err != nil {
+	mustFinish(t, ctx, s, succeeded(a))
+	if err := s.Finish(ctx, succeeded(a)); err != nil {
 		t.Errorf("second Finish(succeeded) of run %d: %v, want nil", a.ID, err)
 	}
-	if err := s.Finish(ctx, failed(a.ID, "boom")); !errors.Is(err, runclaim.ErrFinished) {
+	if err := s.Finish(ctx, failed(a, "boom")); !errors.Is(err, runclaim.ErrFinished) {
 		t.Errorf("Finish(failed) of succeeded run %d: %v, want ErrFinished", a.ID, err)
 	}
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of finished run %d: %v, want ErrLeaseLost", a.ID, err)
 	}
 
 	b := mustClaim(t, ctx, s, claimReq(src, "owner", longLease))
-	mustFinish(t, ctx, s, failed(b.ID, "boom"))
-	if err := s.Finish(ctx, failed(b.ID, "boom")); err != nil {
+	mustFinish(t, ctx, s, failed(b, "boom"))
+	if err := s.Finish(ctx, failed(b, "boom")); err != nil {
 		t.Errorf("second Finish(failed, same text) of run %d: %v, want nil", b.ID, err)
 	}
-	if err := s.Finish(ctx, failed(b.ID, "other text")); !errors.Is(err, runclaim.ErrFinished) {
+	if err := s.Finish(ctx, failed(b, "other text")); !errors.Is(err, runclaim.ErrFinished) {
 		t.Errorf("Finish(failed, other text) of failed run %d: %v, want ErrFinished", b.ID, err)
 	}
-	if err := s.Finish(ctx, succeeded(b.ID)); !errors.Is(err, runclaim.ErrFinished) {
+	if err := s.Finish(ctx, succeeded(b)); !errors.Is(err, runclaim.ErrFinished) {
 		t.Errorf("Finish(succeeded) of failed run %d: %v, want ErrFinished", b.ID, err)
 	}
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: b.ID, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: b.ID, Source: b.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of failed run %d: %v, want ErrLeaseLost", b.ID, err)
 	}
 
 	// A run the store never issued is not this holder's either.
-	unknown := b.ID + 1<<40
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: unknown, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
-		t.Errorf("Heartbeat of unknown run %d: %v, want ErrLeaseLost", unknown, err)
+	unknown := b
+	unknown.ID += 1 << 40
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: unknown.ID, Source: unknown.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+		t.Errorf("Heartbeat of unknown run %d: %v, want ErrLeaseLost", unknown.ID, err)
 	}
 	if err := s.Finish(ctx, succeeded(unknown)); !errors.Is(err, runclaim.ErrLeaseLost) {
-		t.Errorf("Finish of unknown run %d: %v, want ErrLeaseLost", unknown, err)
+		t.Errorf("Finish of unknown run %d: %v, want ErrLeaseLost", unknown.ID, err)
 	}
 
 	// None of it left the source held.
 	c := mustClaim(t, ctx, s, claimReq(src, "owner", longLease))
-	mustFinish(t, ctx, s, succeeded(c.ID))
+	mustFinish(t, ctx, s, succeeded(c))
 }
 
 // testBadInput checks that malformed requests are refused with an error
@@ -635,7 +647,7 @@ func testBadInput(t *testing.T, s runclaim.Store) {
 			t.Errorf("claim of %s source %q: %v, want ErrInvalidSource and not ErrNotClaimed", tc.name, tc.source, err)
 		}
 		r := mustClaim(t, ctx, s, claimReq(tc.valid, "owner", longLease))
-		mustFinish(t, ctx, s, succeeded(r.ID))
+		mustFinish(t, ctx, s, succeeded(r))
 	}
 
 	// Invalid owners, leases and intervals on a valid source.
@@ -667,11 +679,12 @@ func testBadInput(t *testing.T, s runclaim.Store) {
 		name string
 		req  runclaim.HeartbeatRequest
 	}{
-		{"zero ID", runclaim.HeartbeatRequest{ID: 0, Lease: longLease}},
-		{"negative ID", runclaim.HeartbeatRequest{ID: -r.ID, Lease: longLease}},
-		{"zero lease", runclaim.HeartbeatRequest{ID: r.ID, Lease: 0}},
-		{"lease below MinLease", runclaim.HeartbeatRequest{ID: r.ID, Lease: runclaim.MinLease - time.Nanosecond}},
-		{"lease above MaxLease", runclaim.HeartbeatRequest{ID: r.ID, Lease: runclaim.MaxLease + time.Second}},
+		{"zero ID", runclaim.HeartbeatRequest{ID: 0, Source: r.Source, Lease: longLease}},
+		{"negative ID", runclaim.HeartbeatRequest{ID: -r.ID, Source: r.Source, Lease: longLease}},
+		{"no source", runclaim.HeartbeatRequest{ID: r.ID, Lease: longLease}},
+		{"zero lease", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: 0}},
+		{"lease below MinLease", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: runclaim.MinLease - time.Nanosecond}},
+		{"lease above MaxLease", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: runclaim.MaxLease + time.Second}},
 	} {
 		if _, err := s.Heartbeat(ctx, tc.req); err == nil || errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("heartbeat with %s: %v, want an error other than ErrLeaseLost", tc.name, err)
@@ -681,14 +694,15 @@ func testBadInput(t *testing.T, s runclaim.Store) {
 		name string
 		req  runclaim.FinishRequest
 	}{
-		{"zero ID", runclaim.FinishRequest{ID: 0, Status: runclaim.StatusSucceeded}},
-		{"status running", runclaim.FinishRequest{ID: r.ID, Status: runclaim.StatusRunning}},
-		{"status expired", runclaim.FinishRequest{ID: r.ID, Status: runclaim.StatusExpired}},
-		{"status released", runclaim.FinishRequest{ID: r.ID, Status: runclaim.StatusReleased}},
-		{"empty status", runclaim.FinishRequest{ID: r.ID}},
-		{"unknown status", runclaim.FinishRequest{ID: r.ID, Status: "done"}},
-		{"succeeded with error text", runclaim.FinishRequest{ID: r.ID, Status: runclaim.StatusSucceeded, Error: "boom"}},
-		{"error text too long", failed(r.ID, strings.Repeat("e", runclaim.MaxErrorLen+64))},
+		{"zero ID", runclaim.FinishRequest{ID: 0, Source: r.Source, Status: runclaim.StatusSucceeded}},
+		{"no source", runclaim.FinishRequest{ID: r.ID, Status: runclaim.StatusSucceeded}},
+		{"status running", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusRunning}},
+		{"status expired", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusExpired}},
+		{"status released", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusReleased}},
+		{"empty status", runclaim.FinishRequest{ID: r.ID, Source: r.Source}},
+		{"unknown status", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: "done"}},
+		{"succeeded with error text", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusSucceeded, Error: "boom"}},
+		{"error text too long", failed(r, strings.Repeat("e", runclaim.MaxErrorLen+64))},
 	} {
 		if err := s.Finish(ctx, tc.req); err == nil || errors.Is(err, runclaim.ErrLeaseLost) || errors.Is(err, runclaim.ErrFinished) {
 			t.Errorf("finish with %s: %v, want an error other than ErrLeaseLost and ErrFinished", tc.name, err)
@@ -696,8 +710,8 @@ func testBadInput(t *testing.T, s runclaim.Store) {
 	}
 	_, err := s.Claim(ctx, claimReq(src, "other", longLease))
 	wantHolder(t, skipOf(t, err, src, runclaim.ErrAlreadyRunning), r)
-	mustHeartbeat(t, ctx, s, r.ID, longLease)
-	mustFinish(t, ctx, s, succeeded(r.ID))
+	mustHeartbeat(t, ctx, s, r, longLease)
+	mustFinish(t, ctx, s, succeeded(r))
 }
 
 // testContext checks that an ended context makes every method return its
@@ -734,14 +748,14 @@ func testContext(t *testing.T, s runclaim.Store) {
 		{"cancelled", cancelled, context.Canceled},
 		{"past deadline", expired, context.DeadlineExceeded},
 	} {
-		if _, err := s.Heartbeat(c.ctx, runclaim.HeartbeatRequest{ID: r.ID, Lease: longLease}); !errors.Is(err, c.want) {
+		if _, err := s.Heartbeat(c.ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: longLease}); !errors.Is(err, c.want) {
 			t.Errorf("Heartbeat with a %s context: %v, want %v", c.name, err, c.want)
 		}
-		if err := s.Finish(c.ctx, succeeded(r.ID)); !errors.Is(err, c.want) {
+		if err := s.Finish(c.ctx, succeeded(r)); !errors.Is(err, c.want) {
 			t.Errorf("Finish with a %s context: %v, want %v", c.name, err, c.want)
 		}
 	}
 	// Finish with the same outcome succeeds whether or not the refused
 	// one was recorded.
-	mustFinish(t, ctx, s, succeeded(r.ID))
+	mustFinish(t, ctx, s, succeeded(r))
 }

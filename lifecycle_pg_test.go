@@ -1,0 +1,340 @@
+package runclaim_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/tcpproxy"
+)
+
+// The lifecycle rules of lifecycle_test.go, on Postgres, and the ones only
+// Postgres can break: Migrate's locks, isolation defaults, a hung
+// connection, a single connection as the store's pool, and two stores that
+// disagree on the namespace.
+
+func TestPostgresKeepsRunAliveThroughShutdown(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	shutdownWhileWindingDown(t, migratedStore(t, db.Pool), time.Second)
+}
+
+func TestPostgresRunFinishConcurrent(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	var lost atomic.Int32
+	c := newClaimer(t, store, runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.LeaseLostEvent) { lost.Add(1) }}))
+	finishConcurrently(t, c)
+	if lost.Load() != 0 {
+		t.Errorf("LeaseLost fired %d times for runs that finished", lost.Load())
+	}
+	// The same race one level down, between two replicas' Finish of one
+	// run through the store (a retried Finish whose first answer was lost
+	// racing the retry).
+	for round := range 4 {
+		info, err := store.Claim(t.Context(), runclaim.ClaimRequest{Source: "store-race", Owner: "a", Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusFailed, Error: "boom"}
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		start := make(chan struct{})
+		for i := range errs {
+			wg.Go(func() {
+				<-start
+				errs[i] = store.Finish(t.Context(), req)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d: store Finish #%d: %v", round, i, err)
+			}
+		}
+	}
+}
+
+// Rule (G2): a lease that has ended by the database clock is lost, whether
+// or not a claim has expired the run. Heartbeat and Finish return
+// ErrLeaseLost, and the row ends as expired either way.
+func TestPostgresLapsedLease(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	table := store.Table()
+	ctx := t.Context()
+	for _, takeover := range []bool{false, true} {
+		source := "lapsed"
+		if takeover {
+			source = "lapsed-taken-over"
+		}
+		a, err := store.Claim(ctx, runclaim.ClaimRequest{Source: source, Owner: "a", Lease: runclaim.MinLease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 5*time.Second, 5*time.Millisecond, "the lease to end", func() bool { return dbNow(t, db.Pool).After(a.LeaseUntil) })
+		if takeover {
+			if _, err := store.Claim(ctx, runclaim.ClaimRequest{Source: source, Owner: "b", Lease: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, hbErr := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: time.Minute})
+		finErr := store.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded})
+		if !errors.Is(hbErr, runclaim.ErrLeaseLost) || !errors.Is(finErr, runclaim.ErrLeaseLost) {
+			t.Errorf("takeover=%v: Heartbeat %v, Finish %v; want ErrLeaseLost from both", takeover, hbErr, finErr)
+		}
+		if row := loadRun(t, db.Pool, table, a.ID); row.Status != "expired" || row.FinishedAt == nil {
+			t.Errorf("takeover=%v: the lapsed run ended as %+v, want expired", takeover, row)
+		}
+		// Retried, Finish says the same.
+		if err := store.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
+			t.Errorf("takeover=%v: retried Finish = %v, want ErrLeaseLost", takeover, err)
+		}
+	}
+}
+
+// Rule (G8): a claim skipped with ErrTooSoon writes nothing, even when the
+// source's running run has lapsed.
+func TestPostgresTooSoonWritesNothing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	ctx := t.Context()
+	a, err := store.Claim(ctx, runclaim.ClaimRequest{Source: "src", Owner: "a", Lease: runclaim.MinLease, MinInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, 5*time.Millisecond, "the lease to end", func() bool { return dbNow(t, db.Pool).After(a.LeaseUntil) })
+	before := readState(t, db.Pool, store.Table())
+	_, err = store.Claim(ctx, runclaim.ClaimRequest{Source: "src", Owner: "b", Lease: time.Minute, MinInterval: time.Hour})
+	if !errors.Is(err, runclaim.ErrTooSoon) {
+		t.Fatalf("claim within the interval = %v, want ErrTooSoon", err)
+	}
+	if after := readState(t, db.Pool, store.Table()); after != before {
+		t.Errorf("a skipped claim changed the table from %+v to %+v", before, after)
+	}
+	if row := loadRun(t, db.Pool, store.Table(), a.ID); row.Status != "running" || row.FinishedAt != nil {
+		t.Errorf("a skipped claim expired the lapsed run: %+v", row)
+	}
+}
+
+// Rule (G9): Migrate on a current schema takes no lock on the runs table,
+// so a lock held by maintenance or a long transaction does not make it
+// queue, and claims do not queue behind it.
+func TestMigrateCurrentSchemaTakesNoTableLock(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	unlock := lockTable(t, db.Pool, store.Table())
+	defer unlock()
+	done := make(chan error, 1)
+	go func() { done <- store.Migrate(t.Context()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Migrate on a current schema: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Migrate on a current schema waited for a lock on the runs table")
+	}
+}
+
+// Rule (G7): Heartbeat and Finish that race a takeover answer ErrLeaseLost
+// under every isolation default, never a raw serialization failure.
+func TestIsolationDefaultsHeartbeatFinish(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
+		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			migratedStore(t, db.Pool)
+			pool := poolWithIsolation(t, db, level, nil)
+			store, err := runclaim.NewPostgresStore(pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, op := range []string{"heartbeat", "finish"} {
+				raceTakeover(t, db, store, op)
+			}
+		})
+	}
+}
+
+// raceTakeover claims a run, then has op (heartbeat or finish) of it wait
+// on the row lock of a takeover in flight, which then commits: op must
+// return ErrLeaseLost.
+func raceTakeover(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStore, op string) {
+	t.Helper()
+	ctx := t.Context()
+	info, err := store.Claim(ctx, runclaim.ClaimRequest{Source: "race-" + op, Owner: "holder", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx) // the admin pool: read committed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `UPDATE `+store.Table()+` SET status = 'expired', finished_at = clock_timestamp() WHERE id = $1`, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		switch op {
+		case "heartbeat":
+			_, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: info.ID, Source: info.Source, Lease: time.Minute})
+			done <- err
+		default:
+			done <- store.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded})
+		}
+	}()
+	waitUntil(t, 10*time.Second, 2*time.Millisecond, op+" to wait for the takeover's row lock", func() bool {
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitRecv(t, done, 10*time.Second, op); !errors.Is(err, runclaim.ErrLeaseLost) {
+		t.Errorf("%s racing a takeover = %v (SQLSTATE %q), want ErrLeaseLost", op, err, pgCode(err))
+	}
+}
+
+// Rule: one hung connection does not lose a healthy run. After the claim,
+// the pool's connection is black-holed (a firewall dropped its state); the
+// heartbeat on it is abandoned at its deadline, and the next one, on a new
+// connection, extends the lease.
+func TestPostgresHungHeartbeatConnection(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	cfg, err := pgxpool.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := tcpproxy.Start(net2addr(cfg.ConnConfig.Host, cfg.ConnConfig.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	pool := db.NewPool(t, func(c *pgxpool.Config) {
+		c.ConnConfig.Host = "127.0.0.1"
+		c.ConnConfig.Port = uint16(proxy.Addr().Port)
+		c.ConnConfig.Fallbacks = nil
+		c.MaxConns = 4
+		c.MinConns = 0
+		c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	})
+	store, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lease = 3 * time.Second
+	var lost, failed atomic.Int32
+	c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithHooks(runclaim.Hooks{
+		LeaseLost:       func(runclaim.LeaseLostEvent) { lost.Add(1) },
+		HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { failed.Add(1) },
+	}))
+	err = c.Do(t.Context(), "src", func(ctx context.Context, run *runclaim.Run) error {
+		proxy.BlackHoleExisting()
+		work := time.NewTimer(3 * lease)
+		defer work.Stop()
+		select {
+		case <-work.C:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	if err != nil {
+		t.Fatalf("Do with one hung connection: %v", err)
+	}
+	if failed.Load() == 0 {
+		t.Fatal("no heartbeat failed: the connection was not black-holed")
+	}
+	if lost.Load() != 0 {
+		t.Error("LeaseLost fired")
+	}
+}
+
+// Rule: the store refuses a single connection, which a failed claim in the
+// explicit BEGIN ... COMMIT form would leave in an aborted transaction.
+func TestSingleConnectionRefused(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	conn, err := pgx.Connect(t.Context(), db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := runclaim.NewPostgresStore(conn); err == nil || !strings.Contains(err.Error(), "pool") {
+		t.Errorf("NewPostgresStore(*pgx.Conn) = %v, want an error that asks for a pool", err)
+	}
+	pc, err := db.Pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Release()
+	if _, err := runclaim.NewPostgresStore(pc); err == nil || !strings.Contains(err.Error(), "pool") {
+		t.Errorf("NewPostgresStore(*pgxpool.Conn) = %v, want an error that asks for a pool", err)
+	}
+}
+
+// Rule: two stores on one table with different namespaces do not surface
+// a raw unique violation: the error names the misconfiguration. Store a's
+// claim is in flight (its row inserted, not yet committed) when store b,
+// whose advisory lock is another, claims the same source.
+func TestNamespaceMismatch(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool, runclaim.WithNamespace("service-a"))
+	b := migratedStore(t, db.Pool, runclaim.WithNamespace("service-b"))
+	ctx := t.Context()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `INSERT INTO `+b.Table()+` (source, status, owner, started_at, lease_until, heartbeat_at)
+VALUES ('shared', 'running', 'a', clock_timestamp(), clock_timestamp() + interval '1 minute', clock_timestamp())`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Claim(ctx, runclaim.ClaimRequest{Source: "shared", Owner: "b", Lease: time.Minute})
+		done <- err
+	}()
+	waitUntil(t, 10*time.Second, 2*time.Millisecond, "b's claim to wait on the unique index", func() bool {
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = awaitRecv(t, done, 10*time.Second, "b's claim")
+	if err == nil || errors.Is(err, runclaim.ErrNotClaimed) || !strings.Contains(err.Error(), "WithNamespace") || pgCode(err) != "23505" {
+		t.Errorf("claim by a store with another namespace = %v, want an error that names WithNamespace and wraps 23505", err)
+	}
+}
+
+func net2addr(host string, port uint16) string {
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
