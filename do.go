@@ -25,6 +25,9 @@ import (
 // recorded even after ctx was cancelled (see Run.Finish). Do's heartbeat
 // goroutine has stopped by the time Do returns or re-panics.
 //
+// To make fn's writes to the runs table's database commit only while the
+// run holds its source, see PostgresStore.Fence.
+//
 // If the claim is skipped, Do returns the ErrNotClaimed error without calling
 // fn. Otherwise it returns fn's error wrapped (errors.Is finds it and, after
 // a lost lease, ErrLeaseLost), joined with any error from recording the
