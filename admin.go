@@ -168,9 +168,11 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 	}
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: lock_timeout
-		return RunRecord{}, fmt.Errorf("runclaim: %s: %w: its row stayed locked for %v; retry once that transaction ends (%w)",
-			what, ErrFenced, releaseLockWait, err)
+	case errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01"):
+		// lock_not_available: lock_timeout. deadlock_detected: a fence that
+		// waited for a heartbeat in flight while Release waited for it.
+		return RunRecord{}, fmt.Errorf("runclaim: %s: %w: its row stayed locked; retry once that transaction ends (%w)",
+			what, ErrFenced, err)
 	case err != nil:
 		return RunRecord{}, s.wrap(ctx, what, err)
 	case len(records) == 0:
