@@ -51,7 +51,7 @@ CREATE CONSTRAINT TRIGGER stamp_commit AFTER INSERT ON fenced_writes
 	const (
 		holders   = 4
 		perHolder = 6 // runs each holder wins
-		lease     = 250 * time.Millisecond
+		lease     = 300 * time.Millisecond
 	)
 	sources := []string{"a", "b"}
 	const (
@@ -66,7 +66,9 @@ CREATE CONSTRAINT TRIGGER stamp_commit AFTER INSERT ON fenced_writes
 		failures []string
 		won      [modes]atomic.Int64
 		refused  atomic.Int64 // Fence returned ErrLeaseLost
-		commits  atomic.Int64
+		// of which to a holder not paused before Fence
+		refusedUnpaused atomic.Int64
+		commits         atomic.Int64
 		// skips of a rival by a run whose lease had ended at least
 		// 50 ms before, by this machine's clock (the database runs on it)
 		skippedPastLease atomic.Int64
@@ -107,6 +109,7 @@ CREATE CONSTRAINT TRIGGER stamp_commit AFTER INSERT ON fenced_writes
 	for h := range holders {
 		c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner(fmt.Sprintf("h%d", h)))
 		rng := rand.New(rand.NewPCG(seed, uint64(h)))
+		order := rng.Perm(modes)
 		wg.Go(func() {
 			for n := 0; n < perHolder && ctx.Err() == nil; {
 				src := sources[rng.IntN(len(sources))]
@@ -123,8 +126,11 @@ CREATE CONSTRAINT TRIGGER stamp_commit AFTER INSERT ON fenced_writes
 					fail("h%d: claim %s: %v", h, src, err)
 					return
 				}
-				n++
 				mode := rng.IntN(modes)
+				if n < modes { // each holder tries every mode once, in its own order
+					mode = order[n]
+				}
+				n++
 				won[mode].Add(1)
 				err = func() error {
 					tx, err := db.Pool.Begin(ctx)
@@ -157,7 +163,9 @@ CREATE CONSTRAINT TRIGGER stamp_commit AFTER INSERT ON fenced_writes
 				case errors.Is(err, runclaim.ErrLeaseLost):
 					refused.Add(1)
 					if mode != pauseBeforeFence {
-						fail("h%d: run %d (not paused before Fence) refused: %v", h, run.ID, err)
+						// Safe, and possible on a machine slow enough that
+						// the lease ends between the claim and Fence.
+						refusedUnpaused.Add(1)
 					}
 				case err != nil:
 					fail("h%d: run %d: %v", h, run.ID, err)
@@ -210,14 +218,12 @@ ORDER BY w.run_id, n.id`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("runs won by pause mode (none, before Fence, after Fence, before commit): %d %d %d %d; Fence refused %d; commits %d; writes %d, %d committed after their run's lease ended; %d takeovers; %d claims skipped by a run fenced past its lease; %d violations",
-		won[0].Load(), won[1].Load(), won[2].Load(), won[3].Load(), refused.Load(), commits.Load(), writes, pastLease, expired, skippedPastLease.Load(), violations)
+	t.Logf("runs won by pause mode (none, before Fence, after Fence, before commit): %d %d %d %d; Fence refused %d (%d not paused before it); commits %d; writes %d, %d committed after their run's lease ended; %d takeovers; %d claims skipped by a run fenced past its lease; %d violations",
+		won[0].Load(), won[1].Load(), won[2].Load(), won[3].Load(), refused.Load(), refusedUnpaused.Load(), commits.Load(), writes, pastLease, expired, skippedPastLease.Load(), violations)
 	if writes != commits.Load() {
 		t.Errorf("%d writes in the table, %d commits reported", writes, commits.Load())
 	}
 	switch {
-	case won[pauseBeforeFence].Load() == 0 || won[pauseAfterFence].Load()+won[pauseBeforeCommit].Load() == 0:
-		t.Errorf("the random schedule left out a pause; the test proves little (seed %d)", seed)
 	case refused.Load() == 0:
 		t.Error("no Fence was refused")
 	case pastLease == 0:

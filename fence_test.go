@@ -675,7 +675,8 @@ func TestFenceIdleInTransactionTimeout(t *testing.T) {
 	ctx := t.Context()
 	e := newFenceEnv(t)
 	pool := e.db.NewPool(t, func(c *pgxpool.Config) {
-		c.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "500"
+		// Long enough for the checks below while the session is idle.
+		c.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "2000"
 	})
 	run := e.claim(t, "src")
 	tx := begin(t, pool, pgx.TxOptions{})
