@@ -199,7 +199,8 @@ func (e *fenceEnv) wantSkipped(t *testing.T, source string, run *runclaim.Run, w
 }
 
 // TestFenceOutlivesLease: a fenced transaction keeps the source past the
-// end of its run's lease, through a heartbeat, until it commits; every
+// end of its run's lease, through heartbeats (one after the lease ended
+// too), until it commits; every
 // claim meanwhile is skipped as already running. After the commit the
 // rival takes over, and the fenced write is dated before the rival's run
 // started.
@@ -217,6 +218,14 @@ func TestFenceOutlivesLease(t *testing.T) {
 		t.Fatalf("Heartbeat while fenced: %v", err)
 	}
 	endLease(t, e.db.Pool, e.table, run)
+	// A heartbeat after the lease ended may renew it or report it lost
+	// (G2); either way it must not free the source under the fence.
+	switch err := run.Heartbeat(ctx); {
+	case err == nil:
+		endLease(t, e.db.Pool, e.table, run)
+	case !errors.Is(err, runclaim.ErrLeaseLost):
+		t.Fatalf("Heartbeat after the lease ended: %v", err)
+	}
 	for i := range 3 {
 		e.wantSkipped(t, "src", run, fmt.Sprintf("#%d after the lease ended, while the fenced transaction is open", i+1))
 	}
