@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // RunRecord is one row of a source's run history, as the operator commands
@@ -102,10 +103,37 @@ func (s *PostgresStore) History(ctx context.Context, source string, limit int) (
 // release.
 var ErrNotRunning = errors.New("runclaim: no such running run")
 
+// releaseLockWait is how long Release waits for the lock on the run's row
+// before it gives up with ErrFenced. Heartbeats, finishes and claims hold
+// that row for milliseconds; a fenced transaction, for as long as it is
+// open.
+const releaseLockWait = time.Second
+
+// releaseSQL locks the run's row FOR UPDATE before it updates it. The lock
+// conflicts with the key-share lock of a fenced transaction (see Fence), so
+// Release waits for it instead of freeing the source under it; and
+// Postgres records a locked-then-updated row as an update of its key, so a
+// fence that meets the release sees it (READ COMMITTED) or fails with a
+// serialization error (REPEATABLE READ, SERIALIZABLE), rather than locking
+// the row as it was before.
+const releaseSQL = `UPDATE %[1]s SET status = 'released', finished_at = pg_catalog.clock_timestamp(),
+	error = 'released by an operator'
+WHERE id IN (
+	SELECT id FROM %[1]s WHERE status = 'running' AND (id = $1 OR $1 = 0 AND source = $2)
+	FOR UPDATE)
+RETURNING ` + recordColumns
+
 // Release ends a running run as released, for an operator freeing a stuck
 // source before its lease ends. The run's holder learns it at its next
 // Heartbeat or Finish (ErrLeaseLost). Give the run's ID, or 0 and the source.
 // It returns the released run, or ErrNotRunning.
+//
+// Release respects a fence: while a transaction fenced with Fence is open on
+// the run, releasing it would let a new run start before that transaction's
+// writes commit. So Release waits up to a second for the run's row and then
+// returns an error matching ErrFenced, having changed nothing. Retry once the
+// transaction has ended, or end it (pg_terminate_backend) if its holder is
+// stuck.
 func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (RunRecord, error) {
 	if err := checkContext(ctx); err != nil {
 		return RunRecord{}, err
@@ -120,18 +148,34 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 		}
 		what = "release " + quoteForError(source)
 	}
-	rows, err := s.db.Query(ctx, `UPDATE `+s.Table()+` SET status = 'released', finished_at = pg_catalog.clock_timestamp(),
-	error = 'released by an operator'
-WHERE status = 'running' AND (id = $1 OR $1 = 0 AND source = $2)
-RETURNING `+recordColumns, id, source)
-	if err != nil {
-		return RunRecord{}, s.wrap(ctx, what, err)
+	// One implicit transaction: the lock timeout is local to it.
+	b := &pgx.Batch{}
+	b.Queue(fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true)`, releaseLockWait.Milliseconds()))
+	b.Queue(fmt.Sprintf(releaseSQL, s.Table()), id, source)
+	br := s.db.SendBatch(ctx, b)
+	records, err := func() ([]RunRecord, error) {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		return scanRecords(rows)
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	records, err := scanRecords(rows)
-	if err != nil {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01"):
+		// lock_not_available: lock_timeout. deadlock_detected: a fence that
+		// waited for a heartbeat in flight while Release waited for it.
+		return RunRecord{}, fmt.Errorf("runclaim: %s: %w: its row stayed locked; retry once that transaction ends (%w)",
+			what, ErrFenced, err)
+	case err != nil:
 		return RunRecord{}, s.wrap(ctx, what, err)
-	}
-	if len(records) == 0 {
+	case len(records) == 0:
 		return RunRecord{}, fmt.Errorf("runclaim: %s: %w", what, ErrNotRunning)
 	}
 	return records[0], nil
@@ -144,7 +188,9 @@ const PruneBatchSize = 1000
 // batches of PruneBatchSize rows, each its own short transaction, so that it
 // never holds locks a claim waits for. It never deletes a running run, nor
 // the newest run of any source (which the minimum interval is measured
-// from). It returns how many runs it deleted; when ctx ends it stops between
+// from). It skips, without waiting, a row another transaction has locked,
+// such as a run finished while a transaction fenced on it was still open
+// (see Fence); a later Prune deletes it. It returns how many runs it deleted; when ctx ends it stops between
 // batches and returns the count so far with ctx's error.
 func (s *PostgresStore) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if err := checkContext(ctx); err != nil {
@@ -160,6 +206,7 @@ func (s *PostgresStore) Prune(ctx context.Context, olderThan time.Duration) (int
 	  AND finished_at < pg_catalog.clock_timestamp() - $2::bigint * interval '1 microsecond'
 	  AND EXISTS (SELECT FROM ` + t + ` AS newer WHERE newer.source = r.source AND newer.started_at > r.started_at)
 	ORDER BY id LIMIT $3
+	FOR UPDATE OF r SKIP LOCKED
 ), del AS (
 	DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM batch) RETURNING id
 )

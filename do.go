@@ -34,6 +34,9 @@ import (
 // was cancelled (see Run.Finish). Do's heartbeat goroutine has stopped by
 // the time Do returns, re-panics or lets a Goexit go on.
 //
+// To make fn's writes to the runs table's database commit only while the
+// run holds its source, see PostgresStore.Fence.
+//
 // If the claim is skipped, Do returns the ErrNotClaimed error without calling
 // fn. Otherwise it returns fn's error wrapped (errors.Is finds it and, after
 // a lost lease, ErrLeaseLost), joined with any error from recording the

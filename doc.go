@@ -15,7 +15,9 @@
 //   - A crashed or partitioned holder frees its source within one lease (G2).
 //   - A holder that lost its run learns it: Heartbeat and Finish return
 //     ErrLeaseLost, and Do cancels its function's context (G3).
-//   - Run IDs strictly increase, so Run.ID is a fencing token (G4).
+//   - Run IDs strictly increase, so Run.ID is a fencing token, and
+//     PostgresStore.Fence makes a job's writes to the same database commit
+//     only while it holds its run (G4).
 //   - With WithMinInterval, two runs of a source start at least that far
 //     apart (G5).
 //   - All time is the database's clock_timestamp() (G6).

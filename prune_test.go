@@ -3,6 +3,7 @@ package runclaim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -206,8 +207,10 @@ FROM pg_catalog.generate_series(1, $1::int) AS g,
 }
 
 // TestPruneDoesNotBlockClaims: while a batch of Prune is in the middle of
-// its DELETE — held there by another session's lock on one of its rows,
-// with its own row and table locks taken — claims, heartbeats and finishes
+// its DELETE — held there by a trigger on one of its rows that waits for a
+// lock another session holds, with its own row and table locks taken (a
+// row locked by another session would not hold it: Prune skips locked
+// rows) — claims, heartbeats and finishes
 // of the sources it is deleting from go through. They need the advisory
 // lock, the running rows and the unique index on running runs, none of
 // which Prune takes. The check is structural, not timed: Prune is seen
@@ -224,13 +227,19 @@ func TestPruneDoesNotBlockClaims(t *testing.T) {
 	loadHistory(t, db.Pool, store, runclaim.DefaultTable, rows)
 	const deletable = rows - historySources
 
-	// Hold one row of the first batch.
+	// Hold the first batch's DELETE at row 500.
+	const holdKey = 500500
+	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION hold_delete() RETURNS trigger LANGUAGE plpgsql AS
+$$BEGIN PERFORM pg_catalog.pg_advisory_xact_lock(%d); RETURN OLD; END$$;
+CREATE TRIGGER hold_delete BEFORE DELETE ON %s FOR EACH ROW WHEN (OLD.id = 500) EXECUTE FUNCTION hold_delete()`, holdKey, table)); err != nil {
+		t.Fatal(err)
+	}
 	blocker, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer blocker.Rollback(context.Background())
-	if _, err := blocker.Exec(ctx, "SELECT FROM "+table+" WHERE id = 500 FOR UPDATE"); err != nil {
+	if _, err := blocker.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1)", holdKey); err != nil {
 		t.Fatal(err)
 	}
 

@@ -3,7 +3,8 @@
 #
 # Usage: .ci/examples.sh
 #   With EXAMPLES_DATABASE_URL set, also runs every example against that
-#   database (as DATABASE_URL); they create the runclaim_runs table in it.
+#   database (as DATABASE_URL), and the ones that need one; they create the
+#   runclaim_runs table in it. .ci/run sets it to a container of its own.
 #
 # examples/metrics is a module of its own (it keeps Prometheus out of the
 # runclaim module), so it is built and run from its directory.
@@ -14,6 +15,8 @@ log() { printf 'examples: %s\n' "$*" >&2; }
 
 # The examples that run without a database, each bounded to a few seconds.
 no_db=(quickstart ticker gocron cron redeploy)
+# The examples that need a database.
+db_only=(fence)
 
 log "build ./examples/..."
 go build -o /dev/null ./examples/...
@@ -35,8 +38,10 @@ for ex in "${no_db[@]}" metrics; do
 	run "$ex"
 done
 if [[ -n ${EXAMPLES_DATABASE_URL:-} ]]; then
-	for ex in "${no_db[@]}" metrics; do
+	for ex in "${no_db[@]}" metrics "${db_only[@]}"; do
 		run "$ex" "$EXAMPLES_DATABASE_URL"
 	done
+else
+	log "not run, for want of EXAMPLES_DATABASE_URL: ${db_only[*]}"
 fi
 log "all examples built and ran"
