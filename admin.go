@@ -148,24 +148,22 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 		}
 		what = "release " + quoteForError(source)
 	}
-	// One implicit transaction: the lock timeout is local to it.
-	b := &pgx.Batch{}
-	b.Queue(fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true)`, releaseLockWait.Milliseconds()))
-	b.Queue(fmt.Sprintf(releaseSQL, s.Table()), id, source)
-	br := s.db.SendBatch(ctx, b)
-	records, err := func() ([]RunRecord, error) {
+	// One transaction: the lock timeout is local to it.
+	var records []RunRecord
+	err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
+		b.Queue(fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true)`, releaseLockWait.Milliseconds()))
+		b.Queue(fmt.Sprintf(releaseSQL, s.Table()), id, source)
+	}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
-			return nil, err
+			return err
 		}
 		rows, err := br.Query()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return scanRecords(rows)
-	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+		records, err = scanRecords(rows)
+		return err
+	})
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01"):
@@ -217,7 +215,7 @@ SELECT (SELECT count(*) FROM del), count(*), coalesce(max(id), 0) FROM batch`
 			return total, fmt.Errorf("runclaim: prune: %w", err)
 		}
 		var deleted, picked, last int64
-		if err := s.db.QueryRow(ctx, q, after, olderThan.Microseconds(), PruneBatchSize).Scan(&deleted, &picked, &last); err != nil {
+		if err := s.queryRow(ctx, q, []any{after, olderThan.Microseconds(), PruneBatchSize}, &deleted, &picked, &last); err != nil {
 			return total, s.wrap(ctx, "prune", err)
 		}
 		total += deleted

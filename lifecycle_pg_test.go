@@ -3,6 +3,7 @@ package runclaim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -153,9 +154,12 @@ func TestMigrateCurrentSchemaTakesNoTableLock(t *testing.T) {
 	}
 }
 
-// Rule (G7): Heartbeat and Finish that race a takeover answer ErrLeaseLost
-// under every isolation default, never a raw serialization failure.
-func TestIsolationDefaultsHeartbeatFinish(t *testing.T) {
+// Rule (G7): every write of the store answers as under READ COMMITTED, under
+// every isolation default: Heartbeat and Finish that race a takeover answer
+// ErrLeaseLost, a Release that races a heartbeat releases, a Prune that
+// races updates prunes; never a raw serialization failure. (The claim's
+// forms are tested in lock_test.go.)
+func TestIsolationDefaultsEveryWrite(t *testing.T) {
 	t.Parallel()
 	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
 		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
@@ -163,24 +167,119 @@ func TestIsolationDefaultsHeartbeatFinish(t *testing.T) {
 			db := pgtest.New(t)
 			migratedStore(t, db.Pool)
 			pool := poolWithIsolation(t, db, level, nil)
-			store, err := runclaim.NewPostgresStore(pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, op := range []string{"heartbeat", "finish"} {
-				raceTakeover(t, db, store, op)
+			// A store whose claims have seen the session's default sends
+			// every statement in the explicit READ COMMITTED form; a fresh
+			// one learns it from the first serialization failure. Both must
+			// answer right.
+			for _, fresh := range []bool{false, true} {
+				store, err := runclaim.NewPostgresStore(pool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				op := func() *runclaim.PostgresStore {
+					if !fresh {
+						return store
+					}
+					s, err := runclaim.NewPostgresStore(pool)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return s
+				}
+				for _, what := range []string{"heartbeat", "finish"} {
+					raceTakeover(t, db, store, op(), what)
+				}
+				raceRelease(t, db, store, op())
+				racePrune(t, db, op())
 			}
 		})
+	}
+}
+
+// raceRelease has an operator's Release wait on the row lock of a
+// heartbeat in flight, which then commits: the release goes through.
+func raceRelease(t *testing.T, db *pgtest.DB, store, opStore *runclaim.PostgresStore) {
+	t.Helper()
+	ctx := t.Context()
+	info, err := store.Claim(ctx, runclaim.ClaimRequest{Source: fmt.Sprintf("race-release-%p", opStore), Owner: "holder", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `UPDATE `+store.Table()+` SET heartbeat_at = clock_timestamp() WHERE id = $1`, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := opStore.Release(ctx, info.ID, "")
+		done <- err
+	}()
+	waitUntil(t, 10*time.Second, 2*time.Millisecond, "Release to wait for the heartbeat's row lock", func() bool {
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitRecv(t, done, 10*time.Second, "Release"); err != nil {
+		t.Errorf("Release racing a heartbeat = %v (SQLSTATE %q), want the run released", err, pgCode(err))
+	}
+}
+
+// racePrune prunes while an operator's session keeps rewriting the finished
+// rows Prune reads, and claims keep adding new ones: no prune fails.
+func racePrune(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStore) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { // new finished runs
+		for i := 0; ctx.Err() == nil; i++ {
+			info, err := store.Claim(ctx, runclaim.ClaimRequest{Source: fmt.Sprintf("prune-%d", i%4), Owner: "w", Lease: time.Minute})
+			if err == nil {
+				err = store.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded})
+			}
+			if err != nil && ctx.Err() == nil && !errors.Is(err, runclaim.ErrNotClaimed) {
+				t.Errorf("claim or finish while pruning: %v", err)
+				return
+			}
+		}
+	})
+	wg.Go(func() { // an operator's edits of finished rows
+		for ctx.Err() == nil {
+			_, _ = db.Pool.Exec(ctx, `UPDATE `+store.Table()+` SET error = coalesce(error, '') WHERE status <> 'running'`)
+		}
+	})
+	var pruned int64
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; i < 200 || pruned < 50 && time.Now().Before(deadline); i++ {
+		n, err := store.Prune(ctx, 0)
+		if err != nil {
+			t.Errorf("Prune racing updates = %v (SQLSTATE %q)", err, pgCode(err))
+			return
+		}
+		pruned += n
+	}
+	if pruned == 0 {
+		t.Error("nothing was pruned: the race did not happen")
 	}
 }
 
 // raceTakeover claims a run, then has op (heartbeat or finish) of it wait
 // on the row lock of a takeover in flight, which then commits: op must
 // return ErrLeaseLost.
-func raceTakeover(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStore, op string) {
+func raceTakeover(t *testing.T, db *pgtest.DB, store, opStore *runclaim.PostgresStore, op string) {
 	t.Helper()
 	ctx := t.Context()
-	info, err := store.Claim(ctx, runclaim.ClaimRequest{Source: "race-" + op, Owner: "holder", Lease: time.Minute})
+	info, err := store.Claim(ctx, runclaim.ClaimRequest{Source: fmt.Sprintf("race-%s-%p", op, opStore), Owner: "holder", Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,10 +295,10 @@ func raceTakeover(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStore, op
 	go func() {
 		switch op {
 		case "heartbeat":
-			_, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: info.ID, Source: info.Source, Lease: time.Minute})
+			_, err := opStore.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: info.ID, Source: info.Source, Lease: time.Minute})
 			done <- err
 		default:
-			done <- store.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded})
+			done <- opStore.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded})
 		}
 	}()
 	waitUntil(t, 10*time.Second, 2*time.Millisecond, op+" to wait for the takeover's row lock", func() bool {

@@ -182,7 +182,8 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	case ctxErr == nil:
 		return info, err
 	case err == nil:
-		if _, derr := s.db.Exec(cctx, s.sql.unclaim, info.ID); derr != nil {
+		var gone int64
+		if derr := s.queryRow(cctx, s.sql.unclaim, []any{info.ID}, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {
 			return RunInfo{}, fmt.Errorf("runclaim: %s: %w; and run %d, won meanwhile, could not be deleted: %w", what, ctxErr, info.ID, derr)
 		}
 		return RunInfo{}, fmt.Errorf("runclaim: %s: %w", what, ctxErr)
@@ -197,8 +198,10 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 // context ends, to learn whether it won (see Claim).
 const claimGrace = 5 * time.Second
 
-// unclaimSQL deletes a run its claimer won after giving up on the claim.
-const unclaimSQL = `DELETE FROM %[1]s WHERE id = $1 AND status = 'running'`
+// unclaimSQL deletes a run its claimer won after giving up on the claim, so
+// that a failed claim leaves no row (G8). This is why the service role needs
+// DELETE on the runs table, besides Prune.
+const unclaimSQL = `DELETE FROM %[1]s WHERE id = $1 AND status = 'running' RETURNING id`
 
 // heartbeatSQL reads the clock once, so that lease_until - heartbeat_at is
 // exactly the lease. It finds the row by its ID and its source, which the
@@ -291,6 +294,41 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 		}
 	}
 	return finishConflict(req, textPtr(r.oldStatus), textPtr(r.oldError))
+}
+
+// batchReadCommitted sends the statements that queue adds as one batch, one
+// transaction: implicit, or inside BEGIN ISOLATION LEVEL READ COMMITTED ...
+// COMMIT under the same rule as queryRow; read reads their results.
+func (s *PostgresStore) batchReadCommitted(ctx context.Context, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
+	explicit := s.explicit.Load()
+	for {
+		b := &pgx.Batch{}
+		if explicit {
+			b.Queue(beginSQL)
+		}
+		queue(b)
+		if explicit {
+			b.Queue(commitSQL)
+		}
+		br := s.db.SendBatch(ctx, b)
+		err := func() error {
+			if explicit {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			return read(br)
+		}()
+		// Close reads the COMMIT's result, if any.
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if explicit || pgCode(err) != "40001" {
+			return err
+		}
+		s.explicit.Store(true)
+		explicit = true
+	}
 }
 
 // queryRow runs a one-row statement and scans its row into dest: as an
