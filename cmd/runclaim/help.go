@@ -11,10 +11,11 @@ import (
 // The help texts: the top-level usage, each command's --help, and the
 // short message for a bad command line.
 
-// usageError reports a bad command line for cmd and returns exitUsage.
+// usageError reports a bad command line for cmd and returns exitUsage. The
+// message is made printable: it may quote what the operator typed.
 func (c *cli) usageError(cmd *command, format string, args ...any) int {
 	fmt.Fprintf(c.stderr, "runclaim %s: %s\nusage: runclaim %s\nRun 'runclaim %s --help' for details.\n",
-		cmd.name, fmt.Sprintf(format, args...), cmd.usage, cmd.name)
+		cmd.name, visible(fmt.Sprintf(format, args...)), cmd.usage, cmd.name)
 	return exitUsage
 }
 

@@ -55,15 +55,17 @@ func runHistory(ctx context.Context, c *cli, opts any, args []string) int {
 	if err != nil {
 		return c.fail("history", err)
 	}
-	runs, err := store.History(ctx, source, limit)
-	if err != nil {
+	// The runs are printed as they are read, so that a long history takes
+	// no more memory than a short one.
+	list := c.newRunList()
+	if err := store.HistoryFunc(ctx, source, limit, list.add); err != nil {
 		return c.fail("history", err)
 	}
-	if len(runs) == 0 && !c.json {
+	if list.runs == 0 && !c.json {
 		fmt.Fprintf(c.stdout, "no runs of %q\n", source)
 		return exitOK
 	}
-	if err := c.writeRuns(runs); err != nil {
+	if err := list.close(); err != nil {
 		return c.fail("history", err)
 	}
 	return exitOK

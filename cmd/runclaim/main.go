@@ -101,7 +101,7 @@ func (c *cli) main(ctx context.Context, args []string) int {
 			c.topUsage(c.stdout)
 			return exitOK
 		}
-		fmt.Fprintf(c.stderr, "runclaim: %v\n\n", err)
+		fmt.Fprintf(c.stderr, "runclaim: %s\n\n", visible(err.Error()))
 		c.topUsage(c.stderr)
 		return exitUsage
 	}
@@ -207,23 +207,28 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// fail prints err for cmd, without secrets and with a hint where one
-// helps, and returns exitError.
+// fail prints err for cmd, without secrets, printable (see visible) and
+// with a hint where one helps, and returns exitError.
 func (c *cli) fail(cmd string, err error) int {
-	fmt.Fprintf(c.stderr, "runclaim %s: %s\n", cmd, c.redact(describeError(err)))
+	fmt.Fprintf(c.stderr, "runclaim %s: %s%s\n", cmd, visible(c.redact(describeError(cmd, err))), hint(err))
 	return exitError
 }
 
-// describeError is err's text, without the library's "runclaim: " prefix
-// that the command's name replaces, and with a hint for the mistakes
-// operators make.
-func describeError(err error) string {
+// describeError is err's text without the prefixes that the command's name
+// replaces: the library's "runclaim: ", then cmd's own name, so that the
+// line reads "runclaim prune: ..." and not "runclaim prune: prune: ...".
+func describeError(cmd string, err error) string {
 	msg := strings.TrimPrefix(err.Error(), "runclaim: ")
+	return strings.TrimPrefix(msg, cmd+": ")
+}
+
+// hint is a line of advice for the mistakes operators make, or "".
+func hint(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		msg += "\n(hint: run 'runclaim migrate' first, or check --table)"
+		return "\n(hint: run 'runclaim migrate' first, or check --table)"
 	}
-	return msg
+	return ""
 }
 
 // storeOptions are the store options that --table and --namespace ask for.
