@@ -116,6 +116,9 @@ func cell(s string) string {
 // points), with which two different names could look the same. It is the
 // set runclaim.ValidateSource refuses in sources, plus the controls.
 func needsEscape(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r < 0x20 || r == 0x7f
+	}
 	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp,
 		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
 }
@@ -184,8 +187,15 @@ func writeJSON(w io.Writer, v any) error {
 func jsonEscape(b []byte) []byte {
 	var out []byte
 	for i := 0; i < len(b); {
+		if c := b[i]; c >= 0x20 && c < 0x7f || c == '\n' { // most of it
+			if out != nil {
+				out = append(out, c)
+			}
+			i++
+			continue
+		}
 		r, size := utf8.DecodeRune(b[i:])
-		if r == '\n' || !needsEscape(r) {
+		if !needsEscape(r) {
 			if out != nil {
 				out = append(out, b[i:i+size]...)
 			}
