@@ -181,6 +181,9 @@ func TestVisible(t *testing.T) {
 			t.Errorf("visible(%q) = %s, want %s", in, got, want)
 		}
 	}
+	if got, want := visibleLines("a:\n\tb\r\x1b"), "a:\n\tb\\r\\x1b"; got != want {
+		t.Errorf("visibleLines = %q, want %q", got, want)
+	}
 	// jsonEscape keeps the values: every string decodes to what it was.
 	for _, s := range []string{hostileError, hostileOwner, legacySource, "\U000e0041", "ok"} {
 		var b strings.Builder

@@ -79,8 +79,8 @@ type cli struct {
 	namespace string // --namespace
 	json      bool   // --json
 
-	pool    *pgxpool.Pool
-	secrets []string // never printed: passwords and the DSN
+	pool *pgxpool.Pool
+	dsn  string // DATABASE_URL, whose password is never printed (see redact)
 }
 
 // run is the whole program: it parses args (without the program name), runs
@@ -207,10 +207,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// fail prints err for cmd, without secrets, printable (see visible) and
-// with a hint where one helps, and returns exitError.
+// fail prints err for cmd, without secrets, printable (see visibleLines)
+// and with a hint where one helps, and returns exitError.
 func (c *cli) fail(cmd string, err error) int {
-	fmt.Fprintf(c.stderr, "runclaim %s: %s%s\n", cmd, visible(c.redact(describeError(cmd, err))), hint(err))
+	fmt.Fprintf(c.stderr, "runclaim %s: %s%s\n", cmd, visibleLines(c.redact(describeError(cmd, err))), hint(err))
 	return exitError
 }
 
@@ -274,13 +274,11 @@ func (c *cli) store(ctx context.Context) (*runclaim.PostgresStore, error) {
 // openPool connects lazily: the first query makes the first connection.
 func (c *cli) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	dsn := c.getenv(envDatabaseURL)
-	c.secrets = append(c.secrets, dsn, c.getenv("PGPASSWORD"))
-	c.secrets = append(c.secrets, passwordsIn(dsn)...)
+	c.dsn = dsn
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, parseConfigError(err)
 	}
-	c.secrets = append(c.secrets, cfg.ConnConfig.Password)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}

@@ -129,10 +129,17 @@ func needsEscape(r rune) bool {
 // included, is left as it is. The table cells, the messages and the errors
 // the commands print go through it; JSON output escapes the same
 // characters its own way (see writeJSON).
-func visible(s string) string {
+func visible(s string) string { return escape(s, false) }
+
+// visibleLines is visible, except that it keeps newlines and tabs as they
+// are: for a message that may span lines, such as pgx's error for a
+// connection tried on several addresses.
+func visibleLines(s string) string { return escape(s, true) }
+
+func escape(s string, keepLines bool) string {
 	clean := true
 	for _, r := range s {
-		if r == utf8.RuneError || needsEscape(r) {
+		if (r == utf8.RuneError || needsEscape(r)) && !(keepLines && (r == '\n' || r == '\t')) {
 			clean = false
 			break
 		}
@@ -146,6 +153,8 @@ func visible(s string) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case keepLines && (r == '\n' || r == '\t'):
+			b.WriteRune(r)
 		case r == '\n':
 			b.WriteString(`\n`)
 		case r == '\t':
