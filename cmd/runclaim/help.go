@@ -38,10 +38,12 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Global flags (also accepted after the command name):
-  --table schema.table   runs table (default public.runclaim_runs, or $RUNCLAIM_TABLE)
+  --table schema.table   runs table (default public.runclaim_runs, or $RUNCLAIM_TABLE);
+                         quote a name that contains a dot: "my.schema".runs
   --namespace ns         advisory lock namespace, used by exec (default runclaim,
                          or $RUNCLAIM_NAMESPACE); must match the services' WithNamespace
-  --json                 print one JSON document instead of a table
+  --json                 print one JSON document instead of a table (every
+                         command but exec, whose output is its command's)
 
 Connection:
   DATABASE_URL (postgres://user:pass@host:5432/db?sslmode=... or key=value

@@ -178,7 +178,7 @@ func (c *cli) globalFlags(fs *flag.FlagSet, withJSON bool) {
 		c.namespace = c.getenv(envNamespace)
 	}
 	fs.StringVar(&c.table, "table", c.table,
-		"runs table as `schema.table` or table (default \"public.runclaim_runs\", or $RUNCLAIM_TABLE)")
+		"runs table as `schema.table` or table; quote a name with a dot: \"my.schema\".runs (default \"public.runclaim_runs\", or $RUNCLAIM_TABLE)")
 	fs.StringVar(&c.namespace, "namespace", c.namespace,
 		"advisory lock namespace, for exec (default \"runclaim\", or $RUNCLAIM_NAMESPACE)")
 	if withJSON {
@@ -232,19 +232,79 @@ func hint(err error) string {
 }
 
 // storeOptions are the store options that --table and --namespace ask for.
+// main has checked --table with checkStoreOptions.
 func (c *cli) storeOptions() []runclaim.PostgresOption {
 	var opts []runclaim.PostgresOption
 	if c.table != "" {
-		schema, table := runclaim.DefaultSchema, c.table
-		if i := strings.IndexByte(c.table, '.'); i >= 0 {
-			schema, table = c.table[:i], c.table[i+1:]
-		}
+		schema, table, _ := parseTable(c.table)
 		opts = append(opts, runclaim.WithTable(schema, table))
 	}
 	if c.namespace != "" {
 		opts = append(opts, runclaim.WithNamespace(c.namespace))
 	}
 	return opts
+}
+
+// parseTable splits --table into a schema and a table name: "runs" is the
+// table runs in the default schema, "jobs.runs" the table runs in schema
+// jobs. A name that contains a dot is written in double quotes, as in SQL,
+// with a double quote inside doubled: "my.schema".runs, "a""b".runs.
+// Names are taken as they are, without SQL's folding of unquoted names to
+// lower case, since runclaim always quotes them (WithTable); so the form
+// that store.Table() and 'migrate --json' print, "public"."runclaim_runs",
+// reads back as the same table.
+func parseTable(s string) (schema, table string, err error) {
+	var parts []string
+	rest := s
+	for {
+		var part string
+		if strings.HasPrefix(rest, `"`) {
+			// A quoted name runs to the next single double quote.
+			var b strings.Builder
+			i := 1
+			for {
+				j := strings.IndexByte(rest[i:], '"')
+				if j < 0 {
+					return "", "", fmt.Errorf("--table %s: unclosed double quote", s)
+				}
+				b.WriteString(rest[i : i+j])
+				i += j + 1
+				if !strings.HasPrefix(rest[i:], `"`) {
+					break
+				}
+				b.WriteByte('"') // a doubled quote
+				i++
+			}
+			part, rest = b.String(), rest[i:]
+			if rest != "" && rest[0] != '.' {
+				return "", "", fmt.Errorf("--table %s: a quoted name must be followed by a dot or nothing", s)
+			}
+		} else {
+			end := strings.IndexByte(rest, '.')
+			if end < 0 {
+				end = len(rest)
+			}
+			part, rest = rest[:end], rest[end:]
+			if strings.Contains(part, `"`) {
+				return "", "", fmt.Errorf("--table %s: a double quote inside an unquoted name", s)
+			}
+		}
+		if part == "" {
+			return "", "", fmt.Errorf("--table %s: empty schema or table name", s)
+		}
+		parts = append(parts, part)
+		if rest == "" {
+			break
+		}
+		rest = rest[1:] // the dot
+		if len(parts) == 2 {
+			return "", "", fmt.Errorf(`--table %s: more than schema.table; quote a name that contains a dot, as in "my.schema".runs`, s)
+		}
+	}
+	if len(parts) == 1 {
+		return runclaim.DefaultSchema, parts[0], nil
+	}
+	return parts[0], parts[1], nil
 }
 
 // sqlOnly stands in for a pool where a store is needed only to check its
@@ -254,6 +314,11 @@ type sqlOnly struct{ runclaim.Querier }
 // checkStoreOptions validates --table and --namespace before anything
 // connects.
 func (c *cli) checkStoreOptions() error {
+	if c.table != "" {
+		if _, _, err := parseTable(c.table); err != nil {
+			return err
+		}
+	}
 	_, err := runclaim.NewPostgresStore(sqlOnly{}, c.storeOptions()...)
 	return err
 }
