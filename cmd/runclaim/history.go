@@ -22,6 +22,10 @@ func init() {
 stopped heartbeating and a later claim took over) or released (by an
 operator).
 
+Runs are printed as they are read, so a long history (--limit 1000000)
+takes no more memory than a short one; the table's columns are sized on
+each block of 1000 rows.
+
 Examples:
   runclaim history nightly-report
   runclaim history nightly-report --limit 100 --json
