@@ -25,9 +25,10 @@ import (
 )
 
 // The benchmarks of the performance targets listed in BENCHMARKS.md. Each
-// one that compares the library with a floor measures both in the same loop, on the
-// same pool (and, single-threaded, the same connection), alternating which
-// goes first, and reports each one's percentiles and their ratio with
+// one that compares the library with a floor measures both in the same
+// loop, on the same pool (and, single-threaded, the same connection),
+// alternating which goes first, and reports each one's percentiles and
+// their ratio with
 // b.ReportMetric, so that one line of `go test -bench` output says it.
 // Where ns/op would mix the candidate with its floor it is suppressed.
 // BENCHMARKS.md has the command, the figures and what bounds each one.
@@ -226,10 +227,10 @@ func overlappingRuns(b testing.TB, pool *pgxpool.Pool, table string) int64 {
 // ---------------------------------------------------------------------------
 // The reference: one statement per round trip
 
-// refClaimer is the protocol the library is measured against: the
-// protocol runclaim was designed to replace (see Targets in
-// BENCHMARKS.md), one statement per round trip in an explicit
-// transaction (BEGIN; pre-check; try-lock; re-check; INSERT; COMMIT). It is
+// refClaimer is the protocol the library is measured against: the one
+// runclaim was designed to replace (see Targets in BENCHMARKS.md), one
+// statement per round trip in an explicit transaction (BEGIN; pre-check;
+// try-lock; re-check; INSERT; COMMIT). It is
 // the minimal form of it, without lease expiry or a minimum interval, which
 // flatters the reference.
 type refClaimer struct {
