@@ -28,9 +28,9 @@ import (
 // one that compares the library with a floor measures both in the same
 // loop, on the same pool (and, single-threaded, the same connection),
 // alternating which goes first, and reports each one's percentiles and
-// their ratio with
-// b.ReportMetric, so that one line of `go test -bench` output says it.
-// Where ns/op would mix the candidate with its floor it is suppressed.
+// their ratio with b.ReportMetric, so that one line of `go test -bench`
+// output says it. Where ns/op would mix the candidate with its floor it is
+// suppressed.
 // BENCHMARKS.md has the command, the figures and what bounds each one.
 //
 // RUNCLAIM_BENCH_ROWS sets the number of finished runs BenchmarkHistory1M
