@@ -76,27 +76,77 @@ func (s *PostgresStore) Running(ctx context.Context, source string) ([]RunRecord
 }
 
 // History returns the latest runs of source, newest first, at most limit
-// of them (limit must be positive).
+// of them (limit must be positive). It reads them with HistoryFunc, into a
+// slice; for a long history, call HistoryFunc.
 func (s *PostgresStore) History(ctx context.Context, source string, limit int) ([]RunRecord, error) {
-	if err := checkContext(ctx); err != nil {
+	var records []RunRecord
+	err := s.HistoryFunc(ctx, source, limit, func(r RunRecord) error {
+		records = append(records, r)
+		return nil
+	})
+	if err != nil {
 		return nil, err
+	}
+	return records, nil
+}
+
+// HistoryFunc calls fn with each of the latest runs of source, newest
+// first, at most limit of them (limit must be positive), as it reads them
+// from the database: memory use does not grow with limit. It stops at the
+// first error fn returns and returns that error as it is. fn runs while
+// the query holds one of the pool's connections, so it must not wait for
+// another query on a pool that may have no other connection to give.
+
+func (s *PostgresStore) HistoryFunc(ctx context.Context, source string, limit int, fn func(RunRecord) error) error {
+	if err := checkContext(ctx); err != nil {
+		return err
 	}
 	if err := ValidateSource(source); err != nil {
-		return nil, err
+		return err
 	}
 	if limit <= 0 {
-		return nil, fmt.Errorf("runclaim: history: limit must be positive, got %d", limit)
+		return fmt.Errorf("runclaim: history: limit must be positive, got %d", limit)
 	}
+	if fn == nil {
+		return errors.New("runclaim: history: nil function")
+	}
+	what := "history of " + quoteForError(source)
 	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM `+s.Table()+
 		` WHERE source = $1 ORDER BY started_at DESC, id DESC LIMIT $2`, source, limit)
 	if err != nil {
-		return nil, s.wrap(ctx, "history of "+quoteForError(source), err)
+		return s.wrap(ctx, what, err)
 	}
-	records, err := scanRecords(rows)
-	if err != nil {
-		return nil, s.wrap(ctx, "history of "+quoteForError(source), err)
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return s.wrap(ctx, what, err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
 	}
-	return records, nil
+	if err := rows.Err(); err != nil {
+		return s.wrap(ctx, what, err)
+	}
+	return nil
+}
+
+// scanRecord reads the row rows is on, selected as recordColumns.
+func scanRecord(rows pgx.Rows) (RunRecord, error) {
+	var (
+		r        RunRecord
+		status   string
+		finished *time.Time
+	)
+	if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error); err != nil {
+		return RunRecord{}, err
+	}
+	r.Status = Status(status)
+	if finished != nil {
+		r.FinishedAt = *finished
+	}
+	return r, nil
 }
 
 // ErrNotRunning is returned by Release when there is no running run to

@@ -51,16 +51,18 @@ func (c *Claimer) Owner() string { return c.cfg.owner }
 // when it may last longer than the lease; Do does both.
 func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
 	if err := checkContext(ctx); err != nil {
+		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
 	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.cfg.lease, MinInterval: c.cfg.minInterval}
 	if err := req.Validate(); err != nil {
+		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
 	sent := time.Now()
 	info, err := c.store.Claim(ctx, req)
 	if err != nil {
-		c.skipped(source, err, time.Since(sent))
+		c.notClaimed(ctx, source, err, time.Since(sent))
 		return nil, err
 	}
 	run := &Run{

@@ -27,7 +27,8 @@
 //     bad input is refused before any SQL runs (G8).
 //
 // A winning or losing claim is one network round trip: one pgx.Batch that
-// runs as a single READ COMMITTED transaction.
+// runs as a single READ COMMITTED transaction. (The first claim on each
+// pooled connection takes two: pgx prepares the statements first.)
 //
 // # Use
 //
@@ -42,11 +43,19 @@
 //	if err := store.Migrate(ctx); err != nil {
 //		return err
 //	}
-//	claimer, err := runclaim.New(store, runclaim.WithLease(30*time.Second))
+//	claimer, err := runclaim.New(store, runclaim.WithLease(30*time.Second),
+//		runclaim.WithMinInterval(30*time.Second)) // half the period
 //	if err != nil {
 //		return err
 //	}
-//	for range time.Tick(time.Minute) {
+//	for {
+//		// Every replica ticks at the same wall-clock minute; a
+//		// time.Ticker would count from each replica's start.
+//		select {
+//		case <-ctx.Done():
+//			return ctx.Err()
+//		case <-time.After(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute))):
+//		}
 //		err := claimer.Do(ctx, "avito", func(ctx context.Context, run *runclaim.Run) error {
 //			return sweep(ctx, run.ID) // pass run.ID on as a fencing token
 //		})

@@ -30,7 +30,8 @@ var ErrLeaseLost = errors.New("runclaim: lease lost")
 
 // ErrInvalidSource is returned, wrapped with the reason, for a source name that
 // is empty, longer than MaxSourceLen bytes, not valid UTF-8, or contains a NUL
-// byte or another control character. Nothing is sent to the store.
+// byte, another control character or an invisible one (see ValidateSource).
+// Nothing is sent to the store.
 var ErrInvalidSource = errors.New("runclaim: invalid source")
 
 // ErrFinished is returned by Heartbeat after Finish, and by a Finish whose

@@ -10,25 +10,32 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-// A plain time.Ticker on every replica: each tick, Do runs the sweep of a
-// source on the one replica whose claim wins and skips it on the others.
+// A plain ticker on every replica, aligned to the wall clock: each tick,
+// Do runs the sweep of a source on the one replica whose claim wins and
+// skips it on the others. (time.NewTicker would count each replica's period
+// from its own start, so that replicas would tick at different moments and
+// each win its own tick.)
 func ExampleClaimer_Do_ticker() {
 	ctx, stop := context.WithCancel(context.Background()) // signal.NotifyContext in a service
 	defer stop()
 
-	// runclaim.NewPostgresStore(pool) in production, shared by every replica.
-	claimer, err := runclaim.New(runclaim.NewMemoryStore())
+	// runclaim.NewPostgresStore(pool) in production, shared by every
+	// replica. A minimum interval of half the period turns away a replica
+	// whose tick comes a little late, after a quick sweep has finished.
+	const period = 200 * time.Millisecond // say time.Minute in production
+	claimer, err := runclaim.New(runclaim.NewMemoryStore(), runclaim.WithMinInterval(period/2))
 	if err != nil {
 		log.Fatal(err)
 	}
 
-	ticker := time.NewTicker(10 * time.Millisecond) // say time.Minute in production
-	defer ticker.Stop()
 	for tick := 1; ; tick++ {
+		// Wait for the next multiple of period on the wall clock: the
+		// same moment on every replica.
+		next := time.Now().Truncate(period).Add(period)
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-time.After(time.Until(next)):
 		}
 		for _, source := range []string{"avito", "cian"} {
 			err := claimer.Do(ctx, source, func(ctx context.Context, run *runclaim.Run) error {

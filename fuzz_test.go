@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,8 +31,26 @@ import (
 
 // sourceOK is ValidateSource's rule, written out independently: 1 to
 // MaxSourceLen bytes of valid UTF-8 without C0 controls (NUL included),
-// DEL or C1 controls.
+// DEL or C1 controls, and without the characters that are invisible or act
+// on the text around them: Unicode format characters (Cf), the line and
+// paragraph separators, variation selectors and the other default-ignorable
+// code points.
 func sourceOK(s string) bool {
+	if !ownerOK(s) {
+		return false
+	}
+	for _, r := range s {
+		if r == 0x2028 || r == 0x2029 || unicode.Is(unicode.Cf, r) ||
+			unicode.Is(unicode.Variation_Selector, r) || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// ownerOK is WithOwner's rule (for names up to MaxSourceLen bytes):
+// sourceOK's without the invisible characters, which an owner may hold.
+func ownerOK(s string) bool {
 	if len(s) == 0 || len(s) > runclaim.MaxSourceLen || !utf8.ValidString(s) {
 		return false
 	}

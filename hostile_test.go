@@ -51,12 +51,23 @@ var hostileSources = []struct {
 	{"NULL as text", "NULL", true},
 	{"4-byte UTF-8", "🦀😀", true},
 	{"mixed scripts", "источник/ü-😀", true},
-	{"right-to-left mark U+200F", "abc\u200fdef", true},
-	{"right-to-left override U+202E", "\u202etxt.exe", true},
+	{"right-to-left mark U+200F", "abc\u200fdef", false},
+	{"right-to-left override U+202E", "\u202etxt.exe", false},
 	{"combining characters", "e\u0301\u0301\u0327", true},
-	{"zero-width joiners", "👨\u200d👩\u200d👧", true},
-	{"byte order mark", "\ufeffsrc", true},
-	{"line separator U+2028", "a\u2028b", true},
+	{"zero-width joiners", "👨\u200d👩\u200d👧", false},
+	{"byte order mark", "\ufeffsrc", false},
+	{"line separator U+2028", "a\u2028b", false},
+	{"paragraph separator U+2029", "a\u2029b", false},
+	{"zero-width space U+200B", "night\u200bly", false},
+	{"word joiner U+2060", "night\u2060ly", false},
+	{"left-to-right isolate U+2066", "\u2066nightly\u2069", false},
+	{"pop directional isolate U+2069 alone", "nightly\u2069", false},
+	{"soft hyphen U+00AD", "night\u00adly", false},
+	{"variation selector U+FE0F", "nightly\ufe0f", false},
+	{"Hangul filler U+3164", "nightly\u3164", false},
+	{"tag character U+E0041", "nightly\U000e0041", false},
+	{"Arabic letters", "مصدر", true},
+	{"emoji without joiners", "👨👩👧", true},
 	{"noncharacter U+FFFF", "\uffff", true},
 	{"highest code point", "\U0010ffff", true},
 	{"spaces kept", "  src  ", true},
@@ -221,6 +232,8 @@ func refused(t *testing.T, db *pgtest.DB, table string, store *runclaim.Postgres
 }
 
 // TestHostileOwner: owners are stored verbatim too, or refused by New.
+// Unlike sources, owners may hold invisible characters (an owner names a
+// holder for people; it is no key): the ops CLI shows them escaped.
 func TestHostileOwner(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -231,7 +244,7 @@ func TestHostileOwner(t *testing.T) {
 			continue // MaxOwnerLen and MaxSourceLen are both 512 today
 		}
 		c, err := runclaim.New(store, runclaim.WithOwner(h.s))
-		if !h.ok {
+		if !ownerOK(h.s) {
 			if err == nil || !strings.Contains(err.Error(), "WithOwner") {
 				t.Errorf("%s: New(WithOwner(%q)): %v, want an error naming WithOwner", h.name, h.s, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -17,6 +18,13 @@ type Hooks struct {
 	Claimed func(ClaimedEvent)
 	// Skipped is called after a claim was skipped (ErrNotClaimed).
 	Skipped func(SkippedEvent)
+	// ClaimFailed is called after a claim failed with an error that is not
+	// a skip: the store's (an unreachable database, a missing table, a
+	// permission), the caller's context ending, or invalid input (an
+	// invalid source, a nil context), which is a bug worth seeing on a
+	// dashboard too. Without it, a database outage would look like a
+	// quiet period: no claims and no skips.
+	ClaimFailed func(ClaimFailedEvent)
 	// Finished is called after a run's outcome was recorded.
 	Finished func(FinishedEvent)
 	// HeartbeatFailed is called when a heartbeat fails for a reason other
@@ -38,6 +46,14 @@ type SkippedEvent struct {
 	Source   string           // the source that was not claimed
 	Err      *NotClaimedError // Reason says why: ErrAlreadyRunning or ErrTooSoon
 	Duration time.Duration    // how long the claim took
+}
+
+// ClaimFailedEvent describes a claim that failed: it neither started a run
+// nor was skipped.
+type ClaimFailedEvent struct {
+	Source   string        // the source that was not claimed
+	Err      error         // what Claim returned
+	Duration time.Duration // how long the claim took; 0 if it was refused before reaching the store
 }
 
 // FinishedEvent describes a run whose outcome was recorded.
@@ -68,7 +84,9 @@ func WithHooks(h Hooks) Option {
 
 // WithLogger makes the Claimer log what happens to its runs: claims and
 // skips at Debug, outcomes at Info (succeeded) or Warn (failed), failed
-// heartbeats at Warn and lost leases at Error. Without it nothing is logged.
+// heartbeats at Warn, failed claims (see Hooks.ClaimFailed) at Error, or at
+// Warn when the caller's context had ended (a shutdown), and lost leases
+// at Error. Without it nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
@@ -83,9 +101,12 @@ func (c *Claimer) claimed(run *Run, d time.Duration) {
 	}
 }
 
-func (c *Claimer) skipped(source string, err error, d time.Duration) {
+// notClaimed reports a claim that returned err: a skip or a failure. ctx
+// is the claim's; it may be nil.
+func (c *Claimer) notClaimed(ctx context.Context, source string, err error, d time.Duration) {
 	var nc *NotClaimedError
 	if !errors.As(err, &nc) {
+		c.claimFailed(ctx, source, err, d)
 		return
 	}
 	if c.cfg.logger != nil {
@@ -94,6 +115,24 @@ func (c *Claimer) skipped(source string, err error, d time.Duration) {
 	}
 	if f := c.cfg.hooks.Skipped; f != nil {
 		f(SkippedEvent{Source: source, Err: nc, Duration: d})
+	}
+}
+
+func (c *Claimer) claimFailed(ctx context.Context, source string, err error, d time.Duration) {
+	if c.cfg.logger != nil {
+		level := slog.LevelError
+		if ctx != nil && ctx.Err() != nil {
+			level = slog.LevelWarn // the caller called it off
+		}
+		logged := source
+		if len(logged) > MaxSourceLen { // an invalid source may be megabytes
+			logged = logged[:MaxSourceLen] + "…"
+		}
+		c.cfg.logger.LogAttrs(context.Background(), level, "runclaim: claim failed",
+			slog.String("source", strings.ToValidUTF8(logged, "\uFFFD")), slog.String("error", err.Error()), slog.Duration("took", d))
+	}
+	if f := c.cfg.hooks.ClaimFailed; f != nil {
+		f(ClaimFailedEvent{Source: source, Err: err, Duration: d})
 	}
 }
 

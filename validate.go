@@ -11,13 +11,35 @@ import (
 
 // ValidateSource reports whether source can be claimed: it must be valid
 // UTF-8, between 1 and MaxSourceLen bytes, and free of NUL bytes and other
-// control characters. The error wraps ErrInvalidSource. Stores call it before
-// they send anything.
+// control characters, and of characters that are invisible or change how
+// the text around them is shown (see below). The error wraps
+// ErrInvalidSource. Stores call it before they send anything.
+//
+// The invisible characters refused are the Unicode format characters
+// (category Cf: zero-width spaces and joiners, bidirectional overrides and
+// isolates, the byte order mark, the soft hyphen, ...), the line and
+// paragraph separators U+2028 and U+2029, variation selectors and the other
+// default-ignorable code points. With any of them, two different sources
+// could both read "nightly" in a log, a dashboard or the ops CLI; an
+// operator would release or prune the wrong one. Emoji sequences joined by
+// U+200D or ended by a variation selector are refused with them.
 func ValidateSource(source string) error {
 	if err := validateName(source, MaxSourceLen); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSource, err)
 	}
+	for i, r := range source {
+		if invisible(r) {
+			return fmt.Errorf("%w: invisible or format character %U at offset %d", ErrInvalidSource, r, i)
+		}
+	}
 	return nil
+}
+
+// invisible reports whether r is a character ValidateSource refuses for
+// being invisible or acting on the text around it.
+func invisible(r rune) bool {
+	return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp,
+		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
 }
 
 func validateName(s string, max int) error {

@@ -11,10 +11,11 @@ import (
 // The help texts: the top-level usage, each command's --help, and the
 // short message for a bad command line.
 
-// usageError reports a bad command line for cmd and returns exitUsage.
+// usageError reports a bad command line for cmd and returns exitUsage. The
+// message is made printable: it may quote what the operator typed.
 func (c *cli) usageError(cmd *command, format string, args ...any) int {
 	fmt.Fprintf(c.stderr, "runclaim %s: %s\nusage: runclaim %s\nRun 'runclaim %s --help' for details.\n",
-		cmd.name, fmt.Sprintf(format, args...), cmd.usage, cmd.name)
+		cmd.name, visible(fmt.Sprintf(format, args...)), cmd.usage, cmd.name)
 	return exitUsage
 }
 
@@ -37,10 +38,12 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Global flags (also accepted after the command name):
-  --table schema.table   runs table (default public.runclaim_runs, or $RUNCLAIM_TABLE)
+  --table schema.table   runs table (default public.runclaim_runs, or $RUNCLAIM_TABLE);
+                         quote a name that contains a dot: "my.schema".runs
   --namespace ns         advisory lock namespace, used by exec (default runclaim,
                          or $RUNCLAIM_NAMESPACE); must match the services' WithNamespace
-  --json                 print one JSON document instead of a table
+  --json                 print one JSON document instead of a table (every
+                         command but exec, whose output is its command's)
 
 Connection:
   DATABASE_URL (postgres://user:pass@host:5432/db?sslmode=... or key=value

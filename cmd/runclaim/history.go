@@ -22,6 +22,10 @@ func init() {
 stopped heartbeating and a later claim took over) or released (by an
 operator).
 
+Runs are printed as they are read, so a long history (--limit 1000000)
+takes no more memory than a short one; the table's columns are sized on
+each block of 1000 rows.
+
 Examples:
   runclaim history nightly-report
   runclaim history nightly-report --limit 100 --json
@@ -55,15 +59,17 @@ func runHistory(ctx context.Context, c *cli, opts any, args []string) int {
 	if err != nil {
 		return c.fail("history", err)
 	}
-	runs, err := store.History(ctx, source, limit)
-	if err != nil {
+	// The runs are printed as they are read, so that a long history takes
+	// no more memory than a short one.
+	list := c.newRunList()
+	if err := store.HistoryFunc(ctx, source, limit, list.add); err != nil {
 		return c.fail("history", err)
 	}
-	if len(runs) == 0 && !c.json {
+	if list.runs == 0 && !c.json {
 		fmt.Fprintf(c.stdout, "no runs of %q\n", source)
 		return exitOK
 	}
-	if err := c.writeRuns(runs); err != nil {
+	if err := list.close(); err != nil {
 		return c.fail("history", err)
 	}
 	return exitOK

@@ -79,8 +79,8 @@ type cli struct {
 	namespace string // --namespace
 	json      bool   // --json
 
-	pool    *pgxpool.Pool
-	secrets []string // never printed: passwords and the DSN
+	pool *pgxpool.Pool
+	dsn  string // DATABASE_URL, whose password is never printed (see redact)
 }
 
 // run is the whole program: it parses args (without the program name), runs
@@ -101,7 +101,7 @@ func (c *cli) main(ctx context.Context, args []string) int {
 			c.topUsage(c.stdout)
 			return exitOK
 		}
-		fmt.Fprintf(c.stderr, "runclaim: %v\n\n", err)
+		fmt.Fprintf(c.stderr, "runclaim: %s\n\n", visible(err.Error()))
 		c.topUsage(c.stderr)
 		return exitUsage
 	}
@@ -178,7 +178,7 @@ func (c *cli) globalFlags(fs *flag.FlagSet, withJSON bool) {
 		c.namespace = c.getenv(envNamespace)
 	}
 	fs.StringVar(&c.table, "table", c.table,
-		"runs table as `schema.table` or table (default \"public.runclaim_runs\", or $RUNCLAIM_TABLE)")
+		"runs table as `schema.table` or table; quote a name with a dot: \"my.schema\".runs (default \"public.runclaim_runs\", or $RUNCLAIM_TABLE)")
 	fs.StringVar(&c.namespace, "namespace", c.namespace,
 		"advisory lock namespace, for exec (default \"runclaim\", or $RUNCLAIM_NAMESPACE)")
 	if withJSON {
@@ -207,39 +207,104 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// fail prints err for cmd, without secrets and with a hint where one
-// helps, and returns exitError.
+// fail prints err for cmd, without secrets, printable (see visibleLines)
+// and with a hint where one helps, and returns exitError.
 func (c *cli) fail(cmd string, err error) int {
-	fmt.Fprintf(c.stderr, "runclaim %s: %s\n", cmd, c.redact(describeError(err)))
+	fmt.Fprintf(c.stderr, "runclaim %s: %s%s\n", cmd, visibleLines(c.redact(describeError(cmd, err))), hint(err))
 	return exitError
 }
 
-// describeError is err's text, without the library's "runclaim: " prefix
-// that the command's name replaces, and with a hint for the mistakes
-// operators make.
-func describeError(err error) string {
+// describeError is err's text without the prefixes that the command's name
+// replaces: the library's "runclaim: ", then cmd's own name, so that the
+// line reads "runclaim prune: ..." and not "runclaim prune: prune: ...".
+func describeError(cmd string, err error) string {
 	msg := strings.TrimPrefix(err.Error(), "runclaim: ")
+	return strings.TrimPrefix(msg, cmd+": ")
+}
+
+// hint is a line of advice for the mistakes operators make, or "".
+func hint(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		msg += "\n(hint: run 'runclaim migrate' first, or check --table)"
+		return "\n(hint: run 'runclaim migrate' first, or check --table)"
 	}
-	return msg
+	return ""
 }
 
 // storeOptions are the store options that --table and --namespace ask for.
+// main has checked --table with checkStoreOptions.
 func (c *cli) storeOptions() []runclaim.PostgresOption {
 	var opts []runclaim.PostgresOption
 	if c.table != "" {
-		schema, table := runclaim.DefaultSchema, c.table
-		if i := strings.IndexByte(c.table, '.'); i >= 0 {
-			schema, table = c.table[:i], c.table[i+1:]
-		}
+		schema, table, _ := parseTable(c.table)
 		opts = append(opts, runclaim.WithTable(schema, table))
 	}
 	if c.namespace != "" {
 		opts = append(opts, runclaim.WithNamespace(c.namespace))
 	}
 	return opts
+}
+
+// parseTable splits --table into a schema and a table name: "runs" is the
+// table runs in the default schema, "jobs.runs" the table runs in schema
+// jobs. A name that contains a dot is written in double quotes, as in SQL,
+// with a double quote inside doubled: "my.schema".runs, "a""b".runs.
+// Names are taken as they are, without SQL's folding of unquoted names to
+// lower case, since runclaim always quotes them (WithTable); so the form
+// that store.Table() and 'migrate --json' print, "public"."runclaim_runs",
+// reads back as the same table.
+func parseTable(s string) (schema, table string, err error) {
+	var parts []string
+	rest := s
+	for {
+		var part string
+		if strings.HasPrefix(rest, `"`) {
+			// A quoted name runs to the next single double quote.
+			var b strings.Builder
+			i := 1
+			for {
+				j := strings.IndexByte(rest[i:], '"')
+				if j < 0 {
+					return "", "", fmt.Errorf("--table %s: unclosed double quote", s)
+				}
+				b.WriteString(rest[i : i+j])
+				i += j + 1
+				if !strings.HasPrefix(rest[i:], `"`) {
+					break
+				}
+				b.WriteByte('"') // a doubled quote
+				i++
+			}
+			part, rest = b.String(), rest[i:]
+			if rest != "" && rest[0] != '.' {
+				return "", "", fmt.Errorf("--table %s: a quoted name must be followed by a dot or nothing", s)
+			}
+		} else {
+			end := strings.IndexByte(rest, '.')
+			if end < 0 {
+				end = len(rest)
+			}
+			part, rest = rest[:end], rest[end:]
+			if strings.Contains(part, `"`) {
+				return "", "", fmt.Errorf("--table %s: a double quote inside an unquoted name", s)
+			}
+		}
+		if part == "" {
+			return "", "", fmt.Errorf("--table %s: empty schema or table name", s)
+		}
+		parts = append(parts, part)
+		if rest == "" {
+			break
+		}
+		rest = rest[1:] // the dot
+		if len(parts) == 2 {
+			return "", "", fmt.Errorf(`--table %s: more than schema.table; quote a name that contains a dot, as in "my.schema".runs`, s)
+		}
+	}
+	if len(parts) == 1 {
+		return runclaim.DefaultSchema, parts[0], nil
+	}
+	return parts[0], parts[1], nil
 }
 
 // sqlOnly stands in for a pool where a store is needed only to check its
@@ -249,6 +314,11 @@ type sqlOnly struct{ runclaim.Querier }
 // checkStoreOptions validates --table and --namespace before anything
 // connects.
 func (c *cli) checkStoreOptions() error {
+	if c.table != "" {
+		if _, _, err := parseTable(c.table); err != nil {
+			return err
+		}
+	}
 	_, err := runclaim.NewPostgresStore(sqlOnly{}, c.storeOptions()...)
 	return err
 }
@@ -269,13 +339,11 @@ func (c *cli) store(ctx context.Context) (*runclaim.PostgresStore, error) {
 // openPool connects lazily: the first query makes the first connection.
 func (c *cli) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	dsn := c.getenv(envDatabaseURL)
-	c.secrets = append(c.secrets, dsn, c.getenv("PGPASSWORD"))
-	c.secrets = append(c.secrets, passwordsIn(dsn)...)
+	c.dsn = dsn
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, parseConfigError(err)
 	}
-	c.secrets = append(c.secrets, cfg.ConnConfig.Password)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}

@@ -24,7 +24,9 @@ Examples:
   runclaim --table jobs.runs migrate
   runclaim migrate --sql > migrations/0001_runclaim.sql
 
-JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true}`,
+JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true}; with
+--sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
+quoted, as --table accepts it.`,
 		flags: func(fs *flag.FlagSet) any {
 			return fs.Bool("sql", false, "print the DDL and exit, without connecting")
 		},
@@ -38,6 +40,15 @@ func runMigrate(ctx context.Context, c *cli, opts any, _ []string) int {
 		store, err := runclaim.NewPostgresStore(sqlOnly{}, c.storeOptions()...)
 		if err != nil {
 			return c.fail("migrate", err) // checked in main already
+		}
+		if c.json {
+			if err := writeJSON(c.stdout, struct {
+				Table string `json:"table"`
+				SQL   string `json:"sql"`
+			}{store.Table(), store.SchemaSQL()}); err != nil {
+				return c.fail("migrate", err)
+			}
+			return exitOK
 		}
 		fmt.Fprint(c.stdout, store.SchemaSQL())
 		return exitOK

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
@@ -57,5 +58,76 @@ func TestMigrateSQL(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("SQL does not contain %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+// TestMigrateSQLJSON: with --json, migrate --sql prints one JSON document
+// with the table and the DDL, and still connects to nothing.
+func TestMigrateSQLJSON(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(envDatabaseURL, "postgres://nobody:pw@127.0.0.1:1/none")
+	r := runInEnv(t, nil, "--table", "jobs.runs", "migrate", "--sql", "--json")
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	obj := decodeObject(t, r.stdout, "table", "sql")
+	text := runInEnv(t, nil, "--table", "jobs.runs", "migrate", "--sql")
+	if obj["table"] != `"jobs"."runs"` || obj["sql"] != text.stdout {
+		t.Errorf("JSON %v; want the table and the same DDL as without --json:\n%s", obj, text.stdout)
+	}
+}
+
+func TestParseTable(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"runs":                     {"public", "runs"},
+		"jobs.runs":                {"jobs", "runs"},
+		"Jobs.Runs":                {"Jobs", "Runs"},
+		`"my.schema".runs`:         {"my.schema", "runs"},
+		`"my.schema"."my.table"`:   {"my.schema", "my.table"},
+		`jobs."my.table"`:          {"jobs", "my.table"},
+		`"my.table"`:               {"public", "my.table"},
+		`"a""b".c`:                 {`a"b`, "c"},
+		`"public"."runclaim_runs"`: {"public", "runclaim_runs"}, // as migrate --json prints it
+		"таблица":                  {"public", "таблица"},
+	} {
+		schema, table, err := parseTable(in)
+		if err != nil || schema != want[0] || table != want[1] {
+			t.Errorf("parseTable(%s) = %q, %q, %v; want %q, %q", in, schema, table, err, want[0], want[1])
+		}
+	}
+	for _, in := range []string{"a.b.c", ".runs", "jobs.", ".", `"unclosed.runs`, `"a"b.c`, `"a".`, `""."runs"`, `"a"."b".c`, `"a" .b`} {
+		if s, tb, err := parseTable(in); err == nil {
+			t.Errorf("parseTable(%s) = %q, %q; want an error", in, s, tb)
+		}
+	}
+}
+
+// TestTableWithDot: a schema whose name holds a dot is addressed quoted,
+// by every command.
+func TestTableWithDot(t *testing.T) {
+	db := pgtest.New(t)
+	const flag = `"my.schema".runs`
+	mustRun(t, db, exitOK, "--table", flag, "migrate")
+	var n int
+	if err := db.Pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'my.schema' AND tablename = 'runs'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf(`"my.schema".runs: %d tables, %v`, n, err)
+	}
+	// A service with WithTable("my.schema", "runs") and the CLI see the
+	// same runs.
+	store, err := runclaim.NewPostgresStore(db.Pool, runclaim.WithTable("my.schema", "runs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold(t, store, "held", "svc-1")
+	if r := mustRun(t, db, exitOK, "--table", flag, "status", "--json"); len(decodeObjects(t, r.stdout, statusKeys...)) != 1 {
+		t.Errorf("status: %s", r.stdout)
+	}
+	mustRun(t, db, exitOK, "--table", flag, "exec", "--source", "x", "--", "true")
+	if r := mustRun(t, db, exitOK, "history", "x", "--json", "--table="+flag); len(decodeObjects(t, r.stdout, historyKeys...)) != 1 {
+		t.Errorf("history: %s", r.stdout)
+	}
+	if r := runCLI(t, db, nil, "--table", "my.schema.runs", "status"); r.code != exitUsage || !strings.Contains(r.stderr, `"my.schema".runs`) {
+		t.Errorf("an unquoted second dot: %+v, want a usage error that shows how to quote", r)
 	}
 }

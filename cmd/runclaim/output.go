@@ -8,8 +8,9 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/runclaim/runclaim"
@@ -20,39 +21,85 @@ import (
 // RFC 3339 in UTC and durations are seconds as floats; a time or duration
 // that does not apply is null, never omitted.
 
-// table writes rows aligned in columns.
-type table struct{ tw *tabwriter.Writer }
+// table writes rows aligned in columns, as text/tabwriter would, but in
+// blocks: it holds at most tableBlock rows, and prints them once it has
+// that many, with each column as wide as its widest cell so far. A long
+// listing is thus printed as it is read, in constant memory; a column only
+// ever widens from one block to the next, and every listing of up to
+// tableBlock rows is aligned as one.
+type table struct {
+	w      io.Writer
+	widths []int      // of every column but the last, in runes
+	rows   [][]string // not yet printed
+	err    error      // the first write error
+}
+
+// tableBlock is how many rows a table holds before it prints them.
+const tableBlock = 1000
+
+// columnGap is the space between two columns.
+const columnGap = 2
 
 func newTable(w io.Writer, header ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)}
+	t := &table{w: w}
 	t.row(header...)
 	return t
 }
 
+// row adds a row of cells, each made printable by cell.
 func (t *table) row(cells ...string) {
+	r := make([]string, len(cells))
 	for i, c := range cells {
-		cells[i] = cell(c)
+		r[i] = cell(c)
+		if i == len(cells)-1 {
+			break // the last column is not padded
+		}
+		for len(t.widths) <= i {
+			t.widths = append(t.widths, 0)
+		}
+		t.widths[i] = max(t.widths[i], utf8.RuneCountInString(r[i]))
 	}
-	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+	t.rows = append(t.rows, r)
+	if len(t.rows) >= tableBlock {
+		t.print()
+	}
 }
 
-func (t *table) flush() error { return t.tw.Flush() }
+// print writes the rows held and forgets them.
+func (t *table) print() {
+	var b strings.Builder
+	for _, r := range t.rows {
+		b.Reset()
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", t.widths[i]-utf8.RuneCountInString(c)+columnGap))
+			}
+		}
+		b.WriteByte('\n')
+		if t.err == nil {
+			_, t.err = io.WriteString(t.w, b.String())
+		}
+	}
+	t.rows = t.rows[:0]
+}
+
+// flush prints the rows held and returns the first write error.
+func (t *table) flush() error {
+	t.print()
+	return t.err
+}
 
 // maxCell is the widest a table cell gets, in runes; JSON has the full text.
 const maxCell = 80
 
-// cell makes s fit in one table cell: one line, no tabs, at most maxCell
-// runes, "-" if empty.
+// cell makes s fit in one table cell: printable (see visible), at most
+// maxCell runes, "-" if empty.
 func cell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	s = strings.Map(func(r rune) rune {
-		if r == '\t' || r == '\n' || r == '\r' {
-			return ' '
-		}
-		return r
-	}, s)
+	s = visible(s)
 	if utf8.RuneCountInString(s) > maxCell {
 		r := []rune(s)
 		s = string(r[:maxCell-1]) + "…"
@@ -60,11 +107,156 @@ func cell(s string) string {
 	return s
 }
 
-// writeJSON writes v as one indented JSON document.
+// needsEscape reports whether r must not reach a terminal as it is: a
+// control character (C0, DEL, C1: ESC starts the sequences that recolour
+// text, retitle a window or clear a line), or a character that is invisible
+// or changes how the text around it is shown (Unicode format characters
+// such as bidirectional overrides and zero-width spaces, line and paragraph
+// separators, variation selectors and the other default-ignorable code
+// points), with which two different names could look the same. It is the
+// set runclaim.ValidateSource refuses in sources, plus the controls.
+func needsEscape(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r < 0x20 || r == 0x7f
+	}
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp,
+		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
+}
+
+// visible returns s with every character needsEscape reports shown as an
+// escape, as Go writes it: \n, \t, \r, \x1b, \u202e, \U000e0041; a byte that
+// is not valid UTF-8 is shown as \xff. Everything else, backslashes
+// included, is left as it is. The table cells, the messages and the errors
+// the commands print go through it; JSON output escapes the same
+// characters its own way (see writeJSON).
+func visible(s string) string { return escape(s, false) }
+
+// visibleLines is visible, except that it keeps newlines and tabs as they
+// are: for a message that may span lines, such as pgx's error for a
+// connection tried on several addresses.
+func visibleLines(s string) string { return escape(s, true) }
+
+func escape(s string, keepLines bool) string {
+	clean := true
+	for _, r := range s {
+		if (r == utf8.RuneError || needsEscape(r)) && !(keepLines && (r == '\n' || r == '\t')) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case keepLines && (r == '\n' || r == '\t'):
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < 0x80 && needsEscape(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r <= 0xffff && needsEscape(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		case needsEscape(r):
+			fmt.Fprintf(&b, `\U%08x`, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// writeJSON writes v as one indented JSON document, escaped as jsonEscape
+// does.
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(jsonEscape(b), '\n'))
+	return err
+}
+
+// jsonEscape escapes, as \uXXXX, the characters of encoded JSON that
+// needsEscape reports and encoding/json leaves as they are (DEL, the C1
+// controls, format characters, ...), so that JSON printed on a terminal
+// cannot act on it either. The document decodes to the same values. Only
+// string contents change: encoding/json writes no other character outside
+// ASCII, and escapes C0 controls in strings itself, so a raw newline is
+// one of its indents.
+func jsonEscape(b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); {
+		if c := b[i]; c >= 0x20 && c < 0x7f || c == '\n' { // most of it
+			if out != nil {
+				out = append(out, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if !needsEscape(r) {
+			if out != nil {
+				out = append(out, b[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		if out == nil {
+			out = append(make([]byte, 0, len(b)+16), b[:i]...)
+		}
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		} else {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		i += size
+	}
+	if out == nil {
+		return b
+	}
+	return out
+}
+
+// jsonArray writes a JSON array one element at a time, as writeJSON would
+// write the whole array, so that a long listing needs no slice of it.
+type jsonArray struct {
+	w io.Writer
+	n int // elements written
+}
+
+// add writes v as the next element.
+func (a *jsonArray) add(v any) error {
+	b, err := json.MarshalIndent(v, "  ", "  ")
+	if err != nil {
+		return err
+	}
+	sep := ",\n  "
+	if a.n == 0 {
+		sep = "[\n  "
+	}
+	a.n++
+	_, err = a.w.Write(append([]byte(sep), jsonEscape(b)...))
+	return err
+}
+
+// close ends the array.
+func (a *jsonArray) close() error {
+	end := "\n]\n"
+	if a.n == 0 {
+		end = "[]\n"
+	}
+	_, err := io.WriteString(a.w, end)
+	return err
 }
 
 // formatTime is a time for a table: RFC 3339 to the second, local zone.
@@ -153,20 +345,47 @@ func runDuration(r runclaim.RunRecord) string {
 	return formatDuration(r.FinishedAt.Sub(r.StartedAt))
 }
 
-// writeRuns prints runs as history and release do.
-func (c *cli) writeRuns(runs []runclaim.RunRecord) error {
+// runList prints runs as history and release do, one at a time: a table,
+// or with --json an array of runJSON. Nothing is printed before the first
+// run, so that a caller can say "no runs" instead.
+type runList struct {
+	c    *cli
+	tab  *table     // once a run is added, without --json
+	arr  *jsonArray // with --json
+	runs int        // added so far
+}
+
+func (c *cli) newRunList() *runList {
+	l := &runList{c: c}
 	if c.json {
-		out := make([]runJSON, 0, len(runs))
-		for _, r := range runs {
-			out = append(out, toRunJSON(r))
-		}
-		return writeJSON(c.stdout, out)
+		l.arr = &jsonArray{w: c.stdout}
 	}
-	t := newTable(c.stdout, "RUN", "SOURCE", "STATUS", "OWNER", "STARTED", "DURATION", "ERROR")
-	for _, r := range runs {
-		t.row(fmt.Sprint(r.ID), r.Source, string(r.Status), r.Owner, formatTime(r.StartedAt), runDuration(r), r.Error)
+	return l
+}
+
+// add prints r, or holds it in the table's current block.
+func (l *runList) add(r runclaim.RunRecord) error {
+	l.runs++
+	if l.arr != nil {
+		return l.arr.add(toRunJSON(r))
 	}
-	return t.flush()
+	if l.tab == nil {
+		l.tab = newTable(l.c.stdout, "RUN", "SOURCE", "STATUS", "OWNER", "STARTED", "DURATION", "ERROR")
+	}
+	l.tab.row(fmt.Sprint(r.ID), r.Source, string(r.Status), r.Owner, formatTime(r.StartedAt), runDuration(r), r.Error)
+	return l.tab.err // stop reading once stdout is gone ("| head")
+}
+
+// close prints what is held and ends the JSON array (an empty one if no run
+// was added).
+func (l *runList) close() error {
+	if l.arr != nil {
+		return l.arr.close()
+	}
+	if l.tab != nil {
+		return l.tab.flush()
+	}
+	return nil
 }
 
 // serialize returns stdout and stderr wrapped so that writes to them do not

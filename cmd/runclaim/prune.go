@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +76,9 @@ func runPrune(ctx context.Context, c *cli, opts any, _ []string) int {
 	return exitOK
 }
 
+// decimal is a non-negative decimal number of days: "30", "1.5", ".5".
+var decimal = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)$`)
+
 // parseAge parses a non-negative Go duration with an optional leading
 // number of days: "720h", "30d", "1d12h", "1.5d".
 func parseAge(s string) (time.Duration, error) {
@@ -84,8 +88,13 @@ func parseAge(s string) (time.Duration, error) {
 	var days float64
 	rest := s
 	if i := strings.IndexByte(s, 'd'); i >= 0 {
+		// Decimal digits only: ParseFloat alone would take "NaN", "Inf",
+		// exponents, hex and underscores.
+		if !decimal.MatchString(s[:i]) {
+			return 0, fmt.Errorf("invalid duration %q: want e.g. 720h, 30d or 1d12h", s)
+		}
 		n, err := strconv.ParseFloat(s[:i], 64)
-		if err != nil || n < 0 || s[:i] == "" || strings.ContainsAny(s[:i], "eEpP_xX+-") {
+		if err != nil {
 			return 0, fmt.Errorf("invalid duration %q: want e.g. 720h, 30d or 1d12h", s)
 		}
 		days, rest = n, s[i+1:]

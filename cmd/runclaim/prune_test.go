@@ -44,6 +44,8 @@ func TestPrune(t *testing.T) {
 		{"prune"},
 		{"prune", "--older-than", "soon"},
 		{"prune", "--older-than", "-1h"},
+		{"prune", "--older-than", "NaNd"},
+		{"prune", "--older-than", "Infd"},
 		{"prune", "--older-than", "1h", "extra"},
 	} {
 		if r := runCLI(t, db, nil, args...); r.code != exitUsage {
@@ -70,7 +72,8 @@ func TestParseAge(t *testing.T) {
 			t.Errorf("parseAge(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "d", "-1d", "1d-1h", "x", "30days", "1e3d", "+1d", "1dd", "-5m"} {
+	for _, in := range []string{"", "d", "-1d", "1d-1h", "x", "30days", "1e3d", "+1d", "1dd", "-5m",
+		"NaNd", "nand", "Infd", "infd", "infinityd", "NaNd1h", ".d", "1..5d", "٣d", "0x10d", "1_0d", "99999999999d"} {
 		if got, err := parseAge(in); err == nil {
 			t.Errorf("parseAge(%q) = %v, want an error", in, got)
 		}

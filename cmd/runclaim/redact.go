@@ -3,41 +3,79 @@ package main
 import (
 	"net/url"
 	"regexp"
-	"sort"
 	"strings"
 )
 
-// redacted replaces a secret in printed errors.
+// redacted replaces a password in printed errors.
 const redacted = "xxxxx"
 
-// minSecretLen is the shortest secret redact replaces: replacing every "a"
-// of a message for a one-letter password would make it unreadable and hide
-// nothing.
-const minSecretLen = 3
-
-// redact returns msg with every known secret (the DSN, passwords from it,
-// from PGPASSWORD and from ~/.pgpass) replaced. pgx puts the user, host and
-// database in its errors but not the password; this is the second line of
-// defence, for parse errors and anything a driver may add later.
+// redact returns msg with the password fields of connection strings
+// replaced: the password in a URL's user info ("postgres://u:PASSWORD@h"),
+// the value of password= and sslpassword= (quoted or not, in key=value form
+// or a URL query), and the connection string of DATABASE_URL wherever it
+// appears whole with a password that those fields do not delimit. pgx puts
+// the user, host and database in its errors but not the password; this is
+// the second line of defence, for parse errors and anything a driver may
+// add later.
+//
+// It replaces fields, not every occurrence of the password's text: a
+// password "stgr" must not turn the source "my stgr job" into
+// "my xxxxx job", nor a password equal to the user name hide the user in
+// every message.
 func (c *cli) redact(msg string) string {
-	secrets := make([]string, 0, len(c.secrets))
-	for _, s := range c.secrets {
-		if len(s) >= minSecretLen {
-			secrets = append(secrets, s)
+	if c.dsn != "" && strings.Contains(msg, c.dsn) {
+		if pws := passwordsIn(c.dsn); len(pws) > 0 {
+			safe := redactFields(c.dsn)
+			for _, p := range passwordsIn(safe) {
+				if p != redacted && p != "'"+redacted+"'" {
+					safe = redacted // a password the fields do not delimit
+					break
+				}
+			}
+			msg = strings.ReplaceAll(msg, c.dsn, safe)
 		}
 	}
-	// Longest first, so that the DSN goes before the password inside it.
-	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
-	for _, s := range secrets {
-		msg = strings.ReplaceAll(msg, s, redacted)
-		if esc := url.QueryEscape(s); esc != s {
-			msg = strings.ReplaceAll(msg, esc, redacted)
+	return redactFields(msg)
+}
+
+// urlScheme finds the start of a URL: its scheme and "://".
+var urlScheme = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://`)
+
+// passwordField finds password=... and sslpassword=... as a key=value
+// connection string or a URL query writes them: the value is quoted with
+// single quotes (and backslash escapes), or runs to a space or a quote.
+var passwordField = regexp.MustCompile(`(?i)\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s'"` + "`" + `]+)`)
+
+// redactFields replaces the password fields in s: URL user info and
+// password= values.
+func redactFields(s string) string {
+	var b strings.Builder
+	last := 0
+	for _, loc := range urlScheme.FindAllStringIndex(s, -1) {
+		if loc[0] < last {
+			continue
 		}
-		if esc := url.PathEscape(s); esc != s {
-			msg = strings.ReplaceAll(msg, esc, redacted)
+		// The URL runs to a space or a quote; its user info ends at its
+		// last "@" (a host cannot hold one; a password can).
+		rest := s[loc[1]:]
+		end := strings.IndexAny(rest, " \t\n\"'`<>")
+		if end < 0 {
+			end = len(rest)
 		}
+		at := strings.LastIndexByte(rest[:end], '@')
+		if at < 0 {
+			continue
+		}
+		colon := strings.IndexByte(rest[:at], ':')
+		if colon < 0 {
+			continue // a user without a password
+		}
+		b.WriteString(s[last : loc[1]+colon+1])
+		b.WriteString(redacted)
+		last = loc[1] + at
 	}
-	return msg
+	b.WriteString(s[last:])
+	return passwordField.ReplaceAllString(b.String(), "${1}"+redacted)
 }
 
 // keywordPassword finds password=... and sslpassword=... in a key=value

@@ -72,12 +72,9 @@ func TestNoSecretsInErrors(t *testing.T) {
 	})
 }
 
-func TestRedact(t *testing.T) {
-	c := &cli{secrets: []string{"", "ab", "postgres://u:hunter22@h/db", "hunter22"}}
-	got := c.redact("cannot parse postgres://u:hunter22@h/db: hunter22? ab")
-	if strings.Contains(got, "hunter") || !strings.Contains(got, " ab") {
-		t.Errorf("redact: %q", got)
-	}
+// TestPasswordsIn: the passwords of a connection string are found in URL
+// and key=value form, escaped or not, even where it does not parse.
+func TestPasswordsIn(t *testing.T) {
 	for dsn, want := range map[string]string{
 		"postgres://u:pw1@h/db":                    "pw1",
 		"postgres://u:p%40ss@h:bad/db":             "p@ss",

@@ -99,7 +99,7 @@ func runRelease(ctx context.Context, c *cli, opts any, args []string) int {
 		return c.fail("release", err)
 	}
 	if !o.yes {
-		ok, err := c.confirm(fmt.Sprintf("Release run %d of %q held by %s? [y/N] ", target.ID, target.Source, target.Owner))
+		ok, err := c.confirm(fmt.Sprintf("Release run %d of %q held by %s? [y/N] ", target.ID, target.Source, visible(target.Owner)))
 		if err != nil {
 			return c.fail("release", fmt.Errorf("read the answer: %w", err))
 		}
@@ -117,10 +117,13 @@ func runRelease(ctx context.Context, c *cli, opts any, args []string) int {
 		return c.fail("release", err)
 	}
 	if c.json {
-		err = c.writeRuns([]runclaim.RunRecord{released})
+		list := c.newRunList()
+		if err = list.add(released); err == nil {
+			err = list.close()
+		}
 	} else {
 		_, err = fmt.Fprintf(c.stdout, "released run %d of %q (held by %s since %s)\n",
-			released.ID, released.Source, released.Owner, formatTime(released.StartedAt))
+			released.ID, released.Source, visible(released.Owner), formatTime(released.StartedAt))
 	}
 	if err != nil {
 		return c.fail("release", err)

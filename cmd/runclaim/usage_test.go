@@ -77,6 +77,10 @@ func TestUsage(t *testing.T) {
 	})
 	t.Run("bad table", func(t *testing.T) {
 		r := runCLI(t, nil, nil, "--table", "a.", "status")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--table a.") {
+			t.Errorf("got %+v, want exit 2 naming the table", r)
+		}
+		r = runCLI(t, nil, nil, "--table", strings.Repeat("t", 64), "status") // refused by WithTable
 		if r.code != exitUsage || !strings.Contains(r.stderr, "WithTable") {
 			t.Errorf("got %+v, want exit 2 naming the table", r)
 		}

@@ -1,6 +1,6 @@
 // Command metrics wires runclaim.Hooks to Prometheus metrics: claims by
-// outcome, skips by reason, claim latency, run duration by outcome, failed
-// heartbeats and lost leases.
+// outcome (claimed, skipped or failed), skips by reason, claim latency, run
+// duration by outcome, failed heartbeats and lost leases.
 //
 // It lives in a module of its own, so that Prometheus is not in the
 // dependencies of the runclaim module: an importer of runclaim downloads
@@ -11,7 +11,9 @@
 // runclaim metrics in the Prometheus text format and exits. With -listen it
 // keeps ticking and serves /metrics on that loopback address until
 // interrupted. By default the replicas share an in-memory store; with
-// DATABASE_URL set they share a Postgres table:
+// DATABASE_URL set they share a Postgres table of the examples' own,
+// public.runclaim_example_runs, in an advisory lock namespace of their own,
+// so that they never compete with a real service's jobs:
 //
 //	cd examples/metrics
 //	go run .
@@ -43,7 +45,7 @@ import (
 // Metrics are the Prometheus metrics of one or more Claimers. Label values
 // are bounded: the sources a service claims, and fixed outcome words.
 type Metrics struct {
-	claims          *prometheus.CounterVec   // source, outcome: claimed | skipped
+	claims          *prometheus.CounterVec   // source, outcome: claimed | skipped | failed
 	skips           *prometheus.CounterVec   // source, reason: already_running | too_soon
 	claimLatency    *prometheus.HistogramVec // outcome
 	runDuration     *prometheus.HistogramVec // source, status: succeeded | failed
@@ -57,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runclaim_claims_total",
-			Help: "Claims by outcome: claimed (this replica runs the tick) or skipped.",
+			Help: "Claims by outcome: claimed (this replica runs the tick), skipped, or failed (a database error, the caller's context ended, or invalid input).",
 		}, []string{"source", "outcome"}),
 		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runclaim_skips_total",
@@ -107,6 +109,18 @@ func (m *Metrics) Hooks() runclaim.Hooks {
 			m.claims.WithLabelValues(e.Source, "skipped").Inc()
 			m.skips.WithLabelValues(e.Source, reason).Inc()
 			m.claimLatency.WithLabelValues("skipped").Observe(e.Duration.Seconds())
+		},
+		ClaimFailed: func(e runclaim.ClaimFailedEvent) {
+			// An outage shows as failed claims, not as a quiet period
+			// without claims. An invalid source is any string a bug
+			// made: it is counted under one label value, to keep the
+			// labels bounded.
+			source := e.Source
+			if errors.Is(e.Err, runclaim.ErrInvalidSource) {
+				source = "(invalid)"
+			}
+			m.claims.WithLabelValues(source, "failed").Inc()
+			m.claimLatency.WithLabelValues("failed").Observe(e.Duration.Seconds())
 		},
 		Finished: func(e runclaim.FinishedEvent) {
 			m.runDuration.WithLabelValues(e.Run.Source, string(e.Status)).Observe(e.Duration.Seconds())
@@ -189,10 +203,10 @@ func main() {
 }
 
 // replica ticks n times (forever if n < 0) and claims both sources on each
-// tick. avito's sweep takes a while, so the other replica's claim finds it
-// running; cian's is instant, so the other replica's claim comes after it
-// has finished and is skipped for being too soon. cian fails on every third
-// tick, to show failed runs.
+// tick. slow-sweep takes a while, so the other replica's claim finds it
+// running; quick-sweep is instant, so the other replica's claim comes after
+// it has finished and is skipped for being too soon. quick-sweep fails on
+// every third tick, to show failed runs.
 func replica(ctx context.Context, claimer *runclaim.Claimer, n int) {
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
@@ -202,7 +216,7 @@ func replica(ctx context.Context, claimer *runclaim.Claimer, n int) {
 			return
 		case <-ticker.C:
 		}
-		_ = claimer.Do(ctx, "avito", func(ctx context.Context, _ *runclaim.Run) error {
+		_ = claimer.Do(ctx, "slow-sweep", func(ctx context.Context, _ *runclaim.Run) error {
 			select {
 			case <-time.After(20 * time.Millisecond):
 				return nil
@@ -210,9 +224,9 @@ func replica(ctx context.Context, claimer *runclaim.Claimer, n int) {
 				return context.Cause(ctx)
 			}
 		})
-		_ = claimer.Do(ctx, "cian", func(context.Context, *runclaim.Run) error {
+		_ = claimer.Do(ctx, "quick-sweep", func(context.Context, *runclaim.Run) error {
 			if tick%3 == 0 {
-				return errors.New("cian answered 503")
+				return errors.New("upstream answered 503")
 			}
 			return nil
 		})
@@ -244,7 +258,9 @@ func openStore(ctx context.Context) (runclaim.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := runclaim.NewPostgresStore(pool)
+	store, err := runclaim.NewPostgresStore(pool,
+		runclaim.WithTable(runclaim.DefaultSchema, "runclaim_example_runs"),
+		runclaim.WithNamespace("runclaim-example"))
 	if err == nil {
 		err = store.Migrate(ctx)
 	}

@@ -146,7 +146,11 @@ func openStore(ctx context.Context) (runclaim.Store, string, func(), error) {
 	if err != nil {
 		return nil, "", nil, err
 	}
-	store, err := runclaim.NewPostgresStore(pool)
+	// The examples' own table and advisory lock namespace: pointed at a
+	// production database, this example never competes with real jobs.
+	store, err := runclaim.NewPostgresStore(pool,
+		runclaim.WithTable(runclaim.DefaultSchema, "runclaim_example_runs"),
+		runclaim.WithNamespace("runclaim-example"))
 	if err != nil {
 		pool.Close()
 		return nil, "", nil, err

@@ -22,6 +22,21 @@ type guard interface {
 // naiveTable is where the naive guard records sweeps in Postgres.
 const naiveTable = "runclaim_example_redeploy_naive"
 
+// runclaim's table and advisory lock namespace for the examples: their
+// own, so that an example pointed at a production database never competes
+// with a real service's jobs.
+const (
+	exampleTable     = "runclaim_example_runs"
+	exampleNamespace = "runclaim-example"
+)
+
+// newStore returns runclaim's store on the examples' table.
+func newStore(pool *pgxpool.Pool) (*runclaim.PostgresStore, error) {
+	return runclaim.NewPostgresStore(pool,
+		runclaim.WithTable(runclaim.DefaultSchema, exampleTable),
+		runclaim.WithNamespace(exampleNamespace))
+}
+
 // memoryState is the state that the replicas of one process share.
 type memoryState struct {
 	store *runclaim.MemoryStore
@@ -146,7 +161,7 @@ func postgresGuard(ctx context.Context, url, name, replica, tag string) (guard, 
 	case "naive":
 		return &naivePostgres{pool: pool, tag: tag}, pool.Close, nil
 	case "runclaim":
-		store, err := runclaim.NewPostgresStore(pool)
+		store, err := newStore(pool)
 		if err != nil {
 			pool.Close()
 			return nil, nil, err
@@ -185,14 +200,15 @@ func warmUp(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	return nil
 }
 
-// setupPostgres creates runclaim's table and the naive guard's.
+// setupPostgres creates runclaim's table for the examples and the naive
+// guard's.
 func setupPostgres(ctx context.Context, url string) error {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	store, err := runclaim.NewPostgresStore(pool)
+	store, err := newStore(pool)
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,10 @@
 // naive guard keeps its state in a map and runclaim in a MemoryStore, since
 // memory cannot be shared between processes. With DATABASE_URL they are two
 // processes (this program, run again with -replica): the naive guard SELECTs
-// then INSERTs into a table of its own, and runclaim claims in its runs
-// table. It runs for about four seconds.
+// then INSERTs into a table of its own, and runclaim claims in the
+// examples' runs table, public.runclaim_example_runs, in an advisory lock
+// namespace of their own, so that it never competes with a real service's
+// jobs. It runs for about four seconds.
 package main
 
 import (
@@ -49,7 +51,7 @@ const (
 	gap = 5 * time.Millisecond
 )
 
-var sources = []string{"avito", "cian", "domclick"}
+var sources = []string{"site-a", "site-b", "site-c"}
 
 // The rollout: the old replica runs ticks [0, 6), the new one [2, 8).
 var rollout = []window{{"old", 0, 6}, {"new", 2, 8}}

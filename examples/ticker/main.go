@@ -1,16 +1,29 @@
-// Command ticker runs two replicas of a service, each with a plain
-// time.Ticker, that sweep the same sources on every tick. runclaim's
-// Claimer.Do lets one replica sweep each source per tick and skips it on
-// the other.
+// Command ticker runs three replicas of a service that sweep the same
+// sources on a fixed period. runclaim's Claimer.Do lets one replica sweep
+// each source per period and skips it on the others.
 //
-// The replicas are goroutines with a Claimer each, standing in for two
-// processes. By default they share an in-memory store; with DATABASE_URL set
-// they share a Postgres table, as two processes would:
+// The replicas start at different moments, as real ones do. A
+// time.NewTicker would count each replica's period from its own start, so
+// their ticks would fall at different points of the period and each
+// replica would win its own tick: a source would run once per replica per
+// period. Instead, every replica waits for the next multiple of the period
+// on the wall clock (time.Now().Truncate(period).Add(period)), so all of
+// them tick at the same moment; the first claim wins, and the minimum
+// interval of half a period turns away a replica whose tick comes late
+// after a quick sweep has already finished. This needs the replicas'
+// clocks to agree to well within half a period, which NTP gives for a
+// period of a second or more.
+//
+// The replicas are goroutines with a Claimer each, standing in for three
+// processes. By default they share an in-memory store; with DATABASE_URL
+// set they share a Postgres table of the examples' own,
+// public.runclaim_example_runs, in an advisory lock namespace of their own,
+// so that they never compete with a real service's jobs:
 //
 //	go run ./examples/ticker
 //	DATABASE_URL=postgres://user:pass@localhost:5432/db go run ./examples/ticker
 //
-// It runs five ticks of 200 ms and exits.
+// It runs for five periods of 200 ms and exits.
 package main
 
 import (
@@ -20,38 +33,55 @@ import (
 	"log"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/runclaim/runclaim"
 )
 
-const (
-	period = 200 * time.Millisecond // the schedule; a minute or more in a real service
-	ticks  = 5
-	work   = 50 * time.Millisecond // how long one sweep takes
-)
+// schedule is what the replicas run.
+type schedule struct {
+	period  time.Duration // a minute or more in a real service
+	sources []string
+	work    time.Duration // how long one sweep takes
+	until   time.Time     // the last tick; zero for no end
+}
 
-var sources = []string{"avito", "cian"}
+var demo = schedule{
+	period:  200 * time.Millisecond,
+	sources: []string{"sweep-a", "sweep-b"},
+	work:    50 * time.Millisecond,
+}
+
+const periods = 5
 
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	s := demo
+	s.until = time.Now().Truncate(s.period).Add(periods * s.period)
 	store, closeStore, err := openStore(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer closeStore()
 
-	var sweeps sync.Map // source -> *atomic.Int64
-	for _, s := range sources {
-		sweeps.Store(s, new(atomic.Int64))
-	}
+	var (
+		mu     sync.Mutex
+		sweeps = map[string]int{}
+	)
 	var wg sync.WaitGroup
-	for _, name := range []string{"replica-a", "replica-b"} {
+	for i, name := range []string{"replica-a", "replica-b", "replica-c"} {
 		wg.Go(func() {
-			if err := replica(ctx, name, store, &sweeps); err != nil {
+			// The replicas start a third of a period apart.
+			time.Sleep(time.Duration(i) * demo.period / 3)
+			err := replica(ctx, name, store, s, func(tick time.Time, source string, run *runclaim.Run) {
+				fmt.Printf("%s  %s  %-7s swept as run %d\n", tick.Format("15:04:05.000"), name, source, run.ID)
+				mu.Lock()
+				sweeps[source]++
+				mu.Unlock()
+			})
+			if err != nil {
 				log.Printf("%s: %v", name, err)
 			}
 		})
@@ -59,61 +89,66 @@ func main() {
 	wg.Wait()
 
 	fmt.Println()
-	for _, s := range sources {
-		n, _ := sweeps.Load(s)
-		fmt.Printf("%-6s %d sweeps in %d ticks\n", s, n.(*atomic.Int64).Load(), ticks)
+	for _, source := range s.sources {
+		fmt.Printf("%-7s %d sweeps in %d periods, by 3 replicas\n", source, sweeps[source], periods)
 	}
 }
 
-// replica is one replica of the service: it ticks every period and asks
-// runclaim for each source whether this tick is its own.
-func replica(ctx context.Context, name string, store runclaim.Store, sweeps *sync.Map) error {
+// replica is one replica of the service: at every multiple of the period
+// on the wall clock it asks runclaim, for each source, whether this tick is
+// its own, and calls swept for each sweep it runs. It returns after the
+// tick at s.until, or with ctx's error when ctx ends.
+func replica(ctx context.Context, name string, store runclaim.Store, s schedule,
+	swept func(tick time.Time, source string, run *runclaim.Run)) error {
 	claimer, err := runclaim.New(store,
 		runclaim.WithOwner(name),
 		runclaim.WithLease(10*time.Second),
-		// The replicas' tickers are a little apart. Without a minimum
-		// interval, a late replica whose claim comes after a fast sweep
-		// has finished would sweep the same tick again.
-		runclaim.WithMinInterval(period/2),
+		// The replicas' ticks are a few milliseconds apart. Without a
+		// minimum interval, a late replica whose claim comes after a fast
+		// sweep has finished would sweep the same tick again.
+		runclaim.WithMinInterval(s.period/2),
 	)
 	if err != nil {
 		return err
 	}
-	ticker := time.NewTicker(period)
-	defer ticker.Stop()
-	for tick := 1; tick <= ticks; tick++ {
+	for {
+		// The next multiple of the period on the wall clock: the same
+		// moment on every replica, however long ago each one started.
+		tick := time.Now().Truncate(s.period).Add(s.period)
+		if !s.until.IsZero() && tick.After(s.until) {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-ticker.C:
+		case <-time.After(time.Until(tick)):
 		}
 		var wg sync.WaitGroup
-		for _, source := range sources {
+		for _, source := range s.sources {
 			wg.Go(func() {
 				err := claimer.Do(ctx, source, func(ctx context.Context, run *runclaim.Run) error {
-					fmt.Printf("tick %d  %s  %-6s swept as run %d\n", tick, name, source, run.ID)
-					n, _ := sweeps.Load(source)
-					n.(*atomic.Int64).Add(1)
-					return sweep(ctx)
+					swept(tick, source, run)
+					return sweep(ctx, s.work)
 				})
 				switch {
 				case errors.Is(err, runclaim.ErrNotClaimed):
-					fmt.Printf("tick %d  %s  %-6s skipped: %s\n", tick, name, source, why(err))
-				case err != nil:
-					fmt.Printf("tick %d  %s  %-6s failed: %v\n", tick, name, source, err)
+					fmt.Printf("%s  %s  %-7s skipped: %s\n", tick.Format("15:04:05.000"), name, source, why(err))
+				case err != nil && ctx.Err() == nil:
+					fmt.Printf("%s  %s  %-7s failed: %v\n", tick.Format("15:04:05.000"), name, source, err)
 				}
 			})
 		}
 		wg.Wait()
 	}
-	return nil
 }
 
 // sweep stands in for the real work, such as scraping a site. It stops when
 // ctx ends, which Do arranges when the run's lease is lost.
-func sweep(ctx context.Context) error {
+func sweep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
-	case <-time.After(work):
+	case <-t.C:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
@@ -135,8 +170,8 @@ func why(err error) string {
 	}
 }
 
-// openStore returns an in-memory store, or a Postgres store when
-// DATABASE_URL is set.
+// openStore returns an in-memory store, or a Postgres store on the
+// examples' own table and namespace when DATABASE_URL is set.
 func openStore(ctx context.Context) (runclaim.Store, func(), error) {
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
@@ -147,7 +182,9 @@ func openStore(ctx context.Context) (runclaim.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := runclaim.NewPostgresStore(pool)
+	store, err := runclaim.NewPostgresStore(pool,
+		runclaim.WithTable(runclaim.DefaultSchema, "runclaim_example_runs"),
+		runclaim.WithNamespace("runclaim-example"))
 	if err == nil {
 		err = store.Migrate(ctx)
 	}
