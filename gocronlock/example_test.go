@@ -16,8 +16,7 @@ import (
 func Example() {
 	// runclaim.NewPostgresStore(pool) in production, shared by every replica.
 	store := runclaim.NewMemoryStore()
-	claimer, err := runclaim.New(store,
-		runclaim.WithMinInterval(30*time.Second)) // about half the job's period; see the package doc
+	claimer, err := runclaim.New(store)
 	if err != nil {
 		log.Fatal(err)
 	}
