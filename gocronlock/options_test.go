@@ -115,8 +115,8 @@ type recordHandler struct {
 func newRecordHandler() *recordHandler { return &recordHandler{added: make(chan struct{}, 100)} }
 
 func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h *recordHandler) WithGroup(string) slog.Handler           { return h }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
 func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	h.records = append(h.records, r)
