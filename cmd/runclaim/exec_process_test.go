@@ -305,3 +305,100 @@ func TestExecProcessSignalBeforeStart(t *testing.T) {
 		t.Errorf("stderr %q lacks %q", p.stderr.String(), want)
 	}
 }
+
+// alive reports whether the process pid exists and is not a zombie.
+func alive(pid int) bool {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+			return s[i+2] != 'Z' && s[i+2] != 'X'
+		}
+		return true
+	} else if _, statErr := os.Stat("/proc/self/stat"); statErr == nil {
+		return false // a /proc without the process
+	}
+	return syscall.Kill(pid, 0) != syscall.ESRCH
+}
+
+// waitDead polls until none of pids is alive, failing after testTimeout.
+func waitDead(t *testing.T, pids ...int) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		var left []int
+		for _, pid := range pids {
+			if alive(pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v still alive %v after their supervisor was killed", left, testTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestExecProcessSupervisorKilled kills runclaim exec with SIGKILL, as the
+// OOM killer or a hard stop would, while its command runs with a child of
+// its own: both must die with it, while the run's lease still keeps every
+// other host out, so that the next host's run, once the lease has ended,
+// cannot overlap them.
+func TestExecProcessSupervisorKilled(t *testing.T) {
+	t.Parallel()
+	db, store := setupProcess(t)
+	const lease = 4 * time.Second
+	p := startProcess(t, db, "exec", "--source", "killed", "--lease", lease.String(), "--",
+		"sh", "-c", `sleep 300 & echo "$$ $!"; wait`)
+	var child, grandchild int
+	select {
+	case l, ok := <-p.lines:
+		if _, err := fmt.Sscan(l, &child, &grandchild); !ok || err != nil {
+			t.Fatalf("first line %q, %v: want two PIDs", l, err)
+		}
+	case code := <-p.done:
+		t.Fatalf("exec exited with %d; stderr:\n%s", code, p.stderr.String())
+	case <-time.After(testTimeout):
+		t.Fatal("the command did not start")
+	}
+	if !alive(child) || !alive(grandchild) {
+		t.Fatalf("child %d alive %v, grandchild %d alive %v, before the kill", child, alive(child), grandchild, alive(grandchild))
+	}
+
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, child, grandchild)
+	// The lease has not ended yet, so no other host can have started.
+	other, err := runclaim.New(store, runclaim.WithOwner("other-host"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Claim(t.Context(), "killed"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		t.Fatalf("claim right after the command died: %v; want ErrAlreadyRunning (the lease of %v should still hold)", err, lease)
+	}
+
+	// The next host's cron runs once the lease has ended.
+	deadline := time.Now().Add(lease + testTimeout)
+	for {
+		next := startProcess(t, db, "exec", "--source", "killed", "--quiet", "--", "echo", "next host ran")
+		code := next.wait(t)
+		if code == 0 {
+			if out := next.drain(t); len(out) != 1 || out[0] != "next host ran" {
+				t.Fatalf("next host's output %q", out)
+			}
+			break
+		}
+		if code != exitSkipped || time.Now().After(deadline) {
+			t.Fatalf("next host: exit code %d; stderr:\n%s", code, next.stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	runs := history(t, store, "killed")
+	if len(runs) != 2 || runs[1].Status != runclaim.StatusExpired || runs[0].Status != runclaim.StatusSucceeded ||
+		runs[0].StartedAt.Before(runs[1].LeaseUntil) {
+		t.Fatalf("history %+v; want the killed run expired and the next one succeeded after its lease", runs)
+	}
+}

@@ -107,7 +107,12 @@ func TestExec(t *testing.T) {
 			{"exec", "--source", "", "--", "true"},
 			{"exec", "--source", "bad\x00source", "--", "true"},
 			{"exec", "--source", "x", "--skip-exit-code", "256", "--", "true"},
-			{"exec", "--source", "x", "--kill-grace", "0s", "--", "true"},
+			{"exec", "--source", "x", "--kill-grace", "-1s", "--", "true"},
+			{"exec", "--source", "x", "--kill-grace", "10s", "--", "true"},
+			{"exec", "--source", "x", "--lease", "1m", "--heartbeat", "20s", "--kill-grace", "2600ms", "--", "true"},
+			{"exec", "--source", "x", "--error-exit-code", "-1", "--", "true"},
+			{"exec", "--source", "x", "--lost-exit-code", "256", "--", "true"},
+			{"exec", "--source", "x", "--unrecorded-exit-code", "1000", "--", "true"},
 			{"exec", "--source", "x", "--lease", "1ms", "--", "true"},
 			{"exec", "--source", "x", "--lease", "1s", "--heartbeat", "1s", "--", "true"},
 			{"exec", "--source", "x", "--min-interval", "-1s", "--", "true"},
@@ -127,8 +132,12 @@ func TestExec(t *testing.T) {
 		clearEnv(t)
 		t.Setenv(envDatabaseURL, "postgres://runclaim:pw@127.0.0.1:1/none?connect_timeout=5")
 		r := runInEnv(t, nil, "exec", "--source", "down", "--", "touch", marker)
-		if r.code != exitError || !strings.Contains(r.stderr, "runclaim exec:") {
-			t.Errorf("%+v, want exit 1", r)
+		if r.code != exitClaimFailed || !strings.Contains(r.stderr, "runclaim exec:") {
+			t.Errorf("%+v, want exit %d", r, exitClaimFailed)
+		}
+		r = runInEnv(t, nil, "exec", "--source", "down", "--error-exit-code", "100", "--", "touch", marker)
+		if r.code != 100 {
+			t.Errorf("--error-exit-code 100: %+v", r)
 		}
 		if _, err := os.Stat(marker); err == nil {
 			t.Error("the command ran without a claim")
@@ -156,6 +165,10 @@ func TestExecSkipped(t *testing.T) {
 	r = runCLI(t, db, nil, append([]string{"exec", "--source", "busy", "--skip-exit-code", "0", "--quiet"}, touch...)...)
 	if r.code != 0 || r.stderr != "" {
 		t.Errorf("--skip-exit-code 0: %+v", r)
+	}
+	r = runCLI(t, db, nil, append([]string{"exec", "--source", "busy", "--skip-exit-code", "3", "--quiet"}, touch...)...)
+	if r.code != 3 || r.stderr != "" {
+		t.Errorf("--skip-exit-code 3: %+v", r)
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the command ran while another holder had the source")
@@ -185,12 +198,16 @@ func TestExecLeaseLost(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		script   string
+		flags    []string
+		code     int
 		sigkill  bool
 		wantOut  string
 		wantLeft string
 	}{
-		{"stops on SIGTERM", `trap 'echo bye; exit 0' TERM; echo started; while :; do sleep 0.05; done`, false, "bye", "exit status 0"},
-		{"ignores SIGTERM", `trap '' TERM; echo started; while :; do sleep 0.05; done`, true, "", "signal: killed"},
+		{"stops on SIGTERM", `trap 'echo bye; exit 0' TERM; echo started; while :; do sleep 0.05; done`,
+			nil, exitLeaseLost, false, "bye", "exit status 0"},
+		{"ignores SIGTERM", `trap '' TERM; echo started; while :; do sleep 0.05; done`,
+			[]string{"--lost-exit-code", "99"}, 99, true, "", "signal: killed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			source := "lost-" + strings.Fields(tc.name)[0]
@@ -208,8 +225,10 @@ func TestExecLeaseLost(t *testing.T) {
 			defer cancel()
 			go func() {
 				defer pw.Close()
-				done <- run(ctx, []string{"exec", "--source", source, "--lease", "600ms", "--kill-grace", "300ms",
-					"--", "sh", "-c", tc.script}, nil, pw, &stderr)
+				// A lease of 3 s with a heartbeat every 100 ms allows a
+				// kill grace of up to (3s - 2*100ms)/8 = 350ms.
+				args := append([]string{"exec", "--source", source, "--lease", "3s", "--heartbeat", "100ms", "--kill-grace", "300ms"}, tc.flags...)
+				done <- run(ctx, append(args, "--", "sh", "-c", tc.script), nil, pw, &stderr)
 			}()
 			waitLine(t, out, "started", done)
 
@@ -223,8 +242,8 @@ func TestExecLeaseLost(t *testing.T) {
 			case <-time.After(testTimeout):
 				t.Fatal("exec did not stop the command after the run was released")
 			}
-			if code != exitLeaseLost {
-				t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, stderr.String())
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
 			}
 			if tc.wantOut != "" {
 				waitLine(t, out, tc.wantOut, nil)
