@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -321,4 +322,89 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestExecEnvironment checks what reaches the command's environment: by
+// default exec's own, unchanged, with runclaim's database settings, plus
+// the run's variables; with --no-db-env, the same without DATABASE_URL,
+// the PG* variables, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE.
+func TestExecEnvironment(t *testing.T) {
+	db, store := setup(t)
+	clearEnv(t) // RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE, set empty
+	t.Setenv(envDatabaseURL, db.DSN)
+	t.Setenv("PGPASSWORD", "not-the-password") // the DSN's own wins
+	t.Setenv("PGAPPNAME", "cron")
+	t.Setenv("JOB_SETTING", "kept")
+
+	envOf := func(out string) map[string]string {
+		m := map[string]string{}
+		for _, l := range lines(out) {
+			k, v, _ := strings.Cut(l, "=")
+			m[k] = v
+		}
+		return m
+	}
+	base := envOf(strings.Join(os.Environ(), "\n"))
+	for _, noDB := range []bool{false, true} {
+		args := []string{"exec", "--source", fmt.Sprintf("env-%v", noDB), "--owner", "me"}
+		if noDB {
+			args = append(args, "--no-db-env")
+		}
+		r := runInEnv(t, nil, append(args, "--", "env")...)
+		runs := history(t, store, fmt.Sprintf("env-%v", noDB))
+		if r.code != 0 || len(runs) != 1 {
+			t.Fatalf("--no-db-env %v: %+v, history %+v", noDB, r, runs)
+		}
+		want := map[string]string{}
+		for k, v := range base {
+			removed := strings.HasPrefix(k, "PG") || k == envDatabaseURL || k == envTable || k == envNamespace
+			if !noDB || !removed {
+				want[k] = v
+			}
+		}
+		want["RUNCLAIM_RUN_ID"] = fmt.Sprint(runs[0].ID)
+		want["RUNCLAIM_SOURCE"] = runs[0].Source
+		want["RUNCLAIM_OWNER"] = "me"
+		got := envOf(r.stdout)
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("--no-db-env %v: %s=%q in the command's environment, want %q", noDB, k, got[k], v)
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("--no-db-env %v: %s=%q in the command's environment, want it absent", noDB, k, got[k])
+			}
+		}
+		if _, ok := got[envDatabaseURL]; ok == noDB {
+			t.Errorf("--no-db-env %v: DATABASE_URL passed: %v", noDB, ok)
+		}
+	}
+}
+
+// TestExecHelpDocumentsExitCodes checks that --help names every exit code
+// flag with its default, and the defaults in the exit code table.
+func TestExecHelpDocumentsExitCodes(t *testing.T) {
+	r := runCLI(t, nil, nil, "exec", "--help")
+	if r.code != 0 {
+		t.Fatalf("%+v", r)
+	}
+	for flag, code := range map[string]int{
+		"skip-exit-code":       exitSkipped,
+		"error-exit-code":      exitClaimFailed,
+		"lost-exit-code":       exitLeaseLost,
+		"unrecorded-exit-code": exitUnrecorded,
+	} {
+		if !regexp.MustCompile(`(?m)^  --` + flag + ` code\n.*\(default ` + fmt.Sprint(code) + `\)$`).MatchString(r.stdout) {
+			t.Errorf("--help lacks --%s with its default %d", flag, code)
+		}
+		if !regexp.MustCompile(`(?m)^  ` + fmt.Sprint(code) + `  .*\n(.*\n)*?.*--` + flag).MatchString(r.stdout) {
+			t.Errorf("the exit code table lacks %d with --%s", code, flag)
+		}
+	}
+	for _, want := range []string{"--kill-grace", "at most (lease - 2*heartbeat)/8", "--no-db-env", "runclaim-exec-keeper", "PR_SET_PDEATHSIG"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
 }
