@@ -26,21 +26,92 @@
 // run, SkipUnlessClaimed also does what SkipIfStillRunning does, across
 // replicas.
 //
-// Replicas tick a few milliseconds apart. A job shorter than that skew
-// finishes before the late replica claims, which then runs the tick again.
-// Give the Claimer a minimum interval of about half the schedule's period
-// (runclaim.WithMinInterval), so that the late claim is skipped. Prefer
-// specs on the wall clock ("*/5 * * * *"), on which every replica ticks at
-// the same time, to "@every 5m", which counts from each replica's start.
+// # Splay
+//
+// Replicas fire the same tick a few milliseconds apart (their clocks differ
+// a little, and so do their goroutines' wake-ups), and a job shorter than
+// that would be over before the late replica claims it, which would then
+// run the tick again. So once a run starts, other claims of its source are
+// skipped with runclaim.ErrTooSoon for the splay window (DefaultSplay,
+// 500 ms), counted from the run's start by the database clock, whether or
+// not the run is still going; they are logged as "skip" with the reason
+// "too soon". The window is the run's minimum interval (see
+// runclaim.WithMinInterval): it is recorded with the run and binds every
+// claimer of the source. If the Claimer has a longer minimum interval of its
+// own, that one applies.
+//
+// The window must be longer than the splay between replicas and shorter
+// than the schedule's period minus that splay, or the next tick is skipped
+// too. The default fits every cron spec (a second at the least) on replicas
+// whose clocks agree within a few hundred milliseconds. Tune it with
+// WithSplay: below half the period for a custom cron.Schedule that fires
+// more often; longer for hosts whose clocks drift further apart; 0 to turn
+// it off. Prefer specs on the wall clock ("*/5 * * * *"), on which every
+// replica ticks at the same time, to "@every 5m", which counts from each
+// replica's start.
 package cronlock
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/robfig/cron/v3"
 	"github.com/runclaim/runclaim"
 )
+
+// DefaultSplay is the splay window unless WithSplay sets another: how long
+// after a run of a source starts other claims of the source are skipped as
+// the same tick.
+const DefaultSplay = 500 * time.Millisecond
+
+// An Option configures SkipUnlessClaimed or Job.
+type Option func(*config)
+
+type config struct {
+	splay time.Duration
+}
+
+// WithSplay sets the splay window (DefaultSplay if not set): how long after
+// a run of the source starts other claims of it are skipped as the same
+// tick. It must be shorter than the schedule's period minus the splay
+// between replicas; 0 turns the window off. See the package doc.
+func WithSplay(d time.Duration) Option {
+	return func(c *config) { c.splay = d }
+}
+
+// withSplay returns claimer, or a Claimer derived from it whose minimum
+// interval is the splay window, if that is longer. It panics, as the
+// wrappers do on misuse, on a nil or invalid option.
+func withSplay(fn string, claimer *runclaim.Claimer, opts []Option) *runclaim.Claimer {
+	cfg := config{splay: DefaultSplay}
+	for _, o := range opts {
+		if o == nil {
+			panic("cronlock: " + fn + ": nil Option")
+		}
+		o(&cfg)
+	}
+	if cfg.splay < 0 {
+		panic(fmt.Sprintf("cronlock: WithSplay: window must not be negative, got %v", cfg.splay))
+	}
+	if cfg.splay <= claimer.MinInterval() {
+		return claimer
+	}
+	c, err := claimer.With(runclaim.WithMinInterval(cfg.splay))
+	if err != nil {
+		panic("cronlock: WithSplay: " + err.Error())
+	}
+	return c
+}
+
+// checkSource logs an invalid source at Error when a job is wrapped, ahead
+// of the errors of its ticks.
+func checkSource(logger cron.Logger, source string) {
+	if err := runclaim.ValidateSource(source); err != nil {
+		logger.Error(err, "invalid source: the job will never run", "source", source)
+	}
+}
 
 // SkipUnlessClaimed returns a cron.JobWrapper that runs the wrapped job only
 // when claimer claims source, and records the run's end when the job
@@ -52,14 +123,18 @@ import (
 // Skips are logged to logger at Info with the message "skip" and the keys
 // "source" and "reason", plus "holder" and "run" when the holder is known.
 // Failures (the claim failed, or the run could not be recorded) are logged
-// at Error, as is an invalid source, on every tick. A nil logger means
-// cron.DefaultLogger. The claim runs with context.Background. It panics if
-// claimer is nil.
-func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Logger) cron.JobWrapper {
+// at Error. An invalid source is logged at Error at once, and on every tick.
+// A nil logger means cron.DefaultLogger. The claim runs with
+// context.Background. Other claims of source are skipped for the splay
+// window after a run starts (see the package doc and WithSplay). It panics
+// if claimer or an option is nil, or an option is invalid.
+func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Logger, opts ...Option) cron.JobWrapper {
 	if claimer == nil {
 		panic("cronlock: SkipUnlessClaimed: nil Claimer")
 	}
+	claimer = withSplay("SkipUnlessClaimed", claimer, opts)
 	logger = orDefault(logger)
+	checkSource(logger, source)
 	return func(j cron.Job) cron.Job {
 		return cron.FuncJob(func() {
 			err := claimer.Do(context.Background(), source, func(context.Context, *runclaim.Run) error {
@@ -76,10 +151,11 @@ func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Log
 // the parent of every run's context: cancel it to stop claiming and to
 // cancel running runs, for example when the service shuts down. fn's error
 // is recorded as the run's outcome and logged at Error, unless it is ctx's
-// own, which is logged at Info as "cancelled"; skips are logged as by
-// SkipUnlessClaimed. A nil logger means cron.DefaultLogger. It panics
-// if ctx, claimer or fn is nil.
-func Job(ctx context.Context, claimer *runclaim.Claimer, source string, logger cron.Logger, fn func(ctx context.Context, run *runclaim.Run) error) cron.Job {
+// own, which is logged at Info as "cancelled"; skips and an invalid source
+// are logged as by SkipUnlessClaimed, and the splay window applies as
+// there. A nil logger means cron.DefaultLogger. It panics if ctx, claimer,
+// fn or an option is nil, or an option is invalid.
+func Job(ctx context.Context, claimer *runclaim.Claimer, source string, logger cron.Logger, fn func(ctx context.Context, run *runclaim.Run) error, opts ...Option) cron.Job {
 	switch {
 	case ctx == nil:
 		panic("cronlock: Job: nil Context")
@@ -88,7 +164,9 @@ func Job(ctx context.Context, claimer *runclaim.Claimer, source string, logger c
 	case fn == nil:
 		panic("cronlock: Job: nil function")
 	}
+	claimer = withSplay("Job", claimer, opts)
 	logger = orDefault(logger)
+	checkSource(logger, source)
 	return cron.FuncJob(func() {
 		err := claimer.Do(ctx, source, fn)
 		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {

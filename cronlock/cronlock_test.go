@@ -90,7 +90,9 @@ func (l attemptLogger) Error(err error, msg string, kv ...any) {
 // job that runs holds its claim until the other Cron's attempt for the tick
 // is seen; exactly one of the two must run the job and the other must log a
 // skip because the source is already running. The run must be recorded
-// before the next tick.
+// before the next tick. The test's ticks come milliseconds apart in real
+// time, so the splay window, which is counted by the database clock, is off
+// here (TestSplayHandledByDefault covers it).
 func TestTwoCronsOneRunPerTick(t *testing.T) {
 	for _, sc := range stores {
 		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
@@ -130,7 +132,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 		switch variant {
 		case "SkipUnlessClaimed":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger),
-				cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep", logger)))
+				cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep", logger, cronlock.WithSplay(0))))
 			job = cron.FuncJob(hold)
 		case "Job":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger), cron.WithChain(cron.Recover(logger)))
@@ -140,7 +142,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 				}
 				hold()
 				return nil
-			})
+			}, cronlock.WithSplay(0))
 		}
 		g := &gate{ticks: make(chan struct{}), done: done}
 		gates = append(gates, g)
@@ -295,10 +297,33 @@ func TestOutcomes(t *testing.T) {
 	})
 
 	t.Run("InvalidSource", func(t *testing.T) {
-		events, log.lines = nil, nil
-		cronlock.SkipUnlessClaimed(claimer, "", log)(cron.FuncJob(func() { t.Error("the job ran") })).Run()
-		if got := log.String(); !strings.HasPrefix(got, "error run failed [source ]") || !strings.Contains(got, runclaim.ErrInvalidSource.Error()) {
-			t.Fatalf("logged %q; want an invalid source error", got)
+		for _, source := range []string{"", "tab\tname", strings.Repeat("s", runclaim.MaxSourceLen+1)} {
+			for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
+				events, log.lines = nil, nil
+				var job cron.Job
+				switch variant {
+				case "SkipUnlessClaimed":
+					job = cronlock.SkipUnlessClaimed(claimer, source, log)(cron.FuncJob(func() { t.Error("the job ran") }))
+				case "Job":
+					job = cronlock.Job(t.Context(), claimer, source, log, func(context.Context, *runclaim.Run) error {
+						t.Error("the job ran")
+						return nil
+					})
+				}
+				// Logged when the job is wrapped, before any tick.
+				wantWrap := fmt.Sprintf("error invalid source: the job will never run [source %s] %s", source, runclaim.ErrInvalidSource)
+				if got := log.String(); !strings.HasPrefix(got, wantWrap) || strings.Contains(got, "\n") {
+					t.Fatalf("%s(%.20q): logged %q when wrapped; want one line starting %q", variant, source, got, wantWrap)
+				}
+				job.Run()
+				wantTick := fmt.Sprintf("error run failed [source %s] %s", source, runclaim.ErrInvalidSource)
+				if got := log.lines[len(log.lines)-1]; !strings.HasPrefix(got, wantTick) {
+					t.Fatalf("%s(%.20q): logged %q on a tick; want %q", variant, source, got, wantTick)
+				}
+				if len(events) != 0 {
+					t.Fatalf("%s(%.20q): finished events %+v", variant, source, events)
+				}
+			}
 		}
 	})
 }
@@ -315,6 +340,10 @@ func TestNilArgumentsPanic(t *testing.T) {
 		"Job nil claimer":               func() { cronlock.Job(t.Context(), nil, "s", nil, fn) },
 		"Job nil fn":                    func() { cronlock.Job(t.Context(), claimer, "s", nil, nil) },
 		"Job nil ctx":                   func() { cronlock.Job(nilCtx, claimer, "s", nil, fn) },
+		"SkipUnlessClaimed nil option":  func() { cronlock.SkipUnlessClaimed(claimer, "s", nil, nil) },
+		"Job nil option":                func() { cronlock.Job(t.Context(), claimer, "s", nil, fn, nil) },
+		"negative splay":                func() { cronlock.SkipUnlessClaimed(claimer, "s", nil, cronlock.WithSplay(-time.Second)) },
+		"splay over MaxLease":           func() { cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithSplay(runclaim.MaxLease+1)) },
 	} {
 		func() {
 			defer func() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/robfig/cron/v3"
 	"github.com/runclaim/runclaim"
@@ -12,8 +13,11 @@ import (
 )
 
 func ExampleSkipUnlessClaimed() {
-	// runclaim.NewPostgresStore(pool) in production, shared by every replica.
-	store := runclaim.NewMemoryStore()
+	// runclaim.NewPostgresStore(pool) in production, shared by every
+	// replica. This example sets the store's clock to show two ticks five
+	// minutes apart.
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	store := runclaim.NewMemoryStore(runclaim.WithClock(func() time.Time { return now }))
 	claimer, err := runclaim.New(store, runclaim.WithOwner("replica-a"))
 	if err != nil {
 		log.Fatal(err)
@@ -32,6 +36,7 @@ func ExampleSkipUnlessClaimed() {
 	tick := c.Entry(id).WrappedJob.Run
 
 	tick()
+	now = now.Add(5 * time.Minute)
 	// Another replica holds the source during the second tick.
 	other, err := runclaim.New(store, runclaim.WithOwner("replica-b"))
 	if err != nil {

@@ -16,8 +16,7 @@ import (
 func Example() {
 	// runclaim.NewPostgresStore(pool) in production, shared by every replica.
 	store := runclaim.NewMemoryStore()
-	claimer, err := runclaim.New(store,
-		runclaim.WithMinInterval(30*time.Second)) // about half the job's period; see the package doc
+	claimer, err := runclaim.New(store)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -95,4 +94,45 @@ func Example_claimerDo() {
 		log.Fatal(err)
 	}
 	// Output: sweeping avito as run 1
+}
+
+// With an Elector, one scheduler of all the replicas runs every job, and
+// the others stand by: a replica takes over when the leader closes, or
+// within one lease of its death.
+func ExampleNewElector() {
+	// runclaim.NewPostgresStore(pool) in production, shared by every replica.
+	claimer, err := runclaim.New(runclaim.NewMemoryStore())
+	if err != nil {
+		log.Fatal(err)
+	}
+	elector, err := gocronlock.NewElector(claimer, "billing/scheduler-leader")
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := gocron.NewScheduler(gocron.WithDistributedElector(elector))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	done := make(chan struct{}) // this example stops after the first run
+	_, err = s.NewJob(
+		gocron.DurationJob(time.Minute),
+		gocron.NewTask(func() {
+			fmt.Println("the leader sweeps")
+			close(done)
+		}),
+		gocron.WithStartAt(gocron.WithStartImmediately()),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
+	<-done
+	if err := s.Shutdown(); err != nil { // waits for running jobs
+		log.Fatal(err)
+	}
+	if err := elector.Close(context.Background()); err != nil { // hands leadership over
+		log.Fatal(err)
+	}
+	// Output: the leader sweeps
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,17 +20,21 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-// Exit codes of exec besides the command's own.
+// Exit codes of exec besides the command's own. exec's own outcomes have
+// codes from sysexits.h, which commands rarely use, and each has a flag to
+// change it, as flock's --conflict-exit-code does.
 const (
-	exitSkipped   = 75  // EX_TEMPFAIL: another holder has the source (default of --skip-exit-code)
-	exitLeaseLost = 70  // EX_SOFTWARE: the run was lost while the command ran
-	exitCannotRun = 126 // the command was found but could not be started
-	exitNotFound  = 127 // the command was not found
+	exitSkipped     = 75  // EX_TEMPFAIL: another holder has the source, or too soon (--skip-exit-code)
+	exitClaimFailed = 69  // EX_UNAVAILABLE: no claim (database error); nothing was run (--error-exit-code)
+	exitLeaseLost   = 70  // EX_SOFTWARE: the run was lost while the command ran (--lost-exit-code)
+	exitUnrecorded  = 74  // EX_IOERR: the command ran; its outcome was not recorded (--unrecorded-exit-code)
+	exitCannotRun   = 126 // the command was found but could not be started
+	exitNotFound    = 127 // the command was not found
 )
 
-// defaultKillGrace is how long exec waits after SIGTERM before SIGKILL when
-// the lease is lost.
-const defaultKillGrace = 10 * time.Second
+// defaultKillGraceMax is the longest --kill-grace that exec derives when
+// none is given.
+const defaultKillGraceMax = 10 * time.Second
 
 // forwardedSignals are passed on to the command's process group.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
@@ -53,20 +58,39 @@ If another run holds the source (or --min-interval has not passed since the
 last run started), the command is not run: exec prints why on stderr
 (unless --quiet) and exits with --skip-exit-code.
 
-The command runs with exec's environment plus RUNCLAIM_RUN_ID (the run's ID,
-a fencing token that increases with every run: pass it to writes that must
-refuse a stale holder), RUNCLAIM_SOURCE and RUNCLAIM_OWNER. It runs in a
-process group of its own, with exec's stdin, stdout and stderr. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to exec are forwarded
-to that group; the command decides what to do and exec waits for it. A
-signal that arrives before the command has started stops exec instead.
+The command runs with exec's stdin, stdout and stderr, and exec's
+environment, unchanged (DATABASE_URL and the PG* variables included, as
+flock, env or timeout would pass them on), plus RUNCLAIM_RUN_ID (the run's
+ID, a fencing token that increases with every run: pass it to writes that
+must refuse a stale holder), RUNCLAIM_SOURCE and RUNCLAIM_OWNER. With
+--no-db-env, DATABASE_URL, every PG* variable, RUNCLAIM_TABLE and
+RUNCLAIM_NAMESPACE are removed from it. (A password in ~/.pgpass stays
+readable to any process of the same user.)
+
+The command never outlives exec. It runs in a process group of its own,
+led by a small keeper process (a second runclaim, "runclaim-exec-keeper"
+in ps), with every process it starts. If exec dies, even by SIGKILL or the
+OOM killer, the keeper kills the whole group at once, while the lease
+still keeps every other host out: the kernel closes a pipe when exec
+dies, and the keeper watches it. On Linux the command is also killed if
+the keeper itself dies (PR_SET_PDEATHSIG). Processes that leave the group
+(setsid, daemons) are not followed. On systems without process groups
+(Windows) the command is started directly and survives exec's death.
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to exec are forwarded to the
+group; the command decides what to do and exec waits for it. A signal that
+arrives before the command has started stops exec instead.
 
 If the run is lost while the command runs (an operator released it, or
-heartbeats failed for a whole lease so another host may take over), exec
-sends SIGTERM to the command's process group, then SIGKILL after
---kill-grace, and exits with 70. When heartbeats fail, that starts a little
-before the lease ends, so another host can claim the source while the
-command is in its grace period: keep --kill-grace well below --lease where
-that matters.
+heartbeats failed for most of a lease, so that another host may take
+over), exec sends SIGTERM to the group, then SIGKILL after --kill-grace,
+and exits with --lost-exit-code. When heartbeats fail, exec starts that
+before the lease ends, and --kill-grace is bounded so that the command is
+killed while the lease still holds: by default it is half of the time
+between the stop and the lease's end, (lease - 2*heartbeat)/8, at most
+10s (1.25s with the default --lease and --heartbeat). A longer
+--kill-grace is refused; lengthen --lease or shorten --heartbeat to allow
+one.
 
 The command should not read from the terminal: it is not in the terminal's
 foreground process group.
@@ -74,29 +98,34 @@ foreground process group.
 Examples:
   # crontab on every host: at most one nightly report at a time
   0 2 * * *  DATABASE_URL=postgres://cron@db/app runclaim exec --source nightly-report --quiet -- /opt/app/report
-  # a long job: a crashed host frees the source within 2 minutes
-  runclaim exec --source reindex --lease 2m -- ./reindex.sh --all
+  # a long job: a crashed host frees the source within 2 minutes, and the
+  # job gets 10s between SIGTERM and SIGKILL if its run is lost
+  runclaim exec --source reindex --lease 2m --heartbeat 10s --kill-grace 10s -- ./reindex.sh --all
   # every 5 minutes on 3 hosts, but at most once per 4 minutes overall
   */5 * * * *  runclaim exec --source sync --min-interval 4m --quiet -- ./sync
+  # a wrapper script that tells "skipped" from "failed"
+  runclaim exec --source sync --skip-exit-code 0 --error-exit-code 100 -- ./sync
 
 Exit codes:
   0..255  the command's exit code; 128+N if a signal N killed it
           (130 SIGINT, 137 SIGKILL, 143 SIGTERM)
-  75      skipped: the source is held by another run, or too soon
-          (EX_TEMPFAIL; change with --skip-exit-code, e.g. 0 for cron)
+  75      skipped: the source is held by another run, or too soon; the
+          command did not run (EX_TEMPFAIL; --skip-exit-code, e.g. 0 for cron)
+  69      the source could not be claimed (a database error) or exec failed
+          before the command started; the command did not run
+          (EX_UNAVAILABLE; --error-exit-code)
   70      the run was lost while the command ran; the command was stopped
-          (EX_SOFTWARE)
+          (EX_SOFTWARE; --lost-exit-code)
+  74      the command ran but its outcome could not be recorded (the
+          database went away); the run stays "running" until its lease
+          passes, and exec prints the command's status (EX_IOERR;
+          --unrecorded-exit-code)
   126     the command could not be started (e.g. permission denied)
   127     the command was not found
-  1       a database error before the command started (nothing was run), or
-          another error of exec itself
-  2       bad usage
+  2       bad usage; nothing was run
   128+N   exec was stopped by signal N before the command started
-The command's own codes 70, 75, 126 and 127 cannot be told from exec's; the
-outcome in 'runclaim history' is exact.
-If the command ran but its outcome could not be recorded for a reason other
-than a lost run (the database went away), exec prints a warning and exits
-with the command's code; the run stays "running" until its lease passes.`,
+The command's own codes can collide with these; the outcome in 'runclaim
+history' is exact.`,
 		flags: func(fs *flag.FlagSet) any {
 			o := &execOpts{}
 			fs.StringVar(&o.source, "source", "", "claim `source` (required)")
@@ -104,8 +133,12 @@ with the command's code; the run stays "running" until its lease passes.`,
 			fs.DurationVar(&o.minInterval, "min-interval", 0, "skip unless the source's last run started at least this long ago")
 			fs.DurationVar(&o.heartbeat, "heartbeat", 0, "extend the lease this often (default a third of --lease)")
 			fs.StringVar(&o.owner, "owner", "", "holder name recorded with the run (default host-pid-random)")
-			fs.DurationVar(&o.killGrace, "kill-grace", defaultKillGrace, "after the run is lost, wait this long between SIGTERM and SIGKILL")
-			fs.IntVar(&o.skipCode, "skip-exit-code", exitSkipped, "exit `code` when the source is not claimed (0..255)")
+			fs.DurationVar(&o.killGrace, "kill-grace", 0, "after the run is lost, wait this long between SIGTERM and SIGKILL\n(at most (lease - 2*heartbeat)/8; default that, or 10s if less)")
+			fs.IntVar(&o.skipCode, "skip-exit-code", exitSkipped, "exit `code` when the source is not claimed, as flock's --conflict-exit-code (0..255)")
+			fs.IntVar(&o.errorCode, "error-exit-code", exitClaimFailed, "exit `code` when the source could not be claimed (0..255)")
+			fs.IntVar(&o.lostCode, "lost-exit-code", exitLeaseLost, "exit `code` when the run was lost while the command ran (0..255)")
+			fs.IntVar(&o.unrecordedCode, "unrecorded-exit-code", exitUnrecorded, "exit `code` when the command's outcome could not be recorded (0..255)")
+			fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE from the command's environment")
 			fs.BoolVar(&o.quiet, "quiet", false, "print nothing when the source is not claimed")
 			fs.BoolVar(&o.verbose, "verbose", false, "print the claim and the recorded outcome on stderr")
 			return o
@@ -115,11 +148,11 @@ with the command's code; the run stays "running" until its lease passes.`,
 }
 
 type execOpts struct {
-	source                                   string
-	lease, minInterval, heartbeat, killGrace time.Duration
-	owner                                    string
-	skipCode                                 int
-	quiet, verbose                           bool
+	source                                        string
+	lease, minInterval, heartbeat, killGrace      time.Duration
+	owner                                         string
+	skipCode, errorCode, lostCode, unrecordedCode int
+	noDBEnv, quiet, verbose                       bool
 }
 
 func runExec(ctx context.Context, c *cli, opts any, argv []string) int {
@@ -130,10 +163,16 @@ func runExec(ctx context.Context, c *cli, opts any, argv []string) int {
 		return c.usageError(cmd, "--source is required")
 	case len(argv) == 0:
 		return c.usageError(cmd, "give the command to run after --")
-	case o.skipCode < 0 || o.skipCode > 255:
-		return c.usageError(cmd, "--skip-exit-code must be between 0 and 255, got %d", o.skipCode)
-	case o.killGrace <= 0:
-		return c.usageError(cmd, "--kill-grace must be positive, got %v", o.killGrace)
+	case o.killGrace < 0:
+		return c.usageError(cmd, "--kill-grace must not be negative, got %v", o.killGrace)
+	}
+	for _, f := range []struct {
+		name string
+		code int
+	}{{"skip", o.skipCode}, {"error", o.errorCode}, {"lost", o.lostCode}, {"unrecorded", o.unrecordedCode}} {
+		if f.code < 0 || f.code > 255 {
+			return c.usageError(cmd, "--%s-exit-code must be between 0 and 255, got %d", f.name, f.code)
+		}
 	}
 	if err := runclaim.ValidateSource(o.source); err != nil {
 		return c.usageError(cmd, "%v", err)
@@ -168,33 +207,34 @@ func runExec(ctx context.Context, c *cli, opts any, argv []string) int {
 		claimOpts = append(claimOpts, runclaim.WithOwner(o.owner))
 	}
 
-	child := exec.Command(argv[0], argv[1:]...)
-	if child.Err == nil && strings.ContainsRune(argv[0], os.PathSeparator) {
-		if _, err := os.Stat(child.Path); errors.Is(err, fs.ErrNotExist) {
-			child.Err = err
-		}
-	}
-	if child.Err != nil { // not found: fail before claiming
-		fmt.Fprintf(c.stderr, "runclaim exec: %v\n", child.Err)
-		if errors.Is(child.Err, exec.ErrNotFound) || errors.Is(child.Err, fs.ErrNotExist) {
+	path, err := lookCommand(argv[0])
+	if err != nil { // not found: fail before claiming
+		fmt.Fprintf(c.stderr, "runclaim exec: %v\n", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return exitNotFound
 		}
 		return exitCannotRun
 	}
 	c.stdout, c.stderr = serialize(c.stdout, c.stderr)
-	child.Stdin, child.Stdout, child.Stderr = c.stdin, c.stdout, c.stderr
-	// Bounds the copying of output when stdout or stderr is not a file and
-	// a background process of the command keeps the pipe open.
-	child.WaitDelay = o.killGrace
-	setProcessGroup(child)
 
 	store, err := c.store(ctx)
 	if err != nil {
-		return c.fail("exec", err)
+		return c.failCode("exec", err, o.errorCode)
 	}
 	claimer, err := runclaim.New(store, claimOpts...)
 	if err != nil {
 		return c.usageError(cmd, "%v", err)
+	}
+	// The command must be dead before the lease ends: Do cancels the run
+	// ExpiryMargin before that when heartbeats fail, and half of it is left
+	// for the SIGKILL to take effect and for timers that fire late.
+	maxGrace := claimer.ExpiryMargin() / 2
+	switch {
+	case o.killGrace == 0:
+		o.killGrace = min(maxGrace, defaultKillGraceMax)
+	case o.killGrace > maxGrace:
+		return c.usageError(cmd, "--kill-grace %v would let the command outlive its lease: with --lease %v and --heartbeat %v it can be at most %v; lengthen --lease or shorten --heartbeat",
+			o.killGrace, claimer.Lease(), claimer.HeartbeatInterval(), maxGrace)
 	}
 
 	sigs := make(chan os.Signal, 16)
@@ -211,32 +251,82 @@ func runExec(ctx context.Context, c *cli, opts any, argv []string) int {
 		wg.Wait()
 	}()
 
-	x := &execution{c: c, o: o, child: child, fw: fw}
+	x := &execution{c: c, o: o, path: path, argv: argv, fw: fw}
 	err = claimer.Do(claimCtx, o.source, x.run)
 	return x.exitCode(ctx, claimCtx, err, lost.Load(), recorded.Load())
 }
 
+// lookCommand finds the program that name (argv[0]) runs, as exec.Command
+// does, and checks that a path given with a slash exists.
+func lookCommand(name string) (string, error) {
+	cmd := exec.Command(name)
+	if cmd.Err == nil && strings.ContainsRune(name, os.PathSeparator) {
+		if _, err := os.Stat(cmd.Path); errors.Is(err, fs.ErrNotExist) {
+			cmd.Err = err
+		}
+	}
+	return cmd.Path, cmd.Err
+}
+
+// dbEnvVars are the variables --no-db-env removes: those naming
+// runclaim's database, and every PG* variable, which libpq and pgx read.
+var dbEnvVars = []string{envDatabaseURL, envTable, envNamespace}
+
+// commandEnv is the command's environment: env, without runclaim's database
+// settings if noDB, plus the run's variables.
+func commandEnv(env []string, noDB bool, run *runclaim.Run) []string {
+	out := make([]string, 0, len(env)+3)
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if noDB && (strings.HasPrefix(name, "PG") || slices.Contains(dbEnvVars, name)) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out,
+		"RUNCLAIM_RUN_ID="+strconv.FormatInt(run.ID, 10),
+		"RUNCLAIM_SOURCE="+run.Source,
+		"RUNCLAIM_OWNER="+run.Owner)
+}
+
+// exitStatus is how the command ended.
+type exitStatus struct {
+	code int    // exec's exit code for it: the exit status, or 128+N after signal N
+	text string // as os.ProcessState says it: "exit status 3", "signal: killed"
+}
+
+// err is nil if the command succeeded, else an error with its text.
+func (s exitStatus) err() error {
+	if s.text == "exit status 0" {
+		return nil
+	}
+	return errors.New(s.text)
+}
+
 // execution is one command run under a claim.
 type execution struct {
-	c     *cli
-	o     *execOpts
-	child *exec.Cmd
-	fw    *forwarder
+	c    *cli
+	o    *execOpts
+	path string   // the program
+	argv []string // the command line, argv[0] first
+	fw   *forwarder
 
 	// Set by run, which Do calls on exitCode's goroutine.
 	started  bool
 	startErr error
-	state    *os.ProcessState
+	status   *exitStatus // nil if it is not known how the command ended
 }
 
 // run is the function Do calls with the claimed run: it starts the command
 // and waits for it, and stops it if ctx ends (the run was lost).
 func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
-	x.child.Env = append(os.Environ(),
-		"RUNCLAIM_RUN_ID="+strconv.FormatInt(run.ID, 10),
-		"RUNCLAIM_SOURCE="+run.Source,
-		"RUNCLAIM_OWNER="+run.Owner)
-	startErr, cause := x.fw.start(ctx, x.child)
+	p := newProc(x.path, x.argv, commandEnv(os.Environ(), x.o.noDBEnv, run),
+		x.c.stdin, x.c.stdout, x.c.stderr,
+		// Bounds the copying of output when stdout or stderr is not a
+		// file and a background process of the command keeps the pipe
+		// open.
+		x.o.killGrace)
+	startErr, cause := x.fw.start(ctx, p)
 	if cause != nil {
 		return cause
 	}
@@ -245,12 +335,20 @@ func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
 		return startErr
 	}
 	x.started = true
-	exited := make(chan error, 1)
-	go func() { exited <- x.child.Wait() }()
+	type result struct {
+		status exitStatus
+		err    error
+	}
+	exited := make(chan result, 1)
+	go func() {
+		st, err := p.wait()
+		exited <- result{st, err}
+	}()
 
-	var waitErr, stopCause error
+	var res result
+	var stopCause error
 	select {
-	case waitErr = <-exited:
+	case res = <-exited:
 	case <-ctx.Done():
 		stopCause = context.Cause(ctx)
 		fmt.Fprintf(x.c.stderr, "runclaim exec: run %d of %q: %s; sending SIGTERM to the command, SIGKILL in %v\n",
@@ -258,19 +356,20 @@ func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
 		x.fw.signal(syscall.SIGTERM)
 		grace := time.NewTimer(x.o.killGrace)
 		select {
-		case waitErr = <-exited:
+		case res = <-exited:
 			grace.Stop()
 		case <-grace.C:
 			fmt.Fprintf(x.c.stderr, "runclaim exec: the command is still running after %v; sending SIGKILL\n", x.o.killGrace)
 			x.fw.signal(syscall.SIGKILL)
-			waitErr = <-exited
+			res = <-exited
 		}
 	}
 	x.fw.exited()
-	x.state = x.child.ProcessState
-	if errors.Is(waitErr, exec.ErrWaitDelay) && x.state != nil && x.state.Success() {
-		waitErr = nil // a background process held the output open; the command itself succeeded
+	if res.err != nil {
+		return res.err
 	}
+	x.status = &res.status
+	waitErr := res.status.err()
 	if stopCause != nil {
 		if waitErr == nil {
 			waitErr = errors.New("exit status 0")
@@ -293,12 +392,15 @@ func (x *execution) exitCode(ctx, claimCtx context.Context, err error, lost, rec
 	}
 	if !x.started {
 		var sigErr *signalError
+		var kErr *keeperError
 		switch {
 		case errors.As(context.Cause(claimCtx), &sigErr):
 			fmt.Fprintf(c.stderr, "runclaim exec: %v before the command started\n", sigErr)
 			return 128 + signalNumber(sigErr.sig)
+		case errors.As(x.startErr, &kErr):
+			return c.failCode("exec", fmt.Errorf("cannot run %s: %w", x.path, kErr), o.errorCode)
 		case x.startErr != nil:
-			fmt.Fprintf(c.stderr, "runclaim exec: cannot run %s: %v\n", x.child.Path, x.startErr)
+			fmt.Fprintf(c.stderr, "runclaim exec: cannot run %s: %v\n", x.path, x.startErr)
 			if errors.Is(x.startErr, fs.ErrNotExist) {
 				return exitNotFound
 			}
@@ -306,25 +408,32 @@ func (x *execution) exitCode(ctx, claimCtx context.Context, err error, lost, rec
 		case err == nil:
 			err = errors.New("the command did not start")
 		}
-		return c.fail("exec", err)
+		return c.failCode("exec", err, o.errorCode)
 	}
 	if lost || errors.Is(err, runclaim.ErrLeaseLost) {
 		fmt.Fprintf(c.stderr, "runclaim exec: the run of %q was lost while the command ran, so another holder may have started; %s\n",
-			o.source, describeExit(x.state))
-		return exitLeaseLost
+			o.source, describeExit(x.status))
+		return o.lostCode
 	}
 	if ctx.Err() != nil {
-		fmt.Fprintf(c.stderr, "runclaim exec: stopped: %v; %s\n", context.Cause(ctx), describeExit(x.state))
-		return exitError
+		fmt.Fprintf(c.stderr, "runclaim exec: stopped: %v; %s\n", context.Cause(ctx), describeExit(x.status))
+		return o.errorCode
 	}
-	if !recorded && err != nil {
-		fmt.Fprintf(c.stderr, "runclaim exec: warning: the outcome was not recorded, so the run stays running until its lease passes: %s\n",
-			c.redact(err.Error()))
+	if x.status == nil {
+		return c.failCode("exec", fmt.Errorf("%s: %w", describeExit(nil), err), o.errorCode)
 	}
-	if x.state == nil {
-		return exitError
+	if !recorded {
+		fmt.Fprintf(c.stderr, "runclaim exec: the outcome was not recorded, so the run stays running until its lease passes; %s: %s\n",
+			describeExit(x.status), c.redact(describeError(err)))
+		return o.unrecordedCode
 	}
-	return exitCodeOf(x.state)
+	return x.status.code
+}
+
+// failCode prints err as fail does, and returns code.
+func (c *cli) failCode(cmd string, err error, code int) int {
+	c.fail(cmd, err)
+	return code
 }
 
 // skipReason says, in a line, why a claim was skipped.
@@ -342,9 +451,9 @@ func skipReason(nc *runclaim.NotClaimedError, minInterval time.Duration) string 
 }
 
 // describeExit says how the command ended, for a message.
-func describeExit(ps *os.ProcessState) string {
-	if ps == nil {
-		return "the command did not finish"
+func describeExit(s *exitStatus) string {
+	if s == nil {
+		return "it is not known how the command ended"
 	}
-	return "the command ended with " + ps.String()
+	return "the command ended with " + s.text
 }

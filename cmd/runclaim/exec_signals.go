@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 )
@@ -35,7 +34,7 @@ type forwarder struct {
 	cancel context.CancelCauseFunc // cancels the claim
 
 	mu   sync.Mutex // protects the fields below
-	cmd  *exec.Cmd  // the started command, nil before the start
+	p    *proc      // the started command, nil before the start
 	done bool       // the command has exited
 }
 
@@ -47,8 +46,8 @@ func (f *forwarder) loop(sigs <-chan os.Signal, done <-chan struct{}) {
 			f.mu.Lock()
 			switch {
 			case f.done:
-			case f.cmd != nil:
-				_ = signalGroup(f.cmd.Process, sig)
+			case f.p != nil:
+				_ = f.p.signal(sig)
 			default:
 				f.cancel(&signalError{sig})
 			}
@@ -59,19 +58,19 @@ func (f *forwarder) loop(sigs <-chan os.Signal, done <-chan struct{}) {
 	}
 }
 
-// start starts cmd unless ctx has ended (a signal came first, or the run
+// start starts p unless ctx has ended (a signal came first, or the run
 // was lost already), which it reports as cause. A signal that arrives
-// while it starts cmd is forwarded once cmd has started.
-func (f *forwarder) start(ctx context.Context, cmd *exec.Cmd) (startErr, cause error) {
+// while it starts p is forwarded once the command runs.
+func (f *forwarder) start(ctx context.Context, p *proc) (startErr, cause error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := p.start(); err != nil {
 		return err, nil
 	}
-	f.cmd = cmd
+	f.p = p
 	return nil, nil
 }
 
@@ -79,8 +78,8 @@ func (f *forwarder) start(ctx context.Context, cmd *exec.Cmd) (startErr, cause e
 func (f *forwarder) signal(sig os.Signal) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.cmd != nil && !f.done {
-		_ = signalGroup(f.cmd.Process, sig)
+	if f.p != nil && !f.done {
+		_ = f.p.signal(sig)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -107,7 +108,12 @@ func TestExec(t *testing.T) {
 			{"exec", "--source", "", "--", "true"},
 			{"exec", "--source", "bad\x00source", "--", "true"},
 			{"exec", "--source", "x", "--skip-exit-code", "256", "--", "true"},
-			{"exec", "--source", "x", "--kill-grace", "0s", "--", "true"},
+			{"exec", "--source", "x", "--kill-grace", "-1s", "--", "true"},
+			{"exec", "--source", "x", "--kill-grace", "10s", "--", "true"},
+			{"exec", "--source", "x", "--lease", "1m", "--heartbeat", "20s", "--kill-grace", "2600ms", "--", "true"},
+			{"exec", "--source", "x", "--error-exit-code", "-1", "--", "true"},
+			{"exec", "--source", "x", "--lost-exit-code", "256", "--", "true"},
+			{"exec", "--source", "x", "--unrecorded-exit-code", "1000", "--", "true"},
 			{"exec", "--source", "x", "--lease", "1ms", "--", "true"},
 			{"exec", "--source", "x", "--lease", "1s", "--heartbeat", "1s", "--", "true"},
 			{"exec", "--source", "x", "--min-interval", "-1s", "--", "true"},
@@ -127,8 +133,12 @@ func TestExec(t *testing.T) {
 		clearEnv(t)
 		t.Setenv(envDatabaseURL, "postgres://runclaim:pw@127.0.0.1:1/none?connect_timeout=5")
 		r := runInEnv(t, nil, "exec", "--source", "down", "--", "touch", marker)
-		if r.code != exitError || !strings.Contains(r.stderr, "runclaim exec:") {
-			t.Errorf("%+v, want exit 1", r)
+		if r.code != exitClaimFailed || !strings.Contains(r.stderr, "runclaim exec:") {
+			t.Errorf("%+v, want exit %d", r, exitClaimFailed)
+		}
+		r = runInEnv(t, nil, "exec", "--source", "down", "--error-exit-code", "100", "--", "touch", marker)
+		if r.code != 100 {
+			t.Errorf("--error-exit-code 100: %+v", r)
 		}
 		if _, err := os.Stat(marker); err == nil {
 			t.Error("the command ran without a claim")
@@ -156,6 +166,10 @@ func TestExecSkipped(t *testing.T) {
 	r = runCLI(t, db, nil, append([]string{"exec", "--source", "busy", "--skip-exit-code", "0", "--quiet"}, touch...)...)
 	if r.code != 0 || r.stderr != "" {
 		t.Errorf("--skip-exit-code 0: %+v", r)
+	}
+	r = runCLI(t, db, nil, append([]string{"exec", "--source", "busy", "--skip-exit-code", "3", "--quiet"}, touch...)...)
+	if r.code != 3 || r.stderr != "" {
+		t.Errorf("--skip-exit-code 3: %+v", r)
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the command ran while another holder had the source")
@@ -185,12 +199,16 @@ func TestExecLeaseLost(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		script   string
+		flags    []string
+		code     int
 		sigkill  bool
 		wantOut  string
 		wantLeft string
 	}{
-		{"stops on SIGTERM", `trap 'echo bye; exit 0' TERM; echo started; while :; do sleep 0.05; done`, false, "bye", "exit status 0"},
-		{"ignores SIGTERM", `trap '' TERM; echo started; while :; do sleep 0.05; done`, true, "", "signal: killed"},
+		{"stops on SIGTERM", `trap 'echo bye; exit 0' TERM; echo started; while :; do sleep 0.05; done`,
+			nil, exitLeaseLost, false, "bye", "exit status 0"},
+		{"ignores SIGTERM", `trap '' TERM; echo started; while :; do sleep 0.05; done`,
+			[]string{"--lost-exit-code", "99"}, 99, true, "", "signal: killed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			source := "lost-" + strings.Fields(tc.name)[0]
@@ -208,8 +226,10 @@ func TestExecLeaseLost(t *testing.T) {
 			defer cancel()
 			go func() {
 				defer pw.Close()
-				done <- run(ctx, []string{"exec", "--source", source, "--lease", "600ms", "--kill-grace", "300ms",
-					"--", "sh", "-c", tc.script}, nil, pw, &stderr)
+				// A lease of 3 s with a heartbeat every 100 ms allows a
+				// kill grace of up to (3s - 2*100ms)/8 = 350ms.
+				args := append([]string{"exec", "--source", source, "--lease", "3s", "--heartbeat", "100ms", "--kill-grace", "300ms"}, tc.flags...)
+				done <- run(ctx, append(args, "--", "sh", "-c", tc.script), nil, pw, &stderr)
 			}()
 			waitLine(t, out, "started", done)
 
@@ -223,8 +243,8 @@ func TestExecLeaseLost(t *testing.T) {
 			case <-time.After(testTimeout):
 				t.Fatal("exec did not stop the command after the run was released")
 			}
-			if code != exitLeaseLost {
-				t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, stderr.String())
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
 			}
 			if tc.wantOut != "" {
 				waitLine(t, out, tc.wantOut, nil)
@@ -302,4 +322,89 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestExecEnvironment checks what reaches the command's environment: by
+// default exec's own, unchanged, with runclaim's database settings, plus
+// the run's variables; with --no-db-env, the same without DATABASE_URL,
+// the PG* variables, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE.
+func TestExecEnvironment(t *testing.T) {
+	db, store := setup(t)
+	clearEnv(t) // RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE, set empty
+	t.Setenv(envDatabaseURL, db.DSN)
+	t.Setenv("PGPASSWORD", "not-the-password") // the DSN's own wins
+	t.Setenv("PGAPPNAME", "cron")
+	t.Setenv("JOB_SETTING", "kept")
+
+	envOf := func(out string) map[string]string {
+		m := map[string]string{}
+		for _, l := range lines(out) {
+			k, v, _ := strings.Cut(l, "=")
+			m[k] = v
+		}
+		return m
+	}
+	base := envOf(strings.Join(os.Environ(), "\n"))
+	for _, noDB := range []bool{false, true} {
+		args := []string{"exec", "--source", fmt.Sprintf("env-%v", noDB), "--owner", "me"}
+		if noDB {
+			args = append(args, "--no-db-env")
+		}
+		r := runInEnv(t, nil, append(args, "--", "env")...)
+		runs := history(t, store, fmt.Sprintf("env-%v", noDB))
+		if r.code != 0 || len(runs) != 1 {
+			t.Fatalf("--no-db-env %v: %+v, history %+v", noDB, r, runs)
+		}
+		want := map[string]string{}
+		for k, v := range base {
+			removed := strings.HasPrefix(k, "PG") || k == envDatabaseURL || k == envTable || k == envNamespace
+			if !noDB || !removed {
+				want[k] = v
+			}
+		}
+		want["RUNCLAIM_RUN_ID"] = fmt.Sprint(runs[0].ID)
+		want["RUNCLAIM_SOURCE"] = runs[0].Source
+		want["RUNCLAIM_OWNER"] = "me"
+		got := envOf(r.stdout)
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("--no-db-env %v: %s=%q in the command's environment, want %q", noDB, k, got[k], v)
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("--no-db-env %v: %s=%q in the command's environment, want it absent", noDB, k, got[k])
+			}
+		}
+		if _, ok := got[envDatabaseURL]; ok == noDB {
+			t.Errorf("--no-db-env %v: DATABASE_URL passed: %v", noDB, ok)
+		}
+	}
+}
+
+// TestExecHelpDocumentsExitCodes checks that --help names every exit code
+// flag with its default, and the defaults in the exit code table.
+func TestExecHelpDocumentsExitCodes(t *testing.T) {
+	r := runCLI(t, nil, nil, "exec", "--help")
+	if r.code != 0 {
+		t.Fatalf("%+v", r)
+	}
+	for flag, code := range map[string]int{
+		"skip-exit-code":       exitSkipped,
+		"error-exit-code":      exitClaimFailed,
+		"lost-exit-code":       exitLeaseLost,
+		"unrecorded-exit-code": exitUnrecorded,
+	} {
+		if !regexp.MustCompile(`(?m)^  --` + flag + ` code\n.*\(default ` + fmt.Sprint(code) + `\)$`).MatchString(r.stdout) {
+			t.Errorf("--help lacks --%s with its default %d", flag, code)
+		}
+		if !regexp.MustCompile(`(?m)^  ` + fmt.Sprint(code) + `  .*\n(.*\n)*?.*--` + flag).MatchString(r.stdout) {
+			t.Errorf("the exit code table lacks %d with --%s", code, flag)
+		}
+	}
+	for _, want := range []string{"--kill-grace", "at most (lease - 2*heartbeat)/8", "--no-db-env", "runclaim-exec-keeper", "PR_SET_PDEATHSIG"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
 }

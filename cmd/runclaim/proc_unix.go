@@ -4,18 +4,13 @@ package main
 
 import (
 	"os"
-	"os/exec"
+	"strconv"
 	"syscall"
 )
 
-// setProcessGroup makes cmd the leader of a new process group, so that
-// signals reach the processes it starts too.
-func setProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-}
-
-// signalGroup sends sig to p's process group. The group outlives p while p's
-// children run, and its ID is not reused until it is empty.
+// signalGroup sends sig to the process group that p leads. The group
+// outlives p while p's children run, and its ID is not reused until it is
+// empty.
 func signalGroup(p *os.Process, sig os.Signal) error {
 	s, ok := sig.(syscall.Signal)
 	if !ok {
@@ -32,11 +27,24 @@ func signalNumber(sig os.Signal) int {
 	return 0
 }
 
-// exitCodeOf is the shell's exit code for a process that ended as ps says:
-// its exit status, or 128+N if signal N killed it.
-func exitCodeOf(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+// statusOf describes a process that ended as ws says, as os.ProcessState
+// does, with the shell's exit code: its exit status, or 128+N if signal N
+// killed it.
+func statusOf(ws syscall.WaitStatus) exitStatus {
+	var s exitStatus
+	switch {
+	case ws.Exited():
+		s.code = ws.ExitStatus()
+		s.text = "exit status " + strconv.Itoa(s.code)
+	case ws.Signaled():
+		s.code = 128 + int(ws.Signal())
+		s.text = "signal: " + ws.Signal().String()
+	default:
+		s.code = exitCannotRun
+		s.text = "unknown wait status " + strconv.Itoa(int(ws))
 	}
-	return ps.ExitCode()
+	if ws.CoreDump() {
+		s.text += " (core dumped)"
+	}
+	return s
 }

@@ -9,10 +9,12 @@
 //	go run ./examples/cron
 //	DATABASE_URL=postgres://user:pass@localhost:5432/db go run ./examples/cron
 //
-// Cron specs tick once a minute at most ("@every" once a second), so that
-// the example ends quickly, its schedule is every 200 ms, on the same round
-// times on every replica, as a spec like "*/5 * * * *" would be. It runs for
-// five ticks and exits.
+// So that the example ends quickly, its spec fires every second (a spec with
+// seconds), on the wall clock like "*/5 * * * *", and the jobs take a
+// millisecond: shorter than the few milliseconds between the replicas'
+// ticks, so that the late replica's claim comes after the early one's job
+// has finished. The splay window skips it as the same tick. It runs for
+// four ticks and exits.
 package main
 
 import (
@@ -31,18 +33,11 @@ import (
 )
 
 const (
-	period = 200 * time.Millisecond // the schedule; a minute or more in a real service
-	ticks  = 5
-	work   = 50 * time.Millisecond // how long one sweep takes
+	spec   = "* * * * * *" // every second; "*/5 * * * *" or so in a real service
+	period = time.Second
+	ticks  = 4
+	work   = time.Millisecond // how long one sweep takes
 )
-
-// every is a cron.Schedule that fires on the multiples of a duration, so
-// that the replicas tick at the same times.
-type every time.Duration
-
-func (d every) Next(t time.Time) time.Time {
-	return t.Truncate(time.Duration(d)).Add(time.Duration(d))
-}
 
 func main() {
 	ctx, cancel := context.WithCancel(context.Background()) // cancelled on the way out
@@ -62,7 +57,7 @@ func main() {
 		}
 		crons = append(crons, c)
 	}
-	// Start both just after a tick, so that each runs the next five.
+	// Start both just after a tick, so that each runs the next four.
 	first := time.Now().Truncate(period).Add(period)
 	time.Sleep(time.Until(first.Add(period / 4)))
 	for _, c := range crons {
@@ -86,9 +81,6 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 	claimer, err := runclaim.New(store,
 		runclaim.WithOwner(name),
 		runclaim.WithLease(10*time.Second),
-		// A late replica whose claim comes after a fast job has finished
-		// would run the same tick again; this skips it.
-		runclaim.WithMinInterval(period/2),
 	)
 	if err != nil {
 		return nil, err
@@ -96,20 +88,27 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 	// Skips are logged at Info: a verbose logger shows them.
 	logger := cron.VerbosePrintfLogger(log.New(os.Stdout, name+"  cron: ", log.Lmicroseconds))
 	c := cron.New(
+		cron.WithSeconds(),
 		cron.WithLogger(cron.PrintfLogger(log.New(os.Stderr, name+" cron: ", log.LstdFlags))), // cron's own log: errors only
 		cron.WithChain(cron.Recover(logger)),
 	)
 
-	// With a spec and a chain for every job, this would be
+	// With a chain for every job, this would be
 	// cron.New(cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger)))
-	// and c.AddFunc("*/5 * * * *", ...).
-	c.Schedule(every(period), cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger)(cron.FuncJob(func() {
+	// and c.AddFunc(spec, ...). Other claims of a source are skipped for
+	// cronlock.DefaultSplay (500 ms) after a run starts: a late replica's
+	// claim of the same tick. A schedule that fires more often than every
+	// second needs a shorter window: cronlock.WithSplay(period / 2).
+	_, err = c.AddJob(spec, cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger)(cron.FuncJob(func() {
 		fmt.Printf("%s  %s  avito swept\n", time.Now().Format("15:04:05.000000"), name)
 		sweeps.add("avito")
 		time.Sleep(work) // the real work, such as scraping a site
 	})))
+	if err != nil {
+		return nil, err
+	}
 
-	c.Schedule(every(period), cronlock.Job(ctx, claimer, "sweep-cian", logger,
+	_, err = c.AddJob(spec, cronlock.Job(ctx, claimer, "sweep-cian", logger,
 		func(ctx context.Context, run *runclaim.Run) error {
 			fmt.Printf("%s  %s  cian swept as run %d\n", time.Now().Format("15:04:05.000000"), name, run.ID)
 			sweeps.add("cian")
@@ -120,6 +119,9 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 				return context.Cause(ctx)
 			}
 		}))
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -9,7 +9,11 @@
 //	go run ./examples/gocron
 //	DATABASE_URL=postgres://user:pass@localhost:5432/db go run ./examples/gocron
 //
-// It runs for five ticks of 200 ms and exits.
+// The jobs run every second, on the wall clock, and take a millisecond:
+// shorter than the few milliseconds between the replicas' ticks, so that
+// the late replica's claim comes after the early one's job has finished.
+// The Locker's splay window skips it as the same tick. It runs for four
+// ticks and exits.
 package main
 
 import (
@@ -29,9 +33,9 @@ import (
 )
 
 const (
-	period = 200 * time.Millisecond // the schedule; a minute or more in a real service
-	ticks  = 5
-	work   = 50 * time.Millisecond // how long one sweep takes
+	period = time.Second // the schedule; a minute or more in a real service
+	ticks  = 4
+	work   = time.Millisecond // how long one sweep takes
 )
 
 var sources = []string{"avito", "cian"}
@@ -45,13 +49,14 @@ func main() {
 	}
 	defer closeStore()
 
-	// gocron's own advice for distributed jobs: start every replica's
-	// schedule at the same round time, so that their ticks line up.
-	start := time.Now().Truncate(period).Add(2 * period)
+	// Cron jobs fire on the wall clock, so that every replica's ticks line
+	// up; start both just after a tick, so that each runs the next four.
+	start := time.Now().Truncate(period).Add(period)
+	time.Sleep(time.Until(start.Add(period / 4)))
 	var sweeps counter
 	var schedulers []gocron.Scheduler
 	for _, name := range []string{"replica-a", "replica-b"} {
-		s, err := newScheduler(name, store, start, &sweeps)
+		s, err := newScheduler(name, store, &sweeps)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -61,7 +66,7 @@ func main() {
 
 	// Let the schedules tick, then shut both replicas down; Shutdown waits
 	// for running jobs.
-	time.Sleep(time.Until(start.Add((ticks - 1) * period).Add(period / 2)))
+	time.Sleep(time.Until(start.Add(ticks*period + period/2)))
 	for _, s := range schedulers {
 		if err := s.Shutdown(); err != nil {
 			log.Print(err)
@@ -76,17 +81,18 @@ func main() {
 
 // newScheduler builds one replica's scheduler: a Claimer, a gocronlock
 // Locker as the scheduler's distributed locker, and one job per source.
-func newScheduler(name string, store runclaim.Store, start time.Time, sweeps *counter) (gocron.Scheduler, error) {
+func newScheduler(name string, store runclaim.Store, sweeps *counter) (gocron.Scheduler, error) {
 	claimer, err := runclaim.New(store,
 		runclaim.WithOwner(name),
 		runclaim.WithLease(10*time.Second),
-		// A late replica whose claim comes after a fast job has finished
-		// would run the same tick again; this skips it.
-		runclaim.WithMinInterval(period/2),
 	)
 	if err != nil {
 		return nil, err
 	}
+	// The Locker skips claims of a job for gocronlock.DefaultSplay (500 ms)
+	// after a run of it starts: a late replica's claim of the same tick.
+	// A job that runs more often than every second needs a shorter window:
+	// gocronlock.WithSplay(period / 2).
 	locker, err := gocronlock.New(claimer, gocronlock.WithPrefix("example/"))
 	if err != nil {
 		return nil, err
@@ -97,7 +103,7 @@ func newScheduler(name string, store runclaim.Store, start time.Time, sweeps *co
 	}
 	for _, source := range sources {
 		_, err := s.NewJob(
-			gocron.DurationJob(period),
+			gocron.CronJob("* * * * * *", true), // every second
 			gocron.NewTask(func() {
 				fmt.Printf("%s  %s  %-6s swept\n", time.Now().Format("15:04:05.000"), name, source)
 				sweeps.add(source)
@@ -106,7 +112,6 @@ func newScheduler(name string, store runclaim.Store, start time.Time, sweeps *co
 			// The job's name is the claimed source (after the prefix):
 			// the same on every replica and in every release.
 			gocron.WithName("sweep-"+source),
-			gocron.WithStartAt(gocron.WithStartDateTime(start)),
 			gocron.WithEventListeners(gocron.AfterLockError(func(_ uuid.UUID, job string, err error) {
 				if errors.Is(err, runclaim.ErrNotClaimed) {
 					fmt.Printf("%s  %s  %-6s skipped: %s\n", time.Now().Format("15:04:05.000"), name, source, why(err))

@@ -1,0 +1,10 @@
+//go:build unix && !linux
+
+package main
+
+import "syscall"
+
+// setDeathSignal does nothing: only Linux has PR_SET_PDEATHSIG. The keeper's
+// lifeline still kills the command when exec dies; the command survives
+// only the keeper's own death.
+func setDeathSignal(*syscall.SysProcAttr) {}

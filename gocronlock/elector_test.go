@@ -1,0 +1,254 @@
+package gocronlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/gocronlock"
+)
+
+func newElector(t *testing.T, c *runclaim.Claimer, source string) *gocronlock.Elector {
+	t.Helper()
+	e, err := gocronlock.NewElector(c, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestElectorBasics checks leadership without a scheduler: the first
+// Elector wins, the second is refused while the first holds the source and
+// wins once it closes, a closed Elector is never the leader again, and the
+// Claimer's minimum interval does not delay the hand-over.
+func TestElectorBasics(t *testing.T) {
+	ctx := t.Context()
+	store := runclaim.NewMemoryStore()
+	a := newElector(t, newClaimer(t, store, runclaim.WithOwner("a"), runclaim.WithMinInterval(time.Hour)), "leader")
+	b := newElector(t, newClaimer(t, store, runclaim.WithOwner("b"), runclaim.WithMinInterval(time.Hour)), "leader")
+	defer b.Close(ctx)
+
+	if err := a.IsLeader(ctx); err != nil {
+		t.Fatalf("a.IsLeader on a free source: %v", err)
+	}
+	for range 3 {
+		if err := a.IsLeader(ctx); err != nil {
+			t.Fatalf("a.IsLeader while leader: %v", err)
+		}
+		if err := b.IsLeader(ctx); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+			t.Fatalf("b.IsLeader while a leads: %v; want ErrAlreadyRunning", err)
+		}
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatalf("a.Close: %v", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatalf("second a.Close: %v", err)
+	}
+	if err := b.IsLeader(ctx); err != nil {
+		t.Fatalf("b.IsLeader after a closed: %v", err)
+	}
+	if err := a.IsLeader(ctx); !errors.Is(err, gocronlock.ErrElectorClosed) {
+		t.Fatalf("a.IsLeader after Close: %v; want ErrElectorClosed", err)
+	}
+}
+
+func TestNewElectorValidates(t *testing.T) {
+	c := newClaimer(t, runclaim.NewMemoryStore())
+	for name, f := range map[string]func() (*gocronlock.Elector, error){
+		"nil claimer":   func() (*gocronlock.Elector, error) { return gocronlock.NewElector(nil, "leader") },
+		"empty source":  func() (*gocronlock.Elector, error) { return gocronlock.NewElector(c, "") },
+		"tab in source": func() (*gocronlock.Elector, error) { return gocronlock.NewElector(c, "a\tb") },
+		"long source": func() (*gocronlock.Elector, error) {
+			return gocronlock.NewElector(c, strings.Repeat("s", runclaim.MaxSourceLen+1))
+		},
+	} {
+		if e, err := f(); err == nil || e != nil {
+			t.Errorf("%s: NewElector = %v, %v; want an error", name, e, err)
+		}
+	}
+	var nilCtx context.Context
+	if err := newElector(t, c, "leader").IsLeader(nilCtx); err == nil {
+		t.Error("IsLeader(nil) = nil; want an error")
+	}
+}
+
+// partitionable is a Store that a test can cut off, as a network partition
+// or a dead process would: every call then fails.
+type partitionable struct {
+	runclaim.Store
+	cut atomic.Bool
+}
+
+var errPartitioned = errors.New("partitioned")
+
+func (s *partitionable) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	if s.cut.Load() {
+		return runclaim.RunInfo{}, errPartitioned
+	}
+	return s.Store.Claim(ctx, req)
+}
+
+func (s *partitionable) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest) (time.Time, error) {
+	if s.cut.Load() {
+		return time.Time{}, errPartitioned
+	}
+	return s.Store.Heartbeat(ctx, req)
+}
+
+func (s *partitionable) Finish(ctx context.Context, req runclaim.FinishRequest) error {
+	if s.cut.Load() {
+		return errPartitioned
+	}
+	return s.Store.Finish(ctx, req)
+}
+
+// execution is one run of the job, by one replica.
+type execution struct {
+	replica int
+	at      time.Time
+}
+
+// TestElectorThreeSchedulers runs three gocron schedulers over one source
+// on Postgres, each with its own Claimer and Elector and a job every 20 ms.
+// Only the leader may run jobs: sorted by time, the runs must come in one
+// block per leader. The leader closes, and another takes over; then the new
+// leader is cut off from the database while its scheduler keeps ticking,
+// and the third takes over only after the cut-off leader's lease has ended
+// and it has stopped running jobs.
+func TestElectorThreeSchedulers(t *testing.T) {
+	t.Parallel()
+	base := openPostgres(t)
+	pg := base.(*runclaim.PostgresStore)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*waitTimeout)
+	defer cancel()
+	const (
+		source = "svc/leader"
+		lease  = 1200 * time.Millisecond
+	)
+	execs := make(chan execution, 1000)
+	stores := make([]*partitionable, 3)
+	electors := make([]*gocronlock.Elector, 3)
+	schedulers := make([]gocron.Scheduler, 3)
+	for i := range 3 {
+		stores[i] = &partitionable{Store: base}
+		claimer := newClaimer(t, stores[i], runclaim.WithOwner(fmt.Sprintf("replica-%d", i)),
+			runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/6))
+		electors[i] = newElector(t, claimer, source)
+		s, err := gocron.NewScheduler(gocron.WithDistributedElector(electors[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.NewJob(gocron.DurationJob(20*time.Millisecond),
+			gocron.NewTask(func() { execs <- execution{replica: i, at: time.Now()} }),
+			gocron.WithName("job"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		schedulers[i] = s
+	}
+	shut := make([]bool, 3)
+	shutdown := func(i int) {
+		if !shut[i] {
+			shut[i] = true
+			if err := schedulers[i].Shutdown(); err != nil {
+				t.Errorf("replica %d: shutdown: %v", i, err)
+			}
+		}
+	}
+	defer func() {
+		for i := range 3 {
+			shutdown(i)
+			stores[i].cut.Store(false)
+			if err := electors[i].Close(context.Background()); err != nil && !errors.Is(err, runclaim.ErrLeaseLost) {
+				t.Errorf("replica %d: close: %v", i, err)
+			}
+		}
+	}()
+	for _, s := range schedulers {
+		s.Start()
+	}
+
+	var all []execution
+	// next waits for n runs of the job by a replica other than the
+	// excluded ones, and returns that replica.
+	next := func(n int, excluded ...int) int {
+		t.Helper()
+		count := map[int]int{}
+		for {
+			select {
+			case e := <-execs:
+				all = append(all, e)
+				skip := false
+				for _, x := range excluded {
+					skip = skip || e.replica == x
+				}
+				if !skip {
+					if count[e.replica]++; count[e.replica] == n {
+						return e.replica
+					}
+				}
+			case <-ctx.Done():
+				t.Fatalf("no replica besides %v ran the job %d times; runs per replica %v", excluded, n, count)
+			}
+		}
+	}
+
+	first := next(10)
+	shutdown(first)
+	if err := electors[first].Close(ctx); err != nil {
+		t.Fatalf("replica %d: close: %v", first, err)
+	}
+	closed := time.Now()
+	second := next(10, first)
+	for _, e := range all {
+		if e.replica == second {
+			t.Logf("replica %d ran its first job %v after replica %d closed", second, e.at.Sub(closed), first)
+			break
+		}
+	}
+
+	held, _, err := pg.Running(ctx, source)
+	if err != nil || len(held) != 1 || held[0].Owner != fmt.Sprintf("replica-%d", second) {
+		t.Fatalf("running leadership runs %+v, %v; want replica-%d's", held, err, second)
+	}
+	stores[second].cut.Store(true) // its scheduler keeps ticking
+	third := next(10, first, second)
+
+	// Drain what is left, then check that the runs came in one block per
+	// leader, in order: nobody ran a job while another led.
+	shutdown(0)
+	shutdown(1)
+	shutdown(2)
+	for len(execs) > 0 {
+		all = append(all, <-execs)
+	}
+	var blocks []int
+	for _, e := range all {
+		if len(blocks) == 0 || blocks[len(blocks)-1] != e.replica {
+			blocks = append(blocks, e.replica)
+		}
+	}
+	if want := []int{first, second, third}; fmt.Sprint(blocks) != fmt.Sprint(want) {
+		t.Errorf("leaders in the order their runs came: %v; want %v (runs interleaved: two leaders at once)", blocks, want)
+	}
+
+	runs, err := pg.History(ctx, source, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 3 || runs[2].Status != runclaim.StatusSucceeded || runs[1].Status != runclaim.StatusExpired || runs[0].Status != runclaim.StatusRunning {
+		t.Fatalf("leadership runs, newest first: %+v; want running, expired, succeeded", runs)
+	}
+	if runs[0].StartedAt.Before(runs[1].LeaseUntil) {
+		t.Errorf("replica %d took over at %v, before the lease of replica %d's run ended at %v", third, runs[0].StartedAt, second, runs[1].LeaseUntil)
+	}
+	t.Logf("replica %d took over %v after the last lease of cut-off replica %d ended (lease %v)",
+		third, runs[0].StartedAt.Sub(runs[1].LeaseUntil), second, lease)
+}

@@ -1,0 +1,220 @@
+package gocronlock_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/gocronlock"
+)
+
+// fakeClock is a settable clock for the memory store.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// lockUnlock locks key and unlocks it at once, as a 0 ms job does.
+func lockUnlock(t *testing.T, l *gocronlock.Locker, key string) error {
+	t.Helper()
+	lk, err := l.Lock(t.Context(), key)
+	if err != nil {
+		return err
+	}
+	if err := lk.Unlock(t.Context()); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	return nil
+}
+
+// TestSplayWindow checks the window itself on a store with a fake clock:
+// after a run starts, other claims of the job are skipped with ErrTooSoon
+// until the window has passed, whatever the run did meanwhile; WithSplay
+// sets the window, 0 turns it off, and a longer minimum interval of the
+// Claimer's own wins.
+func TestSplayWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   []gocronlock.Option
+		claim  []runclaim.Option
+		window time.Duration
+	}{
+		{"default", nil, nil, gocronlock.DefaultSplay},
+		{"WithSplay", []gocronlock.Option{gocronlock.WithSplay(3 * time.Second)}, nil, 3 * time.Second},
+		{"WithSplay(0)", []gocronlock.Option{gocronlock.WithSplay(0)}, nil, 0},
+		{"longer claimer interval", nil, []runclaim.Option{runclaim.WithMinInterval(time.Minute)}, time.Minute},
+		{"shorter claimer interval", []gocronlock.Option{gocronlock.WithSplay(2 * time.Second)},
+			[]runclaim.Option{runclaim.WithMinInterval(time.Second)}, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+			store := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
+			early := newLocker(t, newClaimer(t, store, append(tc.claim, runclaim.WithOwner("early"))...), tc.opts...)
+			late := newLocker(t, newClaimer(t, store, append(tc.claim, runclaim.WithOwner("late"))...), tc.opts...)
+
+			start := clk.Now()
+			if err := lockUnlock(t, early, "job"); err != nil {
+				t.Fatalf("first lock: %v", err)
+			}
+			if tc.window > 0 {
+				clk.Advance(tc.window - time.Millisecond)
+				err := lockUnlock(t, late, "job")
+				var nc *runclaim.NotClaimedError
+				if !errors.Is(err, runclaim.ErrTooSoon) || !errors.As(err, &nc) || !nc.RetryAfter.Equal(start.Add(tc.window)) {
+					t.Fatalf("late lock within the window: %v; want ErrTooSoon until %v", err, start.Add(tc.window))
+				}
+				clk.Advance(time.Millisecond)
+			}
+			if err := lockUnlock(t, late, "job"); err != nil {
+				t.Fatalf("lock once the window has passed: %v", err)
+			}
+		})
+	}
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	c := newClaimer(t, runclaim.NewMemoryStore())
+	for name, opts := range map[string][]gocronlock.Option{
+		"negative splay":        {gocronlock.WithSplay(-time.Second)},
+		"splay over MaxLease":   {gocronlock.WithSplay(runclaim.MaxLease + time.Second)},
+		"prefix with a tab":     {gocronlock.WithPrefix("svc\t")},
+		"prefix not UTF-8":      {gocronlock.WithPrefix("svc\xff/")},
+		"prefix over the limit": {gocronlock.WithPrefix(strings.Repeat("p", runclaim.MaxSourceLen+1))},
+	} {
+		if l, err := gocronlock.New(c, opts...); err == nil || l != nil || !strings.HasPrefix(err.Error(), "gocronlock: ") {
+			t.Errorf("%s: New = %v, %v; want an error", name, l, err)
+		}
+	}
+}
+
+// recordHandler is a slog.Handler that keeps the records it is given.
+type recordHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+	added   chan struct{} // signalled on every record
+}
+
+func newRecordHandler() *recordHandler { return &recordHandler{added: make(chan struct{}, 100)} }
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.records = append(h.records, r)
+	h.mu.Unlock()
+	select {
+	case h.added <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// find returns the first record at level with message msg, if any.
+func (h *recordHandler) find(level slog.Level, msg string) (slog.Record, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.records {
+		if r.Level == level && r.Message == msg {
+			return r, true
+		}
+	}
+	return slog.Record{}, false
+}
+
+// attrs is r's attributes as a map.
+func attrs(r slog.Record) map[string]string {
+	m := map[string]string{}
+	r.Attrs(func(a slog.Attr) bool {
+		m[a.Key] = a.Value.String()
+		return true
+	})
+	return m
+}
+
+// TestInvalidJobNameLogged runs a scheduler with jobs whose names cannot be
+// sources: the first tick must log each at Error through the Claimer's
+// logger, and run neither.
+func TestInvalidJobNameLogged(t *testing.T) {
+	h := newRecordHandler()
+	claimer := newClaimer(t, runclaim.NewMemoryStore(), runclaim.WithLogger(slog.New(h)))
+	long := strings.Repeat("n", runclaim.MaxSourceLen-len("svc/")+1)
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(newLocker(t, claimer, gocronlock.WithPrefix("svc/"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := s.Shutdown(); err != nil {
+			t.Error(err)
+		}
+	}()
+	ran := make(chan string, 2)
+	for _, name := range []string{"tab\tname", long} {
+		_, err := s.NewJob(gocron.DurationJob(time.Hour), gocron.NewTask(func() { ran <- name }),
+			gocron.WithName(name), gocron.WithStartAt(gocron.WithStartImmediately()))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Start()
+
+	logged := map[string]bool{}
+	timeout := time.After(waitTimeout)
+	for len(logged) < 2 {
+		select {
+		case <-h.added:
+		case name := <-ran:
+			t.Fatalf("job %q ran", name)
+		case <-timeout:
+			t.Fatalf("invalid job names logged: %v, want both", logged)
+		}
+		h.mu.Lock()
+		for _, r := range h.records {
+			if r.Level == slog.LevelError && r.Message == "gocronlock: invalid job name" {
+				a := attrs(r)
+				if !strings.Contains(a["error"], runclaim.ErrInvalidSource.Error()) {
+					t.Errorf("logged %v without the reason", a)
+				}
+				logged[a["job"]] = true
+			}
+		}
+		h.mu.Unlock()
+	}
+	if !logged["tab\tname"] || !logged[long] {
+		t.Fatalf("logged %v", logged)
+	}
+}
+
+// TestInvalidJobNameDefaultLogger checks that a Claimer without a logger
+// has the invalid name logged by slog.Default().
+func TestInvalidJobNameDefaultLogger(t *testing.T) {
+	h := newRecordHandler()
+	prev := slog.Default()
+	slog.SetDefault(slog.New(h))
+	defer slog.SetDefault(prev)
+	l := newLocker(t, newClaimer(t, runclaim.NewMemoryStore()))
+	if _, err := l.Lock(t.Context(), "bad\x00name"); !errors.Is(err, runclaim.ErrInvalidSource) {
+		t.Fatalf("Lock: %v; want ErrInvalidSource", err)
+	}
+	if _, ok := h.find(slog.LevelError, "gocronlock: invalid job name"); !ok {
+		t.Fatal("nothing logged at Error by slog.Default()")
+	}
+}
