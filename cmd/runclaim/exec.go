@@ -188,7 +188,7 @@ func runExec(ctx context.Context, c *cli, opts any, argv []string) int {
 		runclaim.WithHooks(runclaim.Hooks{
 			Claimed: func(e runclaim.ClaimedEvent) {
 				if o.verbose {
-					fmt.Fprintf(c.stderr, "runclaim exec: claimed run %d of %q as %s (lease %v)\n", e.Run.ID, e.Run.Source, e.Run.Owner, o.lease)
+					fmt.Fprintf(c.stderr, "runclaim exec: claimed run %d of %q as %s (lease %v)\n", e.Run.ID, e.Run.Source, visible(e.Run.Owner), o.lease)
 				}
 			},
 			Finished: func(e runclaim.FinishedEvent) {
@@ -424,7 +424,7 @@ func (x *execution) exitCode(ctx, claimCtx context.Context, err error, lost, rec
 	}
 	if !recorded {
 		fmt.Fprintf(c.stderr, "runclaim exec: the outcome was not recorded, so the run stays running until its lease passes; %s: %s\n",
-			describeExit(x.status), c.redact(describeError(err)))
+			describeExit(x.status), visibleLines(c.redact(describeError("exec", err))))
 		return o.unrecordedCode
 	}
 	return x.status.code
@@ -440,11 +440,11 @@ func (c *cli) failCode(cmd string, err error, code int) int {
 func skipReason(nc *runclaim.NotClaimedError, minInterval time.Duration) string {
 	switch {
 	case errors.Is(nc, runclaim.ErrTooSoon):
-		return fmt.Sprintf("too soon: the last run of %q started less than %v ago; a claim can succeed after %s",
+		return fmt.Sprintf("too soon: the minimum interval since the last run of %q started has not passed (the longer of --min-interval, %v, and the one that run recorded); a claim can succeed after %s",
 			nc.Source, minInterval, formatTime(nc.RetryAfter))
 	case nc.Holder != nil:
 		return fmt.Sprintf("%q is held by run %d of %s since %s (lease until %s)",
-			nc.Source, nc.Holder.ID, nc.Holder.Owner, formatTime(nc.Holder.StartedAt), formatTime(nc.Holder.LeaseUntil))
+			nc.Source, nc.Holder.ID, visible(nc.Holder.Owner), formatTime(nc.Holder.StartedAt), formatTime(nc.Holder.LeaseUntil))
 	default:
 		return fmt.Sprintf("another claim of %q is in flight", nc.Source)
 	}
