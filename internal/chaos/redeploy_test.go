@@ -1,0 +1,529 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
+)
+
+// The redeploy test runs replicas as OS processes through a rolling
+// redeploy on a loop: replicas start and call Migrate while a maintenance
+// transaction holds a lock on the runs table, claim through Do with jobs of
+// random length, and are then stopped gracefully (SIGTERM, with a
+// wind-down longer than the lease) or killed with SIGKILL.
+const (
+	envRedeployChild = "CHAOS_REDEPLOY_CHILD" // "1" in a child
+	envRedeployOut   = "CHAOS_REDEPLOY_OUT"   // the child's claim-latency file
+
+	redeploySources  = 4
+	redeployLease    = time.Second // heartbeat: the default, a third of it
+	redeployTick     = 50 * time.Millisecond
+	redeployReplicas = 3
+	redeployTime     = 32 * time.Second // how long the parent keeps redeploying
+	redeployWindDown = 3 * redeployLease / 2
+	// redeployBeat is how often a job writes that it is still working.
+	redeployBeat = 25 * time.Millisecond
+)
+
+func redeploySource(i int) string { return fmt.Sprintf("deploy-%d", i) }
+
+// jobLogSQL is the table in which jobs record when they work, by the
+// database clock: a row per run, began when fn started, last_seen the
+// last time it was still working. A run's work lies within [began,
+// last_seen] or a little after last_seen, never before began.
+const jobLogSQL = `CREATE TABLE IF NOT EXISTS job_log (
+	run_id    bigint PRIMARY KEY,
+	source    text NOT NULL,
+	owner     text NOT NULL,
+	began     timestamptz NOT NULL,
+	last_seen timestamptz NOT NULL,
+	ended     text
+)`
+
+// TestRedeployChild is one replica of TestRedeploy.
+func TestRedeployChild(t *testing.T) {
+	if os.Getenv(envRedeployChild) != "1" {
+		t.Skip("a helper process of TestRedeploy; it runs only when TestRedeploy starts it")
+	}
+	// SIGTERM cancels the replica's context: the graceful shutdown of a
+	// redeploy. Runs in flight see their context end and wind down.
+	term, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	owner := os.Getenv(envOwner)
+	seed, err := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", envSeed, err)
+	}
+	pool, err := pgxpool.New(context.Background(), os.Getenv(envDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.OpenFile(os.Getenv(envRedeployOut), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	var outMu sync.Mutex
+	record := func(format string, args ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		if _, err := fmt.Fprintf(out, format+"\n", args...); err != nil {
+			t.Errorf("record: %v", err)
+		}
+	}
+
+	// Every replica migrates at its start, as the README says to.
+	began := time.Now()
+	mctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	err = store.Migrate(mctx)
+	cancel()
+	record("M %d %v", time.Since(began).Microseconds(), err)
+	if err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+
+	claimer, err := runclaim.New(store, runclaim.WithLease(redeployLease), runclaim.WithOwner(owner),
+		runclaim.WithHooks(runclaim.Hooks{
+			Claimed:     func(e runclaim.ClaimedEvent) { record("C %s %d won", e.Run.Source, e.Duration.Microseconds()) },
+			Skipped:     func(e runclaim.SkippedEvent) { record("C %s %d skipped", e.Source, e.Duration.Microseconds()) },
+			ClaimFailed: func(e runclaim.ClaimFailedEvent) { record("C %s %d failed %q", e.Source, e.Duration.Microseconds(), e.Err) },
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(childReady)
+
+	var wg sync.WaitGroup
+	for i := range redeploySources {
+		source := redeploySource(i)
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		wg.Go(func() {
+			tick := time.NewTicker(redeployTick)
+			defer tick.Stop()
+			for term.Err() == nil {
+				select {
+				case <-term.Done():
+					return
+				case <-tick.C:
+				}
+				// Do gets the replica's context: SIGTERM cancels fn's.
+				err := claimer.Do(term, source, func(ctx context.Context, run *runclaim.Run) error {
+					return redeployJob(ctx, pool, run, time.Duration(50+rng.IntN(1500))*time.Millisecond)
+				})
+				switch {
+				case err == nil, errors.Is(err, runclaim.ErrNotClaimed), errors.Is(err, context.Canceled):
+				case errors.Is(err, runclaim.ErrLeaseLost):
+					// Allowed on a loaded machine; the parent's checks hold.
+					fmt.Fprintf(os.Stderr, "redeploy child %s: %s: %v\n", owner, source, err)
+				default:
+					fmt.Fprintf(os.Stderr, "redeploy child %s: %s: %v\n", owner, source, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// redeployJob is a job that writes, by the database clock, that it works,
+// every redeployBeat, for d. When its context ends because the replica is
+// shutting down, it winds down for longer than a lease, still working;
+// when it ends because the run was lost, it stops at once.
+func redeployJob(ctx context.Context, pool *pgxpool.Pool, run *runclaim.Run, d time.Duration) error {
+	bg := context.Background()
+	if _, err := pool.Exec(bg, `INSERT INTO job_log (run_id, source, owner, began, last_seen)
+VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp())`, run.ID, run.Source, run.Owner); err != nil {
+		return err
+	}
+	beat := func() error {
+		_, err := pool.Exec(bg, `UPDATE job_log SET last_seen = clock_timestamp() WHERE run_id = $1`, run.ID)
+		return err
+	}
+	end := func(how string) {
+		_, _ = pool.Exec(bg, `UPDATE job_log SET ended = $2 WHERE run_id = $1`, run.ID, how)
+	}
+	work := time.NewTimer(d)
+	defer work.Stop()
+	tick := time.NewTicker(redeployBeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-work.C:
+			end("done")
+			return nil
+		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), runclaim.ErrLeaseLost) {
+				end("lost")
+				return context.Cause(ctx)
+			}
+			// Shutdown: flush, checkpoint, close, for longer than a lease.
+			windDown := time.NewTimer(redeployWindDown)
+			defer windDown.Stop()
+			for {
+				select {
+				case <-windDown.C:
+					end("wound down")
+					return ctx.Err()
+				case <-tick.C:
+					if err := beat(); err != nil {
+						return err
+					}
+				}
+			}
+		case <-tick.C:
+			if err := beat(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// maintenance holds a SHARE UPDATE EXCLUSIVE lock on table, what autovacuum
+// and ANALYZE hold, for most of the time until ctx ends: a transaction
+// holds it for 2 s, lets it go for 200 ms, and takes it again.
+func maintenance(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string) {
+	for ctx.Err() == nil {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return
+		}
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
+			_ = tx.Rollback(context.Background())
+			if ctx.Err() == nil {
+				t.Errorf("maintenance lock: %v", err)
+			}
+			return
+		}
+		hold := time.NewTimer(2 * time.Second)
+		select {
+		case <-ctx.Done():
+		case <-hold.C:
+		}
+		hold.Stop()
+		_ = tx.Rollback(context.Background())
+		gap := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-gap.C:
+		}
+		gap.Stop()
+	}
+}
+
+// TestRedeploy lives through a rolling redeploy on a loop for 32 s: three
+// replicas of four sources; every 1–2.5 s a new replica starts (and calls
+// Migrate while a maintenance transaction holds a lock on the table), and
+// the oldest one is stopped, either gracefully with SIGTERM (its jobs wind
+// down for 1.5 leases, still working) or with SIGKILL. Then, from the
+// jobs' own records of when they worked, by the database clock:
+//
+//   - no two runs of a source worked at the same time, checked in SQL and
+//     in Go;
+//   - the history of the runs table has no overlapping runs either;
+//   - no claim took longer than one lease (claims of held sources are
+//     skipped at once, and nothing may make a claim of a free source wait),
+//     and no Migrate did;
+//   - there were enough runs, takeovers after kills and graceful
+//     wind-downs longer than a lease for the test to mean something.
+//
+// Set CHAOS_SEED to replay a schedule.
+func TestRedeploy(t *testing.T) {
+	db := pgtest.New(t)
+	direct := db.Pool
+	store := migrated(t, direct)
+	if _, err := direct.Exec(t.Context(), jobLogSQL); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("CHAOS_SEED: %v", err)
+		}
+	}
+	t.Logf("CHAOS_SEED=%d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+
+	mctx, stopMaintenance := context.WithCancel(t.Context())
+	var mwg sync.WaitGroup
+	mwg.Go(func() { maintenance(mctx, t, direct, store.Table()) })
+	defer func() {
+		stopMaintenance()
+		mwg.Wait()
+	}()
+
+	var children []*child
+	t.Cleanup(func() {
+		for _, c := range children {
+			if !c.exited {
+				_ = c.cmd.Process.Kill()
+				<-c.done
+			}
+		}
+	})
+	started := 0
+	start := func() *child {
+		started++
+		c := &child{
+			owner:  fmt.Sprintf("deploy-%02d", started),
+			out:    filepath.Join(dir, fmt.Sprintf("replica-%02d.log", started)),
+			output: &childOutput{ready: make(chan struct{})},
+			done:   make(chan error, 1),
+		}
+		c.cmd = exec.Command(os.Args[0], "-test.run=^TestRedeployChild$", "-test.count=1", "-test.timeout=3m")
+		c.cmd.Env = append(os.Environ(),
+			envRedeployChild+"=1", envDSN+"="+db.DSN, envRedeployOut+"="+c.out, envOwner+"="+c.owner,
+			envSeed+"="+strconv.FormatUint(rng.Uint64(), 10))
+		c.cmd.Stdout, c.cmd.Stderr = c.output, c.output
+		if err := c.cmd.Start(); err != nil {
+			t.Fatalf("start a replica: %v", err)
+		}
+		children = append(children, c)
+		go func() { c.done <- c.cmd.Wait() }()
+		select {
+		case <-c.output.ready:
+		case err := <-c.done:
+			c.exited = true
+			t.Fatalf("replica %s exited before it was ready: %v\n%s", c.owner, err, c.output)
+		case <-time.After(time.Minute):
+			t.Fatalf("replica %s not ready within a minute (Migrate stalled?):\n%s", c.owner, c.output)
+		}
+		return c
+	}
+	// Stopped replicas are reaped in the background: a graceful stop takes
+	// a wind-down, and the redeploy goes on meanwhile.
+	var stopping sync.WaitGroup
+	stop := func(c *child, graceful bool) {
+		c.killed = !graceful
+		sig := syscall.SIGTERM
+		if !graceful {
+			sig = syscall.SIGKILL
+		}
+		if err := c.cmd.Process.Signal(sig); err != nil {
+			t.Errorf("signal %s: %v", c.owner, err)
+		}
+		stopping.Go(func() {
+			select {
+			case err := <-c.done:
+				if graceful && err != nil {
+					t.Errorf("replica %s, stopped gracefully, exited with %v:\n%s", c.owner, err, c.output)
+				}
+			case <-time.After(time.Minute):
+				t.Errorf("replica %s did not exit within a minute of %v", c.owner, sig)
+				_ = c.cmd.Process.Kill()
+				<-c.done
+			}
+		})
+	}
+
+	var live []*child
+	for range redeployReplicas {
+		live = append(live, start())
+	}
+	graceful, killed := 0, 0
+	end := time.Now().Add(redeployTime)
+	for time.Now().Before(end) {
+		pause := time.NewTimer(time.Duration(1000+rng.IntN(1500)) * time.Millisecond)
+		<-pause.C
+		live = append(live, start())
+		oldest := live[0]
+		live = live[1:]
+		g := rng.IntN(2) == 0
+		if g {
+			graceful++
+		} else {
+			killed++
+		}
+		stop(oldest, g)
+	}
+	for _, c := range live {
+		stop(c, true)
+		graceful++
+	}
+	stopping.Wait()
+	for _, c := range children {
+		c.exited = true
+	}
+	stopMaintenance()
+	mwg.Wait()
+	t.Logf("%d replicas: %d stopped gracefully, %d killed", started, graceful, killed)
+
+	checkJobOverlaps(t, direct)
+	checkRunOverlaps(t, direct, store.Table())
+	checkClaimLatencies(t, children)
+
+	var runs, windDowns, lost int
+	err := direct.QueryRow(t.Context(), `SELECT count(*),
+	count(*) FILTER (WHERE ended = 'wound down' AND last_seen - began > interval '1 second' * $1),
+	count(*) FILTER (WHERE ended = 'lost')
+FROM job_log`, redeployLease.Seconds()).Scan(&runs, &windDowns, &lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var takeovers int
+	if err := direct.QueryRow(t.Context(), `SELECT count(*) FROM `+store.Table()+` WHERE status = 'expired'`).Scan(&takeovers); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d runs, %d graceful wind-downs, %d expired runs taken over, %d runs lost by their holder", runs, windDowns, takeovers, lost)
+	if runs < 50 || windDowns < 3 || killed < 3 || takeovers < 1 {
+		t.Errorf("too little happened for the test to mean something: %d runs, %d wind-downs, %d kills, %d takeovers", runs, windDowns, killed, takeovers)
+	}
+}
+
+// jobSpan is one run's work, by the database clock.
+type jobSpan struct {
+	runID       int64
+	source      string
+	owner       string
+	began, last time.Time
+}
+
+// checkJobOverlaps checks, in SQL and in Go, that no two runs of a source
+// worked at the same time.
+func checkJobOverlaps(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := t.Context()
+	var overlaps int
+	var example string
+	err := pool.QueryRow(ctx, `SELECT count(*), coalesce(min(format('run %s of %s by %s worked %s..%s, run %s by %s worked %s..%s',
+	a.run_id, a.source, a.owner, a.began, a.last_seen, b.run_id, b.owner, b.began, b.last_seen)), '')
+FROM job_log a JOIN job_log b ON a.source = b.source AND a.run_id < b.run_id
+WHERE tstzrange(a.began, a.last_seen, '[]') && tstzrange(b.began, b.last_seen, '[]')`).Scan(&overlaps, &example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if overlaps > 0 {
+		t.Errorf("G1 broken: %d pairs of runs of one source worked at the same time (SQL); e.g. %s", overlaps, example)
+	}
+
+	rows, err := pool.Query(ctx, `SELECT run_id, source, owner, began, last_seen FROM job_log ORDER BY source, began`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spans []jobSpan
+	for rows.Next() {
+		var s jobSpan
+		if err := rows.Scan(&s.runID, &s.source, &s.owner, &s.began, &s.last); err != nil {
+			t.Fatal(err)
+		}
+		spans = append(spans, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	goOverlaps := 0
+	for i := 1; i < len(spans); i++ {
+		cur := spans[i]
+		// Sorted by source and start: compare with every earlier run of
+		// the source.
+		for j := i - 1; j >= 0 && spans[j].source == cur.source; j-- {
+			if !cur.began.After(spans[j].last) {
+				goOverlaps++
+				if goOverlaps <= 3 {
+					t.Errorf("G1 broken (Go): run %d of %s by %s worked %v..%v while run %d by %s worked %v..%v",
+						cur.runID, cur.source, cur.owner, cur.began, cur.last, spans[j].runID, spans[j].owner, spans[j].began, spans[j].last)
+				}
+			}
+		}
+	}
+	if (goOverlaps > 0) != (overlaps > 0) {
+		t.Errorf("the Go check found %d overlaps and the SQL check %d", goOverlaps, overlaps)
+	}
+}
+
+// checkRunOverlaps checks that no two runs of a source overlap in the runs
+// table's history, a run lasting from its start to its finish, or for an
+// expired run to the end of its last lease.
+func checkRunOverlaps(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	var overlaps int
+	err := pool.QueryRow(t.Context(), `WITH r AS (
+	SELECT id, source, started_at,
+		CASE WHEN status = 'expired' THEN least(coalesce(finished_at, lease_until), lease_until) ELSE coalesce(finished_at, 'infinity') END AS ended
+	FROM `+table+`)
+SELECT count(*) FROM r a JOIN r b ON a.source = b.source AND a.id < b.id
+WHERE tstzrange(a.started_at, a.ended) && tstzrange(b.started_at, b.ended)`).Scan(&overlaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if overlaps > 0 {
+		t.Errorf("G1 broken: %d pairs of runs of one source overlap in the runs table", overlaps)
+	}
+}
+
+// checkClaimLatencies reads the replicas' records: no claim and no Migrate
+// took longer than a lease.
+func checkClaimLatencies(t *testing.T, children []*child) {
+	t.Helper()
+	var claims, slow, migrates int
+	var worst time.Duration
+	for _, c := range children {
+		f, err := os.Open(c.out)
+		if err != nil {
+			t.Errorf("replica %s left no record: %v", c.owner, err)
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 2 {
+				continue
+			}
+			var us int64
+			switch fields[0] {
+			case "M":
+				us, _ = strconv.ParseInt(fields[1], 10, 64)
+				migrates++
+			case "C":
+				if len(fields) < 4 {
+					continue
+				}
+				us, _ = strconv.ParseInt(fields[2], 10, 64)
+				claims++
+				if fields[3] == "failed" {
+					t.Errorf("replica %s: a claim failed: %s", c.owner, sc.Text())
+				}
+			default:
+				continue
+			}
+			d := time.Duration(us) * time.Microsecond
+			worst = max(worst, d)
+			if d > redeployLease {
+				slow++
+				if slow <= 5 {
+					t.Errorf("replica %s: took %v, longer than the lease: %s", c.owner, d, sc.Text())
+				}
+			}
+		}
+		f.Close()
+	}
+	t.Logf("%d claims and %d Migrate calls; the slowest took %v", claims, migrates, worst)
+	if slow > 0 {
+		t.Errorf("%d claims or Migrate calls stalled for longer than a lease", slow)
+	}
+	if claims < 500 {
+		t.Errorf("only %d claims", claims)
+	}
+}
