@@ -111,7 +111,7 @@ func testExclusion(t *testing.T, open func() runclaim.Store) {
 func testExclusionFresh(t *testing.T, open func() runclaim.Store) {
 	ctx, prefix := setup(t)
 	stores := openReplicas(open, replicas)
-	const sources, perReplica = 64, 2
+	const sources, perReplica = 32, 2
 	doubles := 0
 	for i := range sources {
 		src := fmt.Sprintf("%s/%d", prefix, i)
@@ -308,7 +308,7 @@ func testSkipDoesNotWait(t *testing.T, open func() runclaim.Store) {
 func testMinIntervalContention(t *testing.T, open func() runclaim.Store) {
 	ctx, prefix := setup(t)
 	stores := openReplicas(open, replicas)
-	const sources, perReplica = 64, 2
+	const sources, perReplica = 32, 2
 	doubles := 0
 	for i := range sources {
 		src := fmt.Sprintf("%s/%d", prefix, i)

@@ -34,7 +34,8 @@
 // The cases that need several replicas open up to four Stores, call them
 // from many goroutines at once, and check the result through all of them. A
 // Store value that keeps state of its own (a cache, a mutex standing in for
-// a lock in the database) fails them even when it passes every case alone.
+// a lock in the database) fails them, though it may pass every case that
+// uses one Store.
 //
 // Run is the older entry point: it gives every subtest the Store that
 // newStore returns and runs the replica cases with that one Store standing
@@ -53,7 +54,7 @@
 //     microsecond); a lost one a *runclaim.NotClaimedError naming the
 //     holder as it is, lease end included.
 //   - Exclusion: 16 claimants on up to four replicas hammer one source, and
-//     at no instant do two of them hold it; on each of 64 fresh sources,
+//     at no instant do two of them hold it; on each of 32 fresh sources,
 //     eight claimants released at once leave exactly one winner; so do
 //     eight claimants released at once on each of 16 runs whose lease has
 //     ended, and the old holders learn they lost.
@@ -69,28 +70,34 @@
 //   - Fencing order: run IDs strictly increase across the whole store.
 //   - Minimum interval: runclaim.ErrTooSoon, with RetryAfter the last start
 //     plus the interval; a failed run and a run whose lease ended count as
-//     runs; with eight claimants released at once on each of 64 fresh
+//     runs; with eight claimants released at once on each of 32 fresh
 //     sources, each winner finishing at once, exactly one run starts.
 //   - Finish: a repeated Finish with the same outcome succeeds, another
 //     outcome returns runclaim.ErrFinished, a heartbeat of a finished or
-//     unknown run returns runclaim.ErrLeaseLost; the same holds for error
-//     texts of runclaim.MaxErrorLen bytes and for the longest text
-//     FinishRequest.Validate accepts, the one a Claimer makes of a longer
-//     error, when the first answer was lost and Finish is sent again.
+//     unknown run returns runclaim.ErrLeaseLost. A repeated Finish succeeds
+//     too when its error text is runclaim.MaxErrorLen bytes long, or as long
+//     as FinishRequest.Validate allows (what a Claimer sends for a longer
+//     error), also through a Claimer whose first Finish lost its answer;
+//     a text that differs in one byte returns runclaim.ErrFinished.
 //   - Sources that look alike are distinct: case, Unicode normalisation
 //     forms, leading and trailing spaces, prefixes.
 //   - Bad input: malformed requests are refused with an error that is not
 //     a skip, and write nothing.
-//   - Context: a context that ended before a call, and one cancelled during
-//     it (at each point where the store looks at it, in turn), makes the
-//     call return an error matching context.Canceled or complete; a claim
-//     that returned the error wrote nothing, and a finish can be sent again.
+//   - Context: a context that ended before a call makes every method
+//     return an error matching ctx.Err(). One cancelled during a call, at
+//     each point where the store looks at it in turn, makes the call either
+//     complete or return an error matching context.Canceled: a claim that
+//     returned it wrote nothing, a heartbeat left the run held, and a
+//     finish can be sent again.
 //
 // Tests that depend on time use real leases of 150 ms to 1 s and read the
 // store's own clock through heartbeats, so they hold for a store whose clock
-// is not the test process's own, such as a database server's. The suite
-// waits at most a few seconds for anything, except that a claim which has
-// not answered after 10 s is reported as waiting for the holder. Leases and
-// intervals are whole microseconds, the precision of a Postgres timestamp.
-// The whole suite takes about four seconds plus the backend's own latency.
+// is not the test process's own, such as a database server's. No check
+// depends on how fast the store is, within generous bounds: the hammering
+// goes on for up to 10 s until enough claims won and lost, the suite waits
+// up to 20 s for a store's clock to pass a time, and it reports a claim of
+// a held source that has not answered after 10 s as waiting for the
+// holder. Leases and intervals are whole microseconds, the precision of a
+// Postgres timestamp. The whole suite takes about three seconds on the
+// memory store, and ten on a Postgres server on the same machine.
 package storetest

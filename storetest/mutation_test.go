@@ -59,9 +59,6 @@ func TestWrongStoreChild(t *testing.T) {
 // machinery. The child processes are this test binary, so they have the
 // race detector if it has.
 func TestWrongStoresFail(t *testing.T) {
-	if os.Getenv(envWrongStore) != "" {
-		t.Skip("this is a child process")
-	}
 	whole := os.Getenv(envWholeSuite) == "1"
 
 	t.Run(correctCopy.name, func(t *testing.T) {
