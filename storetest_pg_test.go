@@ -2,6 +2,8 @@ package runclaim_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,25 +15,29 @@ import (
 )
 
 // TestPostgresStoreConformance runs the Store conformance suite against the
-// Postgres store. The subtests share one database, as replicas do, each
-// with a store of its own over the same table (the suite gives every
-// subtest its own sources); a database per subtest would only add the cost
-// of creating it.
+// Postgres store. Every subtest gets a fresh, empty backend: a runs table of
+// its own in one shared database (creating a database per subtest would
+// only add its cost). Each replica the suite opens on it is a store over a
+// connection pool of its own, as a replica of a service has.
 func TestPostgresStoreConformance(t *testing.T) {
 	db := pgtest.New(t)
-	// Enough connections that the contention subtest's 16 workers contend
-	// in the database, not for the pool.
-	pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 24 })
-	storetest.Run(t, func(t *testing.T) runclaim.Store {
-		store, err := runclaim.NewPostgresStore(pool)
-		if err != nil {
-			t.Fatal(err)
+	var tables atomic.Int64
+	storetest.RunReplicas(t, func(t *testing.T) func() runclaim.Store {
+		table := fmt.Sprintf("runs_%d", tables.Add(1))
+		return func() runclaim.Store {
+			// Enough connections that the contention subtests' claimants
+			// contend in the database, not for the pool.
+			pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
+			store, err := runclaim.NewPostgresStore(pool, runclaim.WithTable(runclaim.DefaultSchema, table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			if err := store.Migrate(ctx); err != nil { // idempotent: a no-op after the first replica's
+				t.Fatal(err)
+			}
+			return store
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		if err := store.Migrate(ctx); err != nil { // idempotent: a no-op after the first
-			t.Fatal(err)
-		}
-		return store
 	})
 }

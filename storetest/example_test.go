@@ -29,23 +29,26 @@ func (s *forwardingStore) Finish(ctx context.Context, req runclaim.FinishRequest
 	return s.inner.Finish(ctx, req)
 }
 
-// newForwardingStore opens a store for one subtest. A backend on a database
-// would create a fresh database or schema here, run its migrations, and
-// register their removal with t.Cleanup.
-func newForwardingStore(t *testing.T) runclaim.Store {
-	return &forwardingStore{inner: runclaim.NewMemoryStore()}
+// newBackend makes a fresh, empty backend for one subtest and returns a
+// function that opens one more store on it, as another replica would. A
+// backend on a database would create a fresh database, schema or table
+// here, run its migrations, and register their removal with t.Cleanup; each
+// store it opens would have a connection pool of its own.
+func newBackend(t *testing.T) func() runclaim.Store {
+	shared := runclaim.NewMemoryStore()
+	return func() runclaim.Store { return &forwardingStore{inner: shared} }
 }
 
 // A backend's test file runs the suite from a test function of its own:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, newForwardingStore)
+//		storetest.RunReplicas(t, newBackend)
 //	}
 //
-// Run the test with -race: the suite calls the store from many goroutines.
+// Run the test with -race: the suite calls the stores from many goroutines.
 func Example() {
 	testConformance := func(t *testing.T) {
-		storetest.Run(t, newForwardingStore)
+		storetest.RunReplicas(t, newBackend)
 	}
 	_ = testConformance
 }

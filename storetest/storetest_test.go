@@ -11,13 +11,18 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestMemoryStore runs the suite against a fresh memory store per subtest.
+// TestMemoryStore runs the whole suite against a fresh memory store per
+// subtest. A memory store is shared within one process by sharing the
+// value, so each replica is the same *MemoryStore.
 func TestMemoryStore(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) runclaim.Store { return runclaim.NewMemoryStore() })
+	storetest.RunReplicas(t, func(t *testing.T) func() runclaim.Store {
+		s := runclaim.NewMemoryStore()
+		return func() runclaim.Store { return s }
+	})
 }
 
-// TestSharedMemoryStore runs the suite with one store shared by every
-// subtest, as a backend on a single shared database would.
+// TestSharedMemoryStore runs the suite through Run, with one store shared
+// by every subtest, as a backend on a single shared database would be.
 func TestSharedMemoryStore(t *testing.T) {
 	s := runclaim.NewMemoryStore()
 	storetest.Run(t, func(t *testing.T) runclaim.Store { return s })

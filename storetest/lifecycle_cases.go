@@ -1,0 +1,120 @@
+package storetest
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runclaim/runclaim"
+)
+
+// testLapsedLease checks that a lease that has ended by the store's clock
+// is lost, whether or not a claim has expired the run: Heartbeat and Finish
+// answer ErrLeaseLost alike, a retried Finish says the same, and the source
+// is free for the next claim.
+func testLapsedLease(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	const lease = 150 * time.Millisecond
+	clock := newStoreClock(t, ctx, s, prefix+"/clock")
+	for _, takeover := range []bool{false, true} {
+		src := prefix + "/lapsed"
+		if takeover {
+			src = prefix + "/taken-over"
+		}
+		a := mustClaim(t, ctx, s, claimReq(src, "owner-a", lease))
+		clock.waitPast(t, ctx, a.LeaseUntil, 20*time.Second)
+		var b runclaim.RunInfo
+		if takeover {
+			b = mustClaim(t, ctx, s, claimReq(src, "owner-b", longLease))
+		}
+		if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+			t.Errorf("takeover=%v: Heartbeat of run %d after its lease ended: %v, want ErrLeaseLost", takeover, a.ID, err)
+		}
+		for range 2 { // a retried Finish says the same
+			if err := s.Finish(ctx, succeeded(a)); !errors.Is(err, runclaim.ErrLeaseLost) {
+				t.Errorf("takeover=%v: Finish of run %d after its lease ended: %v, want ErrLeaseLost", takeover, a.ID, err)
+			}
+		}
+		if !takeover {
+			b = mustClaim(t, ctx, s, claimReq(src, "owner-b", longLease))
+		}
+		if b.ID <= a.ID {
+			t.Errorf("run %d after run %d", b.ID, a.ID)
+		}
+		mustFinish(t, ctx, s, succeeded(b))
+	}
+}
+
+// testTooSoonOverLapsedRun checks that when the source's running run has
+// lapsed but the interval it recorded has not passed, a claim is skipped
+// as too soon, not as already running, and names no holder.
+func testTooSoonOverLapsedRun(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	src := prefix + "/a"
+	const lease = 150 * time.Millisecond
+	a := mustClaim(t, ctx, s, runclaim.ClaimRequest{Source: src, Owner: "owner-a", Lease: lease, MinInterval: time.Hour})
+	newStoreClock(t, ctx, s, prefix+"/clock").waitPast(t, ctx, a.LeaseUntil, 20*time.Second)
+	_, err := s.Claim(ctx, claimReq(src, "owner-b", longLease))
+	nc := skipOf(t, err, src, runclaim.ErrTooSoon)
+	if nc.Holder != nil {
+		t.Errorf("a too-soon skip names holder %+v", *nc.Holder)
+	}
+	if want := a.StartedAt.Add(time.Hour); !nc.RetryAfter.Equal(want) {
+		t.Errorf("RetryAfter = %v, want run %d's start plus its recorded interval, %v", nc.RetryAfter, a.ID, want)
+	}
+	if err := s.Finish(ctx, succeeded(a)); !errors.Is(err, runclaim.ErrLeaseLost) {
+		t.Errorf("Finish of the lapsed run %d: %v, want ErrLeaseLost", a.ID, err)
+	}
+}
+
+// testFinishRace checks that identical Finish calls racing, through one
+// Store or through several replicas (a retry whose first answer was lost,
+// sent through another connection), all succeed, and a different outcome
+// racing them is refused or wins alone.
+func testFinishRace(t *testing.T, open func() runclaim.Store) {
+	ctx, prefix := setup(t)
+	stores := openReplicas(open, replicas)
+	for round := range 8 {
+		a := mustClaim(t, ctx, stores[0], claimReq(prefix+"/a", "owner", longLease))
+		req := succeeded(a)
+		if round%2 == 1 {
+			req = failed(a, "the same failure, reported twice")
+		}
+		errs := make([]error, 2*replicas)
+		gate := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range errs {
+			s := stores[i%len(stores)]
+			wg.Go(func() {
+				<-gate
+				errs[i] = s.Finish(ctx, req)
+			})
+		}
+		close(gate)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d: identical Finish #%d racing the others: %v, want nil", round, i, err)
+			}
+		}
+	}
+}
+
+// testSourceMustMatch checks that a run is found by its ID and its source:
+// a heartbeat or finish that names another source is answered as for a run
+// that is not running, and changes nothing.
+func testSourceMustMatch(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	a := mustClaim(t, ctx, s, claimReq(prefix+"/a", "owner", longLease))
+	other := a
+	other.Source = prefix + "/b"
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: other.ID, Source: other.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+		t.Errorf("Heartbeat of run %d naming another source: %v, want ErrLeaseLost", a.ID, err)
+	}
+	if err := s.Finish(ctx, succeeded(other)); !errors.Is(err, runclaim.ErrLeaseLost) {
+		t.Errorf("Finish of run %d naming another source: %v, want ErrLeaseLost", a.ID, err)
+	}
+	mustHeartbeat(t, ctx, s, a, longLease)
+	mustFinish(t, ctx, s, failed(a, "still mine"))
+}

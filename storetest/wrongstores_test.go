@@ -1,0 +1,445 @@
+package storetest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/runclaim/runclaim"
+)
+
+// This file holds deliberately wrong Stores, each with one bug that a real
+// backend could have, for TestWrongStoresFail to show that the suite catches
+// every one of them. Some wrap runclaim.MemoryStore; the bugs that live
+// inside a claim are in copyStore, a copy of the memory store's algorithm
+// with a switch for each.
+
+// A bug selects the wrong behaviour of a copyStore; noBug is the memory
+// store's own.
+type bug int
+
+const (
+	noBug bug = iota
+	// Check-then-act: the claim checks the source in one critical section
+	// and inserts its run in the next, without checking again.
+	bugCheckThenAct
+	// The check-then-act of bugCheckThenAct, made atomic by a mutex in each
+	// Store value: values on one backend still race.
+	bugValueMutex
+	// A run whose lease has ended is taken over in a critical section of
+	// its own, after the one that found it lapsed.
+	bugLapsedTakeover
+	// The minimum interval is checked before the critical section of the
+	// claim, and not again inside it.
+	bugIntervalOutside
+	// The minimum interval counts from the starts of succeeded runs only.
+	bugIntervalSucceededOnly
+	// The error text is stored cut to 255 bytes, as in a varchar(255)
+	// column, and a repeated Finish is compared with what was stored.
+	bugErrorText255
+	// A heartbeat extends a running run whose lease has ended, as long as
+	// no claim has expired it yet.
+	bugLapsedRevived
+	// The interval recorded with a run is ignored: only the claimer's own
+	// counts.
+	bugRecordedIntervalIgnored
+	// Finish reads the run in one critical section and writes it in the
+	// next, so that a racing identical Finish finds it no longer running.
+	bugFinishReadThenWrite
+	// Heartbeat and Finish find the run by its ID alone.
+	bugSourceIgnored
+)
+
+// ignoreRecorded is set in a child process that runs the
+// bugRecordedIntervalIgnored store (tooSoon has no store to ask).
+var ignoreRecorded bool
+
+// gap stands for the round trip a store on a database makes between two
+// statements: other claims run meanwhile.
+func gap() { runtime.Gosched() }
+
+// memBackend is what the Store values of one copyStore backend share. Each
+// of its methods' steps that a database would run as one statement holds mu.
+type memBackend struct {
+	mu        sync.Mutex // protects the fields below
+	lastID    int64
+	runs      map[int64]*memRun
+	running   map[string]*memRun // by source
+	lastStart map[string]lastRun // by source: the latest start that counts
+}
+
+// lastRun is the start of a source's latest run and the interval its
+// claimer asked for, which binds every later claimer.
+type lastRun struct {
+	start    time.Time
+	interval time.Duration
+}
+
+type memRun struct {
+	info     runclaim.RunInfo
+	interval time.Duration
+	status   runclaim.Status
+	errText  string
+}
+
+func newMemBackend() *memBackend {
+	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun)}
+}
+
+// copyStore is one Store value on a memBackend.
+type copyStore struct {
+	b   *memBackend
+	bug bug
+	mu  sync.Mutex // the value's own lock, taken by bugValueMutex only
+}
+
+func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	if err := req.Validate(); err != nil {
+		return runclaim.RunInfo{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return runclaim.RunInfo{}, fmt.Errorf("claim %q: %w", req.Source, err)
+	}
+	b := s.b
+	switch s.bug {
+	case bugValueMutex:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		fallthrough
+	case bugCheckThenAct:
+		b.mu.Lock()
+		lapsed, err := b.check(req, true)
+		b.mu.Unlock()
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		gap()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.act(req, lapsed, s.bug), nil
+	case bugLapsedTakeover:
+		b.mu.Lock()
+		lapsed, err := b.check(req, true)
+		if err != nil || lapsed == nil {
+			defer b.mu.Unlock()
+			if err != nil {
+				return runclaim.RunInfo{}, err
+			}
+			return b.act(req, nil, s.bug), nil
+		}
+		b.mu.Unlock()
+		gap()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.act(req, lapsed, s.bug), nil
+	case bugIntervalOutside:
+		b.mu.Lock()
+		last, ok := b.lastStart[req.Source]
+		b.mu.Unlock()
+		if err := tooSoon(req, last, ok, time.Now()); err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		gap()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		lapsed, err := b.check(req, false)
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		return b.act(req, lapsed, s.bug), nil
+	default:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		lapsed, err := b.check(req, true)
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		return b.act(req, lapsed, s.bug), nil
+	}
+}
+
+// check decides a claim, with b.mu held: a skip, or a claim that takes over
+// lapsed (nil if the source is free). It checks the interval if interval.
+func (b *memBackend) check(req runclaim.ClaimRequest, interval bool) (lapsed *memRun, err error) {
+	now := time.Now()
+	if cur := b.running[req.Source]; cur != nil {
+		if cur.info.LeaseUntil.After(now) {
+			holder := cur.info
+			return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
+		}
+		lapsed = cur
+	}
+	if interval {
+		last, ok := b.lastStart[req.Source]
+		if err := tooSoon(req, last, ok, now); err != nil {
+			return nil, err
+		}
+	}
+	return lapsed, nil
+}
+
+func tooSoon(req runclaim.ClaimRequest, last lastRun, ok bool, now time.Time) error {
+	if ignoreRecorded {
+		last.interval = 0
+	}
+	if next := last.start.Add(max(last.interval, req.MinInterval)); ok && next.After(now) {
+		return &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrTooSoon, RetryAfter: next}
+	}
+	return nil
+}
+
+// act starts the run check allowed, with b.mu held, expiring lapsed first.
+func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) runclaim.RunInfo {
+	now := time.Now()
+	if lapsed != nil {
+		lapsed.status = runclaim.StatusExpired
+	}
+	b.lastID++
+	r := &memRun{
+		info:     runclaim.RunInfo{ID: b.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease)},
+		interval: req.MinInterval,
+		status:   runclaim.StatusRunning,
+	}
+	b.runs[r.info.ID] = r
+	b.running[req.Source] = r
+	if bug != bugIntervalSucceededOnly {
+		b.lastStart[req.Source] = lastRun{now, req.MinInterval}
+	}
+	return r.info
+}
+
+func (s *copyStore) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest) (time.Time, error) {
+	if err := req.Validate(); err != nil {
+		return time.Time{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, fmt.Errorf("heartbeat run %d: %w", req.ID, err)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	r := s.b.runs[req.ID]
+	now := time.Now()
+	if r != nil && s.bug == bugSourceIgnored {
+		req.Source = r.info.Source
+	}
+	if r == nil || r.info.Source != req.Source || r.status != runclaim.StatusRunning || !r.info.LeaseUntil.After(now) && s.bug != bugLapsedRevived {
+		return time.Time{}, fmt.Errorf("heartbeat run %d: %w", req.ID, runclaim.ErrLeaseLost)
+	}
+	r.info.LeaseUntil = now.Add(req.Lease)
+	return r.info.LeaseUntil, nil
+}
+
+func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("finish run %d: %w", req.ID, err)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	r := s.b.runs[req.ID]
+	if s.bug == bugFinishReadThenWrite && r != nil && r.status == runclaim.StatusRunning {
+		s.b.mu.Unlock()
+		gap()
+		s.b.mu.Lock()
+		if r.status != runclaim.StatusRunning {
+			return fmt.Errorf("finish run %d: %w", req.ID, runclaim.ErrLeaseLost)
+		}
+	}
+	if r != nil && s.bug == bugSourceIgnored {
+		req.Source = r.info.Source
+	}
+	if r != nil && r.info.Source != req.Source {
+		r = nil
+	}
+	if r != nil && r.status == runclaim.StatusRunning && !r.info.LeaseUntil.After(time.Now()) {
+		r.status = runclaim.StatusExpired // a lapsed lease is lost
+		delete(s.b.running, r.info.Source)
+	}
+	switch {
+	case r == nil:
+		return fmt.Errorf("finish run %d: %w", req.ID, runclaim.ErrLeaseLost)
+	case r.status == req.Status && r.errText == req.Error:
+		return nil // the same Finish again
+	case r.status == runclaim.StatusSucceeded || r.status == runclaim.StatusFailed:
+		return fmt.Errorf("finish run %d: %w", req.ID, runclaim.ErrFinished)
+	case r.status != runclaim.StatusRunning:
+		return fmt.Errorf("finish run %d: %w", req.ID, runclaim.ErrLeaseLost)
+	}
+	r.status, r.errText = req.Status, req.Error
+	if s.bug == bugErrorText255 && len(r.errText) > 255 {
+		r.errText = r.errText[:255]
+	}
+	if s.bug == bugIntervalSucceededOnly && req.Status == runclaim.StatusSucceeded {
+		s.b.lastStart[r.info.Source] = lastRun{r.info.StartedAt, r.interval}
+	}
+	delete(s.b.running, r.info.Source)
+	return nil
+}
+
+// caseInsensitive compares sources without regard to case, as a store
+// whose source column has a case-insensitive type or collation does: a run
+// keeps the source as its claimant spelled it, and a claim of the same
+// source spelled in another case finds it.
+type caseInsensitive struct {
+	*runclaim.MemoryStore
+	spelling *sync.Map // lowercased source → the spelling of its first claim
+}
+
+func (s caseInsensitive) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	source := req.Source
+	first, _ := s.spelling.LoadOrStore(strings.ToLower(source), source)
+	req.Source = first.(string)
+	info, err := s.MemoryStore.Claim(ctx, req)
+	var nc *runclaim.NotClaimedError
+	if errors.As(err, &nc) {
+		nc.Source = source
+	}
+	if err == nil {
+		info.Source = source
+	}
+	return info, err
+}
+
+// leaseRounded keeps every lease rounded up to a whole second, as a store
+// that keeps lease ends in whole seconds does, and reports the lease end it
+// was asked for.
+type leaseRounded struct{ *runclaim.MemoryStore }
+
+func roundUp(d time.Duration) time.Duration {
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+func (s leaseRounded) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	if err := req.Validate(); err != nil {
+		return runclaim.RunInfo{}, err
+	}
+	asked := req.Lease
+	req.Lease = roundUp(asked)
+	info, err := s.MemoryStore.Claim(ctx, req)
+	if err == nil {
+		info.LeaseUntil = info.StartedAt.Add(asked)
+	}
+	return info, err
+}
+
+func (s leaseRounded) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest) (time.Time, error) {
+	if err := req.Validate(); err != nil {
+		return time.Time{}, err
+	}
+	asked := req.Lease
+	req.Lease = roundUp(asked)
+	until, err := s.MemoryStore.Heartbeat(ctx, req)
+	if err == nil {
+		until = until.Add(asked - req.Lease)
+	}
+	return until, err
+}
+
+// answerLost lets a claim go through whatever its context does once it is
+// sent, and returns the context's error when it ended meanwhile, as a
+// driver does when a context ends while the answer is on its way: the run
+// it wrote then holds its source for a whole lease, with nobody to run it.
+type answerLost struct{ *runclaim.MemoryStore }
+
+func (s answerLost) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return runclaim.RunInfo{}, fmt.Errorf("claim %q: %w", req.Source, err)
+	}
+	info, err := s.MemoryStore.Claim(context.WithoutCancel(ctx), req)
+	if err != nil {
+		return info, err
+	}
+	if err := ctx.Err(); err != nil {
+		return runclaim.RunInfo{}, fmt.Errorf("claim %q: reading the answer: %w", req.Source, err)
+	}
+	return info, nil
+}
+
+// skipWaits answers a claim of a held source only once the holder's lease
+// has ended or the claim's context has, as a store whose claim waits on a
+// lock that the holder's transaction keeps does.
+type skipWaits struct{ *runclaim.MemoryStore }
+
+func (s skipWaits) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	info, err := s.MemoryStore.Claim(ctx, req)
+	var nc *runclaim.NotClaimedError
+	if errors.As(err, &nc) && nc.Holder != nil {
+		wait := time.NewTimer(time.Until(nc.Holder.LeaseUntil))
+		defer wait.Stop()
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+	}
+	return info, err
+}
+
+// A wrongStore is a Store with one bug, and the subtest of the suite meant
+// to catch it.
+type wrongStore struct {
+	name     string // as STORETEST_WRONG_STORE selects it
+	bug      string // what is wrong, in a few words
+	caughtBy string // the subtest meant to catch it
+	// newBackend is for storetest.RunReplicas.
+	newBackend func() func() runclaim.Store
+}
+
+// copyBackend opens copyStore values with bug on one new memBackend.
+func copyBackend(b bug) func() func() runclaim.Store {
+	return func() func() runclaim.Store {
+		backend := newMemBackend()
+		return func() runclaim.Store { return &copyStore{b: backend, bug: b} }
+	}
+}
+
+// wrapBackend opens the wrapper that wrap makes of one new memory store.
+func wrapBackend(wrap func(*runclaim.MemoryStore) runclaim.Store) func() func() runclaim.Store {
+	return func() func() runclaim.Store {
+		mem := runclaim.NewMemoryStore()
+		return func() runclaim.Store { return wrap(mem) }
+	}
+}
+
+// correctCopy is copyStore without a bug: it must pass the whole suite, so
+// that what makes each wrong copy fail is its bug.
+var correctCopy = wrongStore{name: "correct-copy", bug: "none: the memory store's algorithm, copied", newBackend: copyBackend(noBug)}
+
+var wrongStores = []wrongStore{
+	{"check-then-act", "the classic check-then-act race: check, then insert in another critical section",
+		"ExclusionUnderContention", copyBackend(bugCheckThenAct)},
+	{"value-mutex", "check-then-act made atomic by a mutex in each Store value only",
+		"ExclusionOnFreshSources", copyBackend(bugValueMutex)},
+	{"lapsed-takeover", "a lapsed run taken over in a critical section of its own",
+		"ExclusionOnLapsedRuns", copyBackend(bugLapsedTakeover)},
+	{"interval-outside", "the minimum interval checked outside the claim's critical section",
+		"MinIntervalUnderContention", copyBackend(bugIntervalOutside)},
+	{"interval-succeeded-only", "the interval counted from succeeded runs only",
+		"MinIntervalCountsEveryRun", copyBackend(bugIntervalSucceededOnly)},
+	{"error-text-255", "error text cut to 255 bytes, a repeated Finish compared with it",
+		"FinishLongErrorText", copyBackend(bugErrorText255)},
+	{"lapsed-revived", "a heartbeat revives a run whose lease ended, until a claim expires it",
+		"LapsedLeaseIsLost", copyBackend(bugLapsedRevived)},
+	{"recorded-interval-ignored", "only the claimer's own minimum interval counts, not the one recorded with the last run",
+		"MinInterval", copyBackend(bugRecordedIntervalIgnored)},
+	{"finish-read-then-write", "Finish reads the run, then writes it in another critical section",
+		"FinishRace", copyBackend(bugFinishReadThenWrite)},
+	{"source-ignored", "heartbeats and finishes find the run by its ID alone",
+		"SourceMustMatch", copyBackend(bugSourceIgnored)},
+	{"case-insensitive", "sources compared without regard to case",
+		"LookalikeSources", func() func() runclaim.Store {
+			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)
+			return func() runclaim.Store { return caseInsensitive{mem, spelling} }
+		}},
+	{"lease-rounded", "the lease kept rounded up to a whole second",
+		"ClaimResult", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return leaseRounded{m} })},
+	{"answer-lost", "a claim that ignores a context cancelled mid-call: it commits and returns the context's error",
+		"ContextCancelledMidCall", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return answerLost{m} })},
+	{"skip-waits", "a skip that waits for the holder before it answers",
+		"SkipDoesNotWait", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return skipWaits{m} })},
+}
