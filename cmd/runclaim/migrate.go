@@ -4,71 +4,232 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/runclaim/runclaim"
 )
 
+// exitOutdated is what migrate --status exits with when the runs table is
+// older than this release needs.
+const exitOutdated = 3
+
 func init() {
 	register(&command{
 		name:    "migrate",
-		summary: "create the runs table and its indexes (idempotent)",
-		usage:   "migrate [--sql]",
-		help: `Creates the runs table and its indexes if they do not exist. It is safe to
-run again, and from several hosts at once.
+		summary: "bring the runs table to this release's schema version (idempotent)",
+		usage:   "migrate [--status | --print [--down] | --sql]",
+		help: `Brings the runs table to the schema version this release needs, applying the
+missing steps in order, each in a short transaction of its own. It is safe
+to run again, and from several hosts at once. On a current schema it only
+reads the catalogs: it takes no lock on the table and needs no privilege
+beyond reading it. A step's DDL waits at most 500 ms for a lock on the
+table (claims queue behind it no longer), and is tried three times; if the
+table stays locked, migrate fails with an error that says so.
 
-With --sql it prints the DDL instead, without connecting, for goose, atlas or
-golang-migrate.
+  --status   print the table's schema version and the one this release needs,
+             and the steps missing; exit 0 when the table is current (or
+             newer), 3 when it is older, 1 on a database error
+  --print    print the SQL of every step, with a header naming its version,
+             without connecting: for goose, atlas or golang-migrate, one file
+             per step. With --down, the SQL that undoes each step, newest first
+  --sql      print the whole schema as one idempotent script, without
+             connecting
+
+Steps are additive: the previous release keeps working on a table a step
+has changed, so apply a step before the release that needs it starts, and
+roll the code back without undoing it. Run a --down step only once no
+replica needs it.
 
 Examples:
   runclaim migrate
+  runclaim migrate --status
   runclaim --table jobs.runs migrate
-  runclaim migrate --sql > migrations/0001_runclaim.sql
+  runclaim migrate --print > migrations/runclaim.sql
 
-JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true}; with
+JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
+"version": 2}; with --status, {"table": ..., "have": 1, "want": 2,
+"current": false, "missing": [{"version": 2, "name": "..."}]}; with --print,
+{"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
 quoted, as --table accepts it.`,
 		flags: func(fs *flag.FlagSet) any {
-			return fs.Bool("sql", false, "print the DDL and exit, without connecting")
+			o := &migrateOptions{}
+			fs.BoolVar(&o.sql, "sql", false, "print the whole schema as one idempotent script and exit, without connecting")
+			fs.BoolVar(&o.print, "print", false, "print the SQL of each step and exit, without connecting")
+			fs.BoolVar(&o.down, "down", false, "with --print: the SQL that undoes each step, newest first")
+			fs.BoolVar(&o.status, "status", false, "print the table's schema version and the one this release needs")
+			return o
 		},
 		run: runMigrate,
 	})
 }
 
+type migrateOptions struct {
+	sql, print, down, status bool
+}
+
 func runMigrate(ctx context.Context, c *cli, opts any, _ []string) int {
-	printSQL := *opts.(*bool)
-	if printSQL {
-		store, err := runclaim.NewPostgresStore(sqlOnly{}, c.storeOptions()...)
-		if err != nil {
-			return c.fail("migrate", err) // checked in main already
+	o := opts.(*migrateOptions)
+	n := 0
+	for _, set := range []bool{o.sql, o.print, o.status} {
+		if set {
+			n++
 		}
-		if c.json {
-			if err := writeJSON(c.stdout, struct {
-				Table string `json:"table"`
-				SQL   string `json:"sql"`
-			}{store.Table(), store.SchemaSQL()}); err != nil {
-				return c.fail("migrate", err)
-			}
-			return exitOK
-		}
-		fmt.Fprint(c.stdout, store.SchemaSQL())
-		return exitOK
+	}
+	switch {
+	case n > 1:
+		return c.usageError(commands["migrate"], "--sql, --print and --status exclude each other")
+	case o.down && !o.print:
+		return c.usageError(commands["migrate"], "--down goes with --print")
+	case o.sql:
+		return migrateSQL(c)
+	case o.print:
+		return migratePrint(c, o.down)
 	}
 	store, err := c.store(ctx)
 	if err != nil {
 		return c.fail("migrate", err)
 	}
+	if o.status {
+		return migrateStatus(ctx, c, store)
+	}
 	if err := store.Migrate(ctx); err != nil {
+		return c.fail("migrate", err)
+	}
+	have, _, err := store.SchemaVersion(ctx)
+	if err != nil {
 		return c.fail("migrate", err)
 	}
 	if c.json {
 		if err := writeJSON(c.stdout, struct {
 			Table    string `json:"table"`
 			Migrated bool   `json:"migrated"`
-		}{store.Table(), true}); err != nil {
+			Version  int    `json:"version"`
+		}{store.Table(), true, have}); err != nil {
 			return c.fail("migrate", err)
 		}
 		return exitOK
 	}
-	fmt.Fprintf(c.stdout, "%s is ready\n", store.Table())
+	fmt.Fprintf(c.stdout, "%s is ready (schema version %d)\n", store.Table(), have)
 	return exitOK
+}
+
+// offlineStore is a store for printing SQL: it never connects.
+func (c *cli) offlineStore() (*runclaim.PostgresStore, error) {
+	return runclaim.NewPostgresStore(sqlOnly{}, c.storeOptions()...)
+}
+
+func migrateSQL(c *cli) int {
+	store, err := c.offlineStore()
+	if err != nil {
+		return c.fail("migrate", err) // checked in main already
+	}
+	if c.json {
+		if err := writeJSON(c.stdout, struct {
+			Table string `json:"table"`
+			SQL   string `json:"sql"`
+		}{store.Table(), store.SchemaSQL()}); err != nil {
+			return c.fail("migrate", err)
+		}
+		return exitOK
+	}
+	fmt.Fprint(c.stdout, store.SchemaSQL())
+	return exitOK
+}
+
+// stepJSON is one step as migrate --print --json writes it.
+type stepJSON struct {
+	Version int    `json:"version"`
+	Name    string `json:"name"`
+	SQL     string `json:"sql,omitempty"`
+}
+
+func migratePrint(c *cli, down bool) int {
+	store, err := c.offlineStore()
+	if err != nil {
+		return c.fail("migrate", err)
+	}
+	steps := store.Migrations()
+	if down {
+		for i, j := 0, len(steps)-1; i < j; i, j = i+1, j-1 {
+			steps[i], steps[j] = steps[j], steps[i]
+		}
+	}
+	sqlOf := func(m runclaim.Migration) string {
+		if down {
+			return m.Down
+		}
+		return m.Up
+	}
+	if c.json {
+		out := struct {
+			Table string     `json:"table"`
+			Steps []stepJSON `json:"steps"`
+		}{Table: store.Table()}
+		for _, m := range steps {
+			out.Steps = append(out.Steps, stepJSON{m.Version, m.Name, sqlOf(m)})
+		}
+		if err := writeJSON(c.stdout, out); err != nil {
+			return c.fail("migrate", err)
+		}
+		return exitOK
+	}
+	for i, m := range steps {
+		if i > 0 {
+			fmt.Fprintln(c.stdout)
+		}
+		what := "up to"
+		if down {
+			what = "down from"
+		}
+		fmt.Fprintf(c.stdout, "-- runclaim schema version %d, %s: %s\n%s", m.Version, what, m.Name, sqlOf(m))
+	}
+	return exitOK
+}
+
+func migrateStatus(ctx context.Context, c *cli, store *runclaim.PostgresStore) int {
+	have, want, err := store.SchemaVersion(ctx)
+	if err != nil {
+		return c.fail("migrate", err)
+	}
+	var missing []stepJSON
+	for _, m := range store.Migrations() {
+		if m.Version > have {
+			missing = append(missing, stepJSON{Version: m.Version, Name: m.Name})
+		}
+	}
+	code := exitOK
+	if have < want {
+		code = exitOutdated
+	}
+	if c.json {
+		if err := writeJSON(c.stdout, struct {
+			Table   string     `json:"table"`
+			Have    int        `json:"have"`
+			Want    int        `json:"want"`
+			Current bool       `json:"current"`
+			Missing []stepJSON `json:"missing"`
+		}{store.Table(), have, want, have >= want, missing}); err != nil {
+			return c.fail("migrate", err)
+		}
+		return code
+	}
+	switch {
+	case have == 0:
+		fmt.Fprintf(c.stdout, "%s does not exist; this release needs schema version %d\n", store.Table(), want)
+	case have > want:
+		fmt.Fprintf(c.stdout, "%s is at schema version %d, newer than the %d this release needs: fine, steps are additive\n", store.Table(), have, want)
+	case have == want:
+		fmt.Fprintf(c.stdout, "%s is at schema version %d: current\n", store.Table(), have)
+	default:
+		fmt.Fprintf(c.stdout, "%s is at schema version %d; this release needs %d\n", store.Table(), have, want)
+	}
+	if len(missing) > 0 {
+		var b strings.Builder
+		for _, m := range missing {
+			fmt.Fprintf(&b, "  %d: %s\n", m.Version, m.Name)
+		}
+		fmt.Fprintf(c.stdout, "missing steps (apply with 'runclaim migrate'):\n%s", b.String())
+	}
+	return code
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,13 +12,13 @@ import (
 func TestMigrate(t *testing.T) {
 	db := pgtest.New(t)
 	r := mustRun(t, db, exitOK, "migrate")
-	if want := `"public"."runclaim_runs" is ready`; !strings.Contains(r.stdout, want) {
+	if want := fmt.Sprintf(`"public"."runclaim_runs" is ready (schema version %d)`, runclaim.LatestSchemaVersion); !strings.Contains(r.stdout, want) {
 		t.Errorf("stdout %q, want %q", r.stdout, want)
 	}
 	// Idempotent, and JSON.
 	r = mustRun(t, db, exitOK, "migrate", "--json")
-	obj := decodeObject(t, r.stdout, "table", "migrated")
-	if obj["table"] != `"public"."runclaim_runs"` || obj["migrated"] != true {
+	obj := decodeObject(t, r.stdout, "table", "migrated", "version")
+	if obj["table"] != `"public"."runclaim_runs"` || obj["migrated"] != true || num(t, obj["version"]) != float64(runclaim.LatestSchemaVersion) {
 		t.Errorf("JSON %v", obj)
 	}
 
@@ -129,5 +130,86 @@ func TestTableWithDot(t *testing.T) {
 	}
 	if r := runCLI(t, db, nil, "--table", "my.schema.runs", "status"); r.code != exitUsage || !strings.Contains(r.stderr, `"my.schema".runs`) {
 		t.Errorf("an unquoted second dot: %+v, want a usage error that shows how to quote", r)
+	}
+}
+
+// TestMigrateStatus: --status reads the schema version and exits 3 while
+// the table is older than this release needs, 0 once it is current; it
+// changes nothing.
+func TestMigrateStatus(t *testing.T) {
+	db := pgtest.New(t)
+	want := runclaim.LatestSchemaVersion
+	r := mustRun(t, db, exitOutdated, "migrate", "--status")
+	if !strings.Contains(r.stdout, "does not exist") || !strings.Contains(r.stdout, "1: create the runs table") {
+		t.Errorf("status of a missing table: %q", r.stdout)
+	}
+	// A table of the first release: version 1, step 2 missing.
+	store, err := runclaim.NewPostgresStore(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(t.Context(), store.Migrations()[0].Up+"COMMENT ON TABLE "+store.Table()+" IS NULL"); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, db, exitOutdated, "migrate", "--status", "--json")
+	obj := decodeObject(t, r.stdout, "table", "have", "want", "current", "missing")
+	missing, _ := obj["missing"].([]any)
+	if num(t, obj["have"]) != 1 || num(t, obj["want"]) != float64(want) || obj["current"] != false || len(missing) != want-1 {
+		t.Errorf("status of a version 1 table: %v", obj)
+	}
+	if have, _, err := store.SchemaVersion(t.Context()); err != nil || have != 1 {
+		t.Errorf("--status changed the table: version %d, %v", have, err)
+	}
+	mustRun(t, db, exitOK, "migrate")
+	r = mustRun(t, db, exitOK, "migrate", "--status")
+	if !strings.Contains(r.stdout, fmt.Sprintf("schema version %d: current", want)) || strings.Contains(r.stdout, "missing") {
+		t.Errorf("status after migrate: %q", r.stdout)
+	}
+}
+
+// TestMigratePrint: --print writes each step with a header, offline, as
+// Migrations gives them; --down the steps that undo them, newest first;
+// the flags that exclude each other are a usage error.
+func TestMigratePrint(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(envDatabaseURL, "postgres://nobody:pw@127.0.0.1:1/none")
+	store, err := runclaim.NewPostgresStore(sqlOnly{}, runclaim.WithTable("jobs", "runs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := store.Migrations()
+	r := runInEnv(t, nil, "--table", "jobs.runs", "migrate", "--print")
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	at := -1
+	for _, m := range steps {
+		header := fmt.Sprintf("-- runclaim schema version %d, up to: %s\n", m.Version, m.Name)
+		i := strings.Index(r.stdout, header+m.Up)
+		if i <= at {
+			t.Errorf("step %d missing or out of order in:\n%s", m.Version, r.stdout)
+		}
+		at = i
+	}
+	r = runInEnv(t, nil, "--table", "jobs.runs", "migrate", "--print", "--down", "--json")
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	obj := decodeObject(t, r.stdout, "table", "steps")
+	got, _ := obj["steps"].([]any)
+	if len(got) != len(steps) {
+		t.Fatalf("--print --down --json: %v", obj)
+	}
+	for i, s := range got {
+		m := steps[len(steps)-1-i]
+		step, _ := s.(map[string]any)
+		if num(t, step["version"]) != float64(m.Version) || step["sql"] != m.Down {
+			t.Errorf("down step %d: %v, want version %d with %q", i, step, m.Version, m.Down)
+		}
+	}
+	for _, args := range [][]string{{"--print", "--status"}, {"--sql", "--print"}, {"--down"}, {"--status", "--down"}} {
+		if r := runInEnv(t, nil, append([]string{"migrate"}, args...)...); r.code != exitUsage {
+			t.Errorf("migrate %v: %+v, want a usage error", args, r)
+		}
 	}
 }
