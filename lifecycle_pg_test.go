@@ -437,3 +437,47 @@ WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock'`).Sca
 func net2addr(host string, port uint16) string {
 	return net.JoinHostPort(host, strconv.Itoa(int(port)))
 }
+
+// Rule: a claim never waits for another holder, and waits for a lock on
+// the runs table (DDL, VACUUM FULL, LOCK TABLE) at most about a second: it
+// then fails with a wrapped 55P03 and writes nothing, whatever the
+// session's lock_timeout (none here). In pgx's default mode this holds
+// once the connection has prepared the claim's statements: preparing them
+// parses them, which waits for the table lock before any statement of the
+// claim has run.
+func TestClaimTableLockBounded(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	store, err := runclaim.NewPostgresStore(db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClaimer(t, store)
+	warm, err := c.Claim(t.Context(), "warm") // statements prepared: the wait is the table lock's
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Finish(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	before := readState(t, db.Pool, store.Table())
+	unlock := lockTable(t, db.Pool, store.Table())
+	defer unlock()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		_, err := c.Claim(ctx, "src")
+		done <- err
+	}()
+	err = awaitRecv(t, done, 30*time.Second, "the claim to give up on the table lock")
+	checkRealError(t, err, "runclaim: claim")
+	if pgCode(err) != "55P03" {
+		t.Errorf("claim on a locked table = %v, want a wrapped 55P03", err)
+	}
+	unlock()
+	if after := readState(t, db.Pool, store.Table()); after != before {
+		t.Errorf("the claim changed the table from %+v to %+v", before, after)
+	}
+}
