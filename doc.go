@@ -12,19 +12,27 @@
 //   - At most one running run per source at any instant (G1): a claim takes
 //     a transaction-scoped advisory lock, re-checks under it, and inserts the
 //     run; a partial unique index on running runs backs that up.
-//   - A crashed or partitioned holder frees its source within one lease (G2).
+//   - A crashed or partitioned holder frees its source within one lease
+//     (G2). A lease that has ended by the database clock is lost, whether
+//     or not a claim has expired the run yet.
 //   - A holder that lost its run learns it: Heartbeat and Finish return
-//     ErrLeaseLost, and Do cancels its function's context (G3).
+//     ErrLeaseLost, and Do cancels its function's context (G3). Do keeps
+//     the run alive until its function returns, whatever happens to its
+//     context, and one failed or hung heartbeat does not lose the run.
 //   - Run IDs strictly increase, so Run.ID is a fencing token, and
 //     PostgresStore.Fence makes a job's writes to the same database commit
 //     only while it holds its run (G4).
 //   - With WithMinInterval, two runs of a source start at least that far
-//     apart (G5).
+//     apart; the interval is recorded with the run and binds every later
+//     claimer (G5).
 //   - All time is the database's clock_timestamp() (G6).
 //   - No session state: correct behind PgBouncer in transaction pooling
-//     mode and whatever isolation level the server defaults to (G7).
+//     mode, and every statement answers as under READ COMMITTED whatever
+//     isolation level the server defaults to (G7).
 //   - A claim that errors or is skipped writes nothing and holds nothing;
 //     bad input is refused before any SQL runs (G8).
+//   - Migrate on a current schema takes no lock on the runs table, so
+//     replicas may call it at every start (G9).
 //
 // A winning or losing claim is one network round trip: one pgx.Batch that
 // runs as a single READ COMMITTED transaction. (The first claim on each
