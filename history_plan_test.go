@@ -275,3 +275,119 @@ func TestHistoryPlansUseIndexes(t *testing.T) {
 		}
 	})
 }
+
+// TestHeartbeatPlanStaleStatistics: Heartbeat and Finish find their run by
+// its ID and its source, so that their plan stays one probe when the
+// statistics are stale. The table is analyzed while no run is running, and
+// then 2,000 runs start (autovacuum off, so nothing updates the
+// statistics): the heartbeat and the finish, as the store sends them, each
+// read a handful of buffers, in the custom and the generic plan. (Found by
+// ID alone, the planner walked the whole partial index of running runs:
+// 410 buffers here.) With -v it logs the plans.
+func TestHeartbeatPlanStaleStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	table := store.Table()
+	for _, q := range []string{
+		`ALTER TABLE ` + table + ` SET (autovacuum_enabled = false)`,
+		`INSERT INTO ` + table + ` (source, status, owner, started_at, lease_until, heartbeat_at, finished_at)
+SELECT 'old-' || g, 'succeeded', 'x', clock_timestamp(), clock_timestamp(), clock_timestamp(), clock_timestamp() FROM generate_series(1, 20) g`,
+		`ANALYZE ` + table,
+		`INSERT INTO ` + table + ` (source, status, owner, started_at, lease_until, heartbeat_at)
+SELECT 'run-' || g, 'running', 'x', clock_timestamp(), clock_timestamp() + interval '1 hour', clock_timestamp() FROM generate_series(1, 2000) g`,
+	} {
+		if _, err := db.Pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rec := &stmtRecorder{}
+	traced := db.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	tstore, err := runclaim.NewPostgresStore(traced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := db.Pool.QueryRow(ctx, `SELECT id FROM `+table+` WHERE source = 'run-1000'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tstore.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: id, Source: "run-1000", Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tstore.Finish(ctx, runclaim.FinishRequest{ID: id, Source: "run-1000", Status: runclaim.StatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	stmts := rec.take()
+	if len(stmts) != 2 {
+		t.Fatalf("recorded %d statements, want the heartbeat and the finish: %q", len(stmts), stmts)
+	}
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		for i, s := range stmts {
+			func() {
+				tx, err := conn.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx) // the statements write: undo them
+				if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, fmt.Sprintf("PREPARE hb%d AS %s", i, s.sql)); err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Exec(context.Background(), fmt.Sprintf("DEALLOCATE hb%d", i))
+				// The finish above made the run succeeded: run the plans on
+				// a running one.
+				args := append([]any{}, s.args...)
+				var other int64
+				if err := tx.QueryRow(ctx, `SELECT id FROM `+table+` WHERE source = 'run-1500'`).Scan(&other); err != nil {
+					t.Fatal(err)
+				}
+				args[0], args[1] = other, "run-1500"
+				exec, err := execute(fmt.Sprintf("hb%d", i), args)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out string
+				if _, err := tx.Exec(ctx, "SAVEPOINT explained"); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+exec).Scan(&out); err != nil {
+					t.Fatalf("EXPLAIN %s: %v", s.sql, err)
+				}
+				if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT explained"); err != nil {
+					t.Fatal(err)
+				}
+				var plans []struct {
+					Plan struct {
+						SharedHit  int `json:"Shared Hit Blocks"`
+						SharedRead int `json:"Shared Read Blocks"`
+					}
+				}
+				if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 1 {
+					t.Fatalf("EXPLAIN: %s (%v)", out, err)
+				}
+				if b := plans[0].Plan.SharedHit + plans[0].Plan.SharedRead; b > 40 {
+					t.Errorf("%s: %d buffers for one run, among 2,000 running, in:\n%s\nplan: %s", mode, b, s.sql, out)
+				}
+				if testing.Verbose() {
+					rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) "+exec)
+					if err != nil {
+						t.Fatal(err)
+					}
+					lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s:\n%s", mode, strings.Join(lines, "\n"))
+				}
+			}()
+		}
+	}
+}
