@@ -218,12 +218,7 @@ func raceRelease(t *testing.T, db *pgtest.DB, store, opStore *runclaim.PostgresS
 		_, err := opStore.Release(ctx, info.ID, "")
 		done <- err
 	}()
-	waitUntil(t, 10*time.Second, 2*time.Millisecond, "Release to wait for the heartbeat's row lock", func() bool {
-		var n int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
-WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n > 0
-	})
+	waitUntil(t, 10*time.Second, 2*time.Millisecond, "Release to wait for the heartbeat's row lock", func() bool { return lockWaiters(t, db.Pool) > 0 })
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -301,12 +296,7 @@ func raceTakeover(t *testing.T, db *pgtest.DB, store, opStore *runclaim.Postgres
 			done <- opStore.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded})
 		}
 	}()
-	waitUntil(t, 10*time.Second, 2*time.Millisecond, op+" to wait for the takeover's row lock", func() bool {
-		var n int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
-WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n > 0
-	})
+	waitUntil(t, 10*time.Second, 2*time.Millisecond, op+" to wait for the takeover's row lock", func() bool { return lockWaiters(t, db.Pool) > 0 })
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -419,12 +409,7 @@ VALUES ('shared', 'running', 'a', clock_timestamp(), clock_timestamp() + interva
 		_, err := b.Claim(ctx, runclaim.ClaimRequest{Source: "shared", Owner: "b", Lease: time.Minute})
 		done <- err
 	}()
-	waitUntil(t, 10*time.Second, 2*time.Millisecond, "b's claim to wait on the unique index", func() bool {
-		var n int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
-WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n > 0
-	})
+	waitUntil(t, 10*time.Second, 2*time.Millisecond, "b's claim to wait on the unique index", func() bool { return lockWaiters(t, db.Pool) > 0 })
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -851,12 +851,7 @@ func TestCancelDuringClaim(t *testing.T) {
 		done <- err
 	}()
 	// Wait until the claim waits for the table lock, then cancel it.
-	waitUntil(t, 10*time.Second, 5*time.Millisecond, "the claim to block on the table lock", func() bool {
-		var n int
-		err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_catalog.pg_stat_activity
-WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n > 0
-	})
+	waitUntil(t, 10*time.Second, 5*time.Millisecond, "the claim to block on the table lock", func() bool { return lockWaiters(t, db.Pool) > 0 })
 	cancel()
 	select {
 	case err := <-done:

@@ -178,6 +178,35 @@ type child struct {
 	exited bool // done has been read
 }
 
+// startChild starts the test binary as a child process that runs test
+// (with -test.timeout=timeout), with owner, out and env in its environment,
+// and waits at most ready for it to print childReady. It fails the test if
+// the child exits or is not ready in time; the caller kills children that
+// outlive the test.
+func startChild(t *testing.T, owner, out, test, timeout string, ready time.Duration, env ...string) *child {
+	t.Helper()
+	c := &child{owner: owner, out: out, output: &childOutput{ready: make(chan struct{})}, done: make(chan error, 1)}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.timeout="+timeout)
+	c.cmd.Env = append(append(os.Environ(), envOut+"="+out, envOwner+"="+owner), env...)
+	c.cmd.Stdout, c.cmd.Stderr = c.output, c.output
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", owner, err)
+	}
+	go func() { c.done <- c.cmd.Wait() }()
+	select {
+	case <-c.output.ready:
+	case err := <-c.done:
+		c.exited = true
+		t.Fatalf("%s exited before it was ready: %v\n%s", owner, err, c.output)
+	case <-time.After(ready):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		c.exited = true
+		t.Fatalf("%s not ready within %v:\n%s", owner, ready, c.output)
+	}
+	return c
+}
+
 // reap waits for c to exit, at most timeout, and returns whether it did
 // and cmd.Wait's result.
 func (c *child) reap(timeout time.Duration) (bool, error) {
@@ -270,30 +299,10 @@ func TestCrash(t *testing.T) {
 	})
 	start := func() *child {
 		started++
-		c := &child{
-			owner:  fmt.Sprintf("crash-child-%02d", started),
-			out:    filepath.Join(dir, fmt.Sprintf("child-%02d.log", started)),
-			output: &childOutput{ready: make(chan struct{})},
-			done:   make(chan error, 1),
-		}
-		c.cmd = exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.timeout=2m")
-		c.cmd.Env = append(os.Environ(),
-			envChild+"=1", envDSN+"="+db.DSN, envOut+"="+c.out, envOwner+"="+c.owner,
-			envSeed+"="+strconv.FormatUint(rng.Uint64(), 10))
-		c.cmd.Stdout, c.cmd.Stderr = c.output, c.output
-		if err := c.cmd.Start(); err != nil {
-			t.Fatalf("start a child: %v", err)
-		}
+		owner := fmt.Sprintf("crash-child-%02d", started)
+		c := startChild(t, owner, filepath.Join(dir, fmt.Sprintf("child-%02d.log", started)), "TestCrashChild", "2m", wait,
+			envChild+"=1", envDSN+"="+db.DSN, envSeed+"="+strconv.FormatUint(rng.Uint64(), 10))
 		children = append(children, c)
-		go func() { c.done <- c.cmd.Wait() }()
-		select {
-		case <-c.output.ready:
-		case err := <-c.done:
-			c.exited = true
-			t.Fatalf("child %s exited before it was ready: %v\n%s", c.owner, err, c.output)
-		case <-time.After(wait):
-			t.Fatalf("child %s not ready within %v:\n%s", c.owner, wait, c.output)
-		}
 		return c
 	}
 	live := func() []*child {

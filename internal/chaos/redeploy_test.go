@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -30,7 +29,6 @@ import (
 // wind-down longer than the lease) or killed with SIGKILL.
 const (
 	envRedeployChild = "CHAOS_REDEPLOY_CHILD" // "1" in a child
-	envRedeployOut   = "CHAOS_REDEPLOY_OUT"   // the child's claim-latency file
 
 	redeploySources  = 4
 	redeployLease    = time.Second // heartbeat: the default, a third of it
@@ -80,7 +78,7 @@ func TestRedeployChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := os.OpenFile(os.Getenv(envRedeployOut), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	out, err := os.OpenFile(os.Getenv(envOut), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,30 +286,12 @@ func TestRedeploy(t *testing.T) {
 	started := 0
 	start := func() *child {
 		started++
-		c := &child{
-			owner:  fmt.Sprintf("deploy-%02d", started),
-			out:    filepath.Join(dir, fmt.Sprintf("replica-%02d.log", started)),
-			output: &childOutput{ready: make(chan struct{})},
-			done:   make(chan error, 1),
-		}
-		c.cmd = exec.Command(os.Args[0], "-test.run=^TestRedeployChild$", "-test.count=1", "-test.timeout=3m")
-		c.cmd.Env = append(os.Environ(),
-			envRedeployChild+"=1", envDSN+"="+db.DSN, envRedeployOut+"="+c.out, envOwner+"="+c.owner,
-			envSeed+"="+strconv.FormatUint(rng.Uint64(), 10))
-		c.cmd.Stdout, c.cmd.Stderr = c.output, c.output
-		if err := c.cmd.Start(); err != nil {
-			t.Fatalf("start a replica: %v", err)
-		}
+		owner := fmt.Sprintf("deploy-%02d", started)
+		// A minute to be ready: a stalled Migrate shows as a replica that
+		// never is.
+		c := startChild(t, owner, filepath.Join(dir, fmt.Sprintf("replica-%02d.log", started)), "TestRedeployChild", "3m", time.Minute,
+			envRedeployChild+"=1", envDSN+"="+db.DSN, envSeed+"="+strconv.FormatUint(rng.Uint64(), 10))
 		children = append(children, c)
-		go func() { c.done <- c.cmd.Wait() }()
-		select {
-		case <-c.output.ready:
-		case err := <-c.done:
-			c.exited = true
-			t.Fatalf("replica %s exited before it was ready: %v\n%s", c.owner, err, c.output)
-		case <-time.After(time.Minute):
-			t.Fatalf("replica %s not ready within a minute (Migrate stalled?):\n%s", c.owner, c.output)
-		}
 		return c
 	}
 	// Stopped replicas are reaped in the background: a graceful stop takes
