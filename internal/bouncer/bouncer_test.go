@@ -636,7 +636,9 @@ func testDoSucceeds(t *testing.T, e *env, mode pgx.QueryExecMode) {
 }
 
 func testDoHeartbeats(t *testing.T, e *env, mode pgx.QueryExecMode) {
-	const lease, beat = 800 * time.Millisecond, 100 * time.Millisecond
+	// A lease long enough that a loaded machine (CI runs several servers'
+	// tests at once) does not delay every heartbeat in it.
+	const lease, beat = 2 * time.Second, 100 * time.Millisecond
 	c, _ := e.claimer(t, mode, runclaim.WithOwner("holder"), runclaim.WithLease(lease), runclaim.WithHeartbeat(beat))
 	rival, _ := e.claimer(t, mode, runclaim.WithOwner("rival"), runclaim.WithLease(lease))
 	var (
