@@ -18,7 +18,7 @@
 # Usage: .ci/test-versions.sh [-j JOBS] [-o DIR] MAJOR...
 #        .ci/test-versions.sh -l
 #   -l       prints the packages with database tests, comma-separated, and exits
-#   -j JOBS  test binaries running at once (default 3)
+#   -j JOBS  test binaries running at once (default 4)
 #   -o DIR   keep the test binaries, the go test -json output of each run
 #            (DIR/MAJOR/*.json) and the closing lines (DIR/MAJOR.line) in DIR
 #            (default: a temporary directory, removed at the end)
@@ -27,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() { echo "usage: $0 [-j JOBS] [-o DIR] MAJOR... | $0 -l" >&2; exit 2; }
-jobs=3
+jobs=4
 out=""
 list=0
 while getopts 'j:o:l' opt; do
