@@ -12,6 +12,15 @@
 //   - Otherwise tests that need a database are skipped with a message saying
 //     how to run them, or fail when PGTEST_REQUIRED=1.
 //
+// The server must be PostgreSQL 13 or later (the oldest release runclaim is
+// tested on; DROP DATABASE ... WITH (FORCE) needs it). With
+// PGTEST_SERVER_MAJOR set, say to 16, the server must also be of that major
+// version, so that a run meant for one version cannot pass on another; a
+// server of any other version fails every test that needs it, whatever
+// PGTEST_REQUIRED says. Once the server is found, a line
+// "pgtest: PostgreSQL 16.14 from ..." on standard error tells which server
+// the test binary's tests run on.
+//
 // Every test that calls [New] gets a database of its own, created with
 // CREATE DATABASE under a unique name and dropped when the test ends, so
 // tests may run in parallel.
@@ -78,8 +87,12 @@ const (
 	envDSN      = "PGTEST_DSN"
 	envImage    = "PGTEST_IMAGE"
 	envRequired = "PGTEST_REQUIRED"
+	envMajor    = "PGTEST_SERVER_MAJOR"
 
 	defaultImage = "postgres:16-alpine"
+
+	// minVersionNum is the oldest server accepted, as server_version_num.
+	minVersionNum = 130000
 
 	// containerLabel marks containers started by this package.
 	containerLabel = "runclaim.pgtest"
@@ -111,6 +124,13 @@ type Server struct {
 	// AdminDSN and every DB.DSN) stays the same across a restart. After a
 	// restart the server may take a moment before it accepts connections.
 	Container *postgres.PostgresContainer
+	// Version is the server's version, as its server_version setting
+	// says (such as "16.14").
+	Version string
+	// VersionNum is the server's version as a number, as its
+	// server_version_num setting says (such as 160014); the major version
+	// is VersionNum / 10000.
+	VersionNum int
 }
 
 // DB is one isolated database created for one test.
@@ -240,6 +260,10 @@ func SharedServer(t testing.TB) *Server {
 	sharedMu.Unlock()
 
 	if err != nil {
+		var wrong *wrongServerError
+		if errors.As(err, &wrong) {
+			t.Fatalf("pgtest: %v", err)
+		}
 		if os.Getenv(envRequired) == "1" {
 			t.Fatalf("pgtest: no PostgreSQL server (PGTEST_REQUIRED=1): %v", err)
 		}
@@ -248,26 +272,82 @@ func SharedServer(t testing.TB) *Server {
 	return srv
 }
 
-// startServer finds or starts the shared server.
+// startServer finds or starts the shared server and checks its version.
 func startServer() (*Server, error) {
-	if dsn := os.Getenv(envDSN); dsn != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-		defer cancel()
-		if err := adminExec(ctx, dsn, "SELECT 1"); err != nil {
-			return nil, fmt.Errorf("PGTEST_DSN: %w", err)
-		}
-		fmt.Fprintf(os.Stderr, "pgtest: using the server of PGTEST_DSN at %s\n", describeDSN(dsn))
-		return &Server{AdminDSN: dsn}, nil
+	wantMajor, err := parseMajor(os.Getenv(envMajor))
+	if err != nil {
+		return nil, &wrongServerError{err}
 	}
-	return startContainer()
+	var srv *Server
+	var from string
+	if dsn := os.Getenv(envDSN); dsn != "" {
+		srv, from = &Server{AdminDSN: dsn}, "the server of PGTEST_DSN at "+describeDSN(dsn)
+	} else {
+		if srv, err = startContainer(); err != nil {
+			return nil, err
+		}
+		from = fmt.Sprintf("image %s at %s (container %.12s)", imageName(), describeDSN(srv.AdminDSN), srv.Container.GetContainerID())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	err = func() error {
+		conn, err := pgx.Connect(ctx, srv.AdminDSN)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		return conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('server_version'), pg_catalog.current_setting('server_version_num')::int").
+			Scan(&srv.Version, &srv.VersionNum)
+	}()
+	if err == nil {
+		err = checkVersion(srv.Version, srv.VersionNum, wantMajor)
+	}
+	if err != nil {
+		if srv.Container != nil {
+			_ = srv.Container.Terminate(context.Background())
+		}
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	fmt.Fprintf(os.Stderr, "pgtest: PostgreSQL %s from %s\n", srv.Version, from)
+	return srv, nil
+}
+
+// wrongServerError is a server of a version the tests must not run on, or a
+// bad PGTEST_SERVER_MAJOR: it fails the tests even without PGTEST_REQUIRED.
+type wrongServerError struct{ err error }
+
+func (e *wrongServerError) Error() string { return e.err.Error() }
+func (e *wrongServerError) Unwrap() error { return e.err }
+
+// parseMajor parses PGTEST_SERVER_MAJOR: "" for any version, or a major
+// version of 13 or later.
+func parseMajor(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < minVersionNum/10000 {
+		return 0, fmt.Errorf("%s=%q: want a major version number, %d or later", envMajor, s, minVersionNum/10000)
+	}
+	return n, nil
+}
+
+// checkVersion checks a server's version (server_version and
+// server_version_num) against the oldest supported one and, unless
+// wantMajor is 0, against the wanted major version.
+func checkVersion(version string, num, wantMajor int) error {
+	switch {
+	case num < minVersionNum:
+		return &wrongServerError{fmt.Errorf("PostgreSQL %s is older than %d, the oldest release runclaim is tested on", version, minVersionNum/10000)}
+	case wantMajor != 0 && num/10000 != wantMajor:
+		return &wrongServerError{fmt.Errorf("PostgreSQL %s, but %s=%d", version, envMajor, wantMajor)}
+	}
+	return nil
 }
 
 // startContainer starts the shared server in a container.
 func startContainer() (*Server, error) {
-	img := os.Getenv(envImage)
-	if img == "" {
-		img = defaultImage
-	}
+	img := imageName()
 	setenvIfUnset("TESTCONTAINERS_RYUK_DISABLED", "true")
 	// local: publish the port on 127.0.0.1 at a fixed host port, so that it
 	// survives a restart of the container.
@@ -329,11 +409,17 @@ func startContainer() (*Server, error) {
 			_ = ctr.Terminate(context.Background())
 			return nil, fmt.Errorf("container from image %s: %w", img, err)
 		}
-		fmt.Fprintf(os.Stderr, "pgtest: using testcontainers image %s at %s (container %.12s)\n",
-			img, describeDSN(dsn), ctr.GetContainerID())
 		return &Server{AdminDSN: dsn, Container: ctr}, nil
 	}
 	return nil, fmt.Errorf("start container from image %s: %w", img, lastErr)
+}
+
+// imageName is the image the container is started from.
+func imageName() string {
+	if img := os.Getenv(envImage); img != "" {
+		return img
+	}
+	return defaultImage
 }
 
 // teardown removes the shared container, if one was started.

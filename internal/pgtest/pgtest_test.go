@@ -2,7 +2,11 @@ package pgtest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -183,5 +187,96 @@ func TestContainerRestart(t *testing.T) {
 	var v int
 	if err := db.Pool.QueryRow(ctx, "SELECT v FROM kept").Scan(&v); err != nil || v != 7 {
 		t.Fatalf("after restart: v=%d err=%v", v, err)
+	}
+}
+
+func TestCheckVersion(t *testing.T) {
+	for _, tc := range []struct {
+		version   string
+		num, want int
+		ok        bool
+	}{
+		{"13.23", 130023, 0, true},
+		{"18.4", 180004, 0, true},
+		{"18.4", 180004, 18, true},
+		{"15.18 (Debian 15.18-0+deb12u1)", 150018, 15, true},
+		{"12.22", 120022, 0, false},
+		{"12.22", 120022, 12, false},
+		{"17.10", 170010, 18, false},
+		{"18.4", 180004, 17, false},
+	} {
+		err := checkVersion(tc.version, tc.num, tc.want)
+		var wrong *wrongServerError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("checkVersion(%q, %d, %d) = %v, want nil", tc.version, tc.num, tc.want, err)
+		case !tc.ok && !errors.As(err, &wrong):
+			t.Errorf("checkVersion(%q, %d, %d) = %v, want a wrongServerError", tc.version, tc.num, tc.want, err)
+		case !tc.ok && !strings.Contains(err.Error(), tc.version):
+			t.Errorf("checkVersion(%q, %d, %d) = %v, does not name the version", tc.version, tc.num, tc.want, err)
+		}
+	}
+	for in, want := range map[string]int{"": 0, "13": 13, "18": 18} {
+		if got, err := parseMajor(in); err != nil || got != want {
+			t.Errorf("parseMajor(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"12", "0", "-1", "16.4", "sixteen", " 16"} {
+		if _, err := parseMajor(in); err == nil || !strings.Contains(err.Error(), envMajor) {
+			t.Errorf("parseMajor(%q): %v, want an error naming %s", in, err, envMajor)
+		}
+	}
+}
+
+// TestServerVersion: the shared server's Version and VersionNum are the
+// server's, it is at least PostgreSQL 13, and of the major version that
+// PGTEST_SERVER_MAJOR asks for, if set.
+func TestServerVersion(t *testing.T) {
+	srv := SharedServer(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, srv.AdminDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var version string
+	var num int
+	if err := conn.QueryRow(ctx, "SELECT version(), current_setting('server_version_num')::int").Scan(&version, &num); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("server: %s", version)
+	if srv.VersionNum != num || !strings.HasPrefix(version, "PostgreSQL "+srv.Version) {
+		t.Errorf("Server says %q (%d); the server says %q (%d)", srv.Version, srv.VersionNum, version, num)
+	}
+	if num < minVersionNum {
+		t.Errorf("server_version_num %d: older than PostgreSQL 13", num)
+	}
+	if s := os.Getenv(envMajor); s != "" && strconv.Itoa(num/10000) != s {
+		t.Errorf("server_version_num %d, but %s=%s", num, envMajor, s)
+	}
+}
+
+// TestWrongMajorFails runs this test binary again on the shared server
+// with PGTEST_SERVER_MAJOR naming another version and without
+// PGTEST_REQUIRED: its database tests must fail, not skip.
+func TestWrongMajorFails(t *testing.T) {
+	if os.Getenv("PGTEST_CHILD") == "1" {
+		t.Skip("in the child")
+	}
+	srv := SharedServer(t)
+	other := 13
+	if srv.VersionNum/10000 == other {
+		other = 14
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNewIsolated$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "PGTEST_CHILD=1", envDSN+"="+srv.AdminDSN, envMajor+"="+strconv.Itoa(other), envRequired+"=")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("child with %s=%d: %v, want a failed run; output:\n%s", envMajor, other, err, out)
+	}
+	want := fmt.Sprintf("%s=%d", envMajor, other)
+	if !strings.Contains(string(out), "--- FAIL: TestNewIsolated") || !strings.Contains(string(out), want) {
+		t.Fatalf("child with %s: want TestNewIsolated to fail naming %s; output:\n%s", want, want, out)
 	}
 }

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Runs every test that talks to a database on each PostgreSQL version given.
+#
+# The packages are those whose tests use internal/pgtest (found with go
+# list), each compiled once, without -race, into a test binary; each binary
+# then runs once per version, against a container of the image
+# runclaim.local/postgres:MAJOR (see build-postgres-image.sh), with
+# PGTEST_REQUIRED=1 and PGTEST_SERVER_MAJOR=MAJOR, so that a test that
+# cannot get a database, or gets one of another version, fails. The runs go
+# JOBS at a time (the tests mostly wait on the database and on timers, so
+# they overlap well), the heaviest packages first.
+#
+# For each version it then prints what .ci/testsummary.go makes of the
+# output (every package with the server it ran on, every failure and skip)
+# and a closing line "PostgreSQL MAJOR: N passed, N failed, N skipped ...".
+# It exits non-zero if any version failed.
+#
+# Usage: .ci/test-versions.sh [-j JOBS] [-o DIR] MAJOR...
+#        .ci/test-versions.sh -l
+#   -l       prints the packages with database tests, comma-separated, and exits
+#   -j JOBS  test binaries running at once (default 4)
+#   -o DIR   keep the test binaries, the go test -json output of each run
+#            (DIR/MAJOR/*.json) and the closing lines (DIR/MAJOR.line) in DIR
+#            (default: a temporary directory, removed at the end)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+usage() { echo "usage: $0 [-j JOBS] [-o DIR] MAJOR... | $0 -l" >&2; exit 2; }
+jobs=4
+out=""
+list=0
+while getopts 'j:o:l' opt; do
+	case $opt in
+	j) jobs=$OPTARG ;;
+	o) out=$OPTARG ;;
+	l) list=1 ;;
+	*) usage ;;
+	esac
+done
+shift $((OPTIND - 1))
+versions=("$@")
+((list || ${#versions[@]})) || usage
+
+log() { printf 'test-versions: %s\n' "$*" >&2; }
+
+# The packages whose tests use a database, heaviest (most test code) first.
+mapfile -t pkgs < <(
+	go list -f '{{.ImportPath}}|{{.Dir}}|{{join .TestGoFiles ","}},{{join .XTestGoFiles ","}}|{{join .TestImports " "}} {{join .XTestImports " "}}' ./... |
+		while IFS='|' read -r path dir files imports; do
+			[[ $path == */internal/pgtest || " $imports " == *" github.com/runclaim/runclaim/internal/pgtest "* ]] || continue
+			size=0
+			IFS=, read -ra fs <<<"$files"
+			for f in "${fs[@]}"; do [[ -n $f ]] && size=$((size + $(wc -c <"$dir/$f"))); done
+			echo "$size $path $dir"
+		done | sort -rn | cut -d' ' -f2-
+)
+((${#pkgs[@]})) || { log "no package uses internal/pgtest"; exit 1; }
+names=()
+for p in "${pkgs[@]}"; do names+=("${p%% *}"); done
+need="$(
+	IFS=,
+	echo "${names[*]}"
+)"
+if ((list)); then
+	echo "$need"
+	exit 0
+fi
+log "packages with database tests: ${names[*]}"
+
+for v in "${versions[@]}"; do
+	docker image inspect "runclaim.local/postgres:$v" >/dev/null 2>&1 ||
+		{ log "no image runclaim.local/postgres:$v (bash .ci/build-postgres-image.sh $v)"; exit 1; }
+done
+if [[ -z $out ]]; then
+	out="$(mktemp -d -t runclaim-versions.XXXXXX)"
+	trap 'rm -rf "$out"' EXIT
+fi
+mkdir -p "$out/bin"
+
+t=$SECONDS
+go build -o "$out/bin/testsummary" .ci/testsummary.go
+# Two at a time: linking is mostly serial, and the machines have two cores.
+for p in "${pkgs[@]}"; do
+	path=${p%% *}
+	printf '%s\0%s\0' "$out/bin/${path//\//_}.test" "$path"
+done | xargs -0 -n 2 -P 2 go test -c -o
+log "compiled ${#pkgs[@]} test binaries in $((SECONDS - t)) s"
+
+# run_one MAJOR IMPORTPATH DIR: one test binary against one version.
+run_one() {
+	local v=$1 path=$2 dir=$3
+	local bin="$out/bin/${path//\//_}.test" json="$out/$v/${path//\//_}.json"
+	local start=$SECONDS rc=0
+	(cd "$dir" && PGTEST_IMAGE="runclaim.local/postgres:$v" PGTEST_SERVER_MAJOR="$v" \
+		PGTEST_REQUIRED=1 TESTCONTAINERS_RYUK_DISABLED=true \
+		"$test2json" -t -p "$path" "$bin" -test.v=test2json -test.count=1 \
+		-test.paniconexit0 -test.timeout=10m) >"$json" 2>&1 || rc=$?
+	printf 'test-versions: PostgreSQL %s %s: exit %d after %d s\n' "$v" "$path" "$rc" "$((SECONDS - start))" >&2
+}
+test2json="$(go tool -n test2json)"
+export -f run_one
+export out test2json
+
+# The order of the runs: round r runs the r-th package of each version's
+# list, and each list is the packages heaviest first, except that version i
+# starts its heavier half i places later, so that the runs going at once are
+# mostly of different packages (several runs of one contention test at once
+# would slow each other down the most).
+t=$SECONDS
+for v in "${versions[@]}"; do mkdir -p "$out/$v"; done
+n=${#pkgs[@]}
+half=$(((n + 1) / 2))
+for ((r = 0; r < n; r++)); do
+	for i in "${!versions[@]}"; do
+		k=$r
+		((r < half)) && k=$(((r + i) % half))
+		p=${pkgs[$k]}
+		printf '%s\0%s\0%s\0' "${versions[$i]}" "${p%% *}" "${p#* }"
+	done
+done | xargs -0 -n 3 -P "$jobs" bash -c 'run_one "$@"' run_one
+log "ran ${#pkgs[@]} packages on ${#versions[@]} versions, $jobs at a time, in $((SECONDS - t)) s"
+
+rc=0
+for v in "${versions[@]}"; do
+	printf '\n=== tests on PostgreSQL %s\n' "$v"
+	cat "$out/$v"/*.json | "$out/bin/testsummary" -label "PostgreSQL $v" -major "$v" -need-db "$need" -line "$out/$v.line" || rc=1
+done
+exit "$rc"

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/runclaim/runclaim/internal/pgtest"
+)
+
+// TestUnmigratedHint: on a database without the runs table, every command
+// that reads or writes it fails with the server's undefined_table error
+// (SQLSTATE 42P01, which describeError maps to a hint), on every server
+// version CI runs.
+func TestUnmigratedHint(t *testing.T) {
+	db := pgtest.New(t)
+	for _, args := range [][]string{
+		{"status"},
+		{"history", "x"},
+		{"release", "x", "--yes"},
+		{"prune", "--older-than", "1h"},
+		{"exec", "--source", "x", "--", "true"},
+		{"--table", "ops.runs", "status"},
+	} {
+		r := runCLI(t, db, nil, args...)
+		table := `"public.runclaim_runs"`
+		if args[0] == "--table" {
+			table = `"ops.runs"`
+		}
+		if r.code != exitError || !strings.Contains(r.stderr, "(hint: run 'runclaim migrate' first, or check --table)") ||
+			!strings.Contains(r.stderr, "relation "+table+" does not exist") {
+			t.Errorf("runclaim %s on an unmigrated database: exit %d, stderr %q; want exit %d, the server's error naming %s and the hint",
+				strings.Join(args, " "), r.code, r.stderr, exitError, table)
+		}
+	}
+}
