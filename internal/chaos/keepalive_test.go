@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,9 +67,18 @@ func (f *packetFilter) iptables(args ...string) error {
 }
 
 // drop drops, both ways, the packets of the connection whose client end
-// is clientPort as the server sees it.
+// is clientPort as the server sees it. It first waits until the client has
+// acknowledged everything the server sent on it: with data still
+// unacknowledged, the server's kernel retransmits instead of probing, and
+// keepalives do not apply (the retransmission timeout does, after about 15
+// minutes).
 func (f *packetFilter) drop(clientPort int) {
 	f.t.Helper()
+	eventually(f.t, wait, 10*time.Millisecond, fmt.Sprintf("the client on port %d to acknowledge what the server sent", clientPort),
+		func() (bool, error) {
+			n, err := f.unacked(clientPort)
+			return err == nil && n == 0, err
+		})
 	port := strconv.Itoa(clientPort)
 	for _, rule := range [][]string{
 		{"INPUT", "-p", "tcp", "--sport", port, "-j", "DROP"},
@@ -79,6 +89,34 @@ func (f *packetFilter) drop(clientPort int) {
 		}
 		f.rules = append(f.rules, rule)
 	}
+}
+
+// unacked returns how many bytes the server has sent on the connection
+// from clientPort that the client has not acknowledged: the tx_queue of the
+// server's socket in the container's /proc/net/tcp (and tcp6).
+func (f *packetFilter) unacked(clientPort int) (int, error) {
+	for _, file := range []string{"tcp", "tcp6"} {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", f.pid, file))
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 5 {
+				continue
+			}
+			// local_address rem_address st tx_queue:rx_queue, addresses as
+			// hex address:port.
+			local, remote := fields[1], fields[2]
+			if !strings.HasSuffix(local, ":1538") || !strings.HasSuffix(remote, fmt.Sprintf(":%04X", clientPort)) {
+				continue
+			}
+			tx, _, _ := strings.Cut(fields[4], ":")
+			n, err := strconv.ParseInt(tx, 16, 64)
+			return int(n), err
+		}
+	}
+	return 0, fmt.Errorf("no connection from client port %d to 5432 in the container", clientPort)
 }
 
 func (f *packetFilter) removeAll() {
