@@ -20,8 +20,8 @@ db_only=(fence)
 
 log "build ./examples/..."
 go build -o /dev/null ./examples/...
-log "build examples/metrics (nested module)"
-(cd examples/metrics && go vet ./... && go build -o /dev/null ./...)
+log "build and test examples/metrics (nested module)"
+(cd examples/metrics && go vet ./... && go build -o /dev/null ./... && go test -race -count=1 ./...)
 
 run() { # run DIR [DATABASE_URL]
 	local dir=$1 url=${2:-} envs=(-u DATABASE_URL)
