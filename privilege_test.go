@@ -519,3 +519,67 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 		}
 	}
 }
+
+// cancelAfterSend is a Querier that cancels a context once a batch has
+// been sent: a claim whose caller gives up after the server has it.
+type cancelAfterSend struct {
+	runclaim.Querier
+	cancel context.CancelFunc
+}
+
+func (q cancelAfterSend) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	br := q.Querier.SendBatch(ctx, b)
+	q.cancel()
+	return br
+}
+
+// TestCancelledClaimWithDocumentedGrants: a claim whose caller gives up
+// after the server has its batch, so that it wins after its context ended,
+// deletes the run again as the application role with the README's grants
+// (DELETE included, which is why it is there): the claim returns the
+// context's error and the table is as before. Without DELETE the cleanup
+// fails, and the claim says so.
+func TestCancelledClaimWithDocumentedGrants(t *testing.T) {
+	t.Parallel()
+	e := newPrivEnv(t)
+	ownerPool := e.pool(t, e.owner, nil)
+	table := e.store(t, ownerPool).Table()
+	claim := func(source string) error {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		store, err := runclaim.NewPostgresStore(cancelAfterSend{e.pool(t, e.app, nil), cancel}, runclaim.WithTable(e.schema, runclaim.DefaultTable))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = newClaimer(t, store).Claim(ctx, source)
+		return err
+	}
+	lastID := func() int64 { // the identity's last value: a won claim advances it
+		var v *int64
+		if err := ownerPool.QueryRow(t.Context(), `SELECT last_value FROM pg_catalog.pg_sequences
+WHERE schemaname || '.' || sequencename = pg_catalog.pg_get_serial_sequence($1, 'id')`, table).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v == nil {
+			return 0
+		}
+		return *v
+	}
+	before, id := readState(t, ownerPool, table), lastID()
+	if err := claim("cancelled"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("claim cancelled after it was sent: %v, want context.Canceled", err)
+	}
+	if lastID() == id {
+		t.Fatal("the claim did not win after its context ended: the test shows nothing")
+	}
+	after := readState(t, ownerPool, table)
+	if after.Rows != before.Rows || after.Running != before.Running {
+		t.Errorf("a claim cancelled in flight left the table at %+v (before: %+v)", after, before)
+	}
+
+	admin(t, e.db, fmt.Sprintf("REVOKE DELETE ON %s FROM %s", table, e.app.name))
+	err := claim("no-delete")
+	if !errors.Is(err, context.Canceled) || pgCode(err) != "42501" || !strings.Contains(err.Error(), "could not be deleted") {
+		t.Errorf("cancelled claim without DELETE: %v, want context.Canceled and the failed delete (42501)", err)
+	}
+}

@@ -4,7 +4,7 @@
 # Usage: .ci/examples.sh
 #   With EXAMPLES_DATABASE_URL set, also runs every example against that
 #   database (as DATABASE_URL), and the ones that need one; they create the
-#   runclaim_runs table in it. .ci/run sets it to a container of its own.
+#   examples' runclaim_example_runs table in it. .ci/run sets it to a container of its own.
 #
 # examples/metrics is a module of its own (it keeps Prometheus out of the
 # runclaim module), so it is built and run from its directory.

@@ -69,13 +69,13 @@ func main() {
 	}
 
 	fmt.Println()
-	for _, s := range []string{"avito", "cian"} {
+	for _, s := range []string{"books", "news"} {
 		fmt.Printf("%-6s %d sweeps in %d ticks\n", s, sweeps.get(s), ticks)
 	}
 }
 
-// newCron builds one replica's Cron with two jobs: avito, a plain func
-// wrapped with cronlock.SkipUnlessClaimed, and cian, a cronlock.Job, which
+// newCron builds one replica's Cron with two jobs: books, a plain func
+// wrapped with cronlock.SkipUnlessClaimed, and news, a cronlock.Job, which
 // gets the run's context and ID and has its error recorded.
 func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *counter) (*cron.Cron, error) {
 	claimer, err := runclaim.New(store,
@@ -94,24 +94,24 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 	)
 
 	// With a chain for every job, this would be
-	// cron.New(cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger)))
+	// cron.New(cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep-books", logger)))
 	// and c.AddFunc(spec, ...). Other claims of a source are skipped for
 	// cronlock.DefaultSplay (500 ms) after a run starts: a late replica's
 	// claim of the same tick. A schedule that fires more often than every
 	// second needs a shorter window: cronlock.WithSplay(period / 2).
-	_, err = c.AddJob(spec, cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger)(cron.FuncJob(func() {
-		fmt.Printf("%s  %s  avito swept\n", time.Now().Format("15:04:05.000000"), name)
-		sweeps.add("avito")
+	_, err = c.AddJob(spec, cronlock.SkipUnlessClaimed(claimer, "sweep-books", logger)(cron.FuncJob(func() {
+		fmt.Printf("%s  %s  books swept\n", time.Now().Format("15:04:05.000000"), name)
+		sweeps.add("books")
 		time.Sleep(work) // the real work, such as scraping a site
 	})))
 	if err != nil {
 		return nil, err
 	}
 
-	_, err = c.AddJob(spec, cronlock.Job(ctx, claimer, "sweep-cian", logger,
+	_, err = c.AddJob(spec, cronlock.Job(ctx, claimer, "sweep-news", logger,
 		func(ctx context.Context, run *runclaim.Run) error {
-			fmt.Printf("%s  %s  cian swept as run %d\n", time.Now().Format("15:04:05.000000"), name, run.ID)
-			sweeps.add("cian")
+			fmt.Printf("%s  %s  news swept as run %d\n", time.Now().Format("15:04:05.000000"), name, run.ID)
+			sweeps.add("news")
 			select { // the real work, which stops if the run is lost
 			case <-time.After(work):
 				return nil
@@ -158,7 +158,11 @@ func openStore(ctx context.Context) (runclaim.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := runclaim.NewPostgresStore(pool)
+	// A table and an advisory lock namespace of the examples' own: pointed
+	// at a production database, the example never competes with its jobs.
+	store, err := runclaim.NewPostgresStore(pool,
+		runclaim.WithTable(runclaim.DefaultSchema, "runclaim_example_runs"),
+		runclaim.WithNamespace("runclaim-example"))
 	if err == nil {
 		err = store.Migrate(ctx)
 	}

@@ -8,8 +8,9 @@
 //
 //	DATABASE_URL=postgres://user:pass@localhost:5432/db go run ./examples/fence
 //
-// It creates the runclaim_runs table and a listings table, and runs three
-// acts of two replicas sweeping one source, in about three seconds:
+// It creates the examples' runs table (runclaim_example_runs) and a
+// listings table, and runs three acts of two replicas sweeping one source,
+// in about three seconds:
 //
 //  1. replica-a sweeps and stores its listings: Fence, write, commit.
 //  2. replica-a freezes before it stores them, past the end of its lease;
@@ -37,7 +38,7 @@ import (
 )
 
 const (
-	source = "fence-example/avito"
+	source = "fence-example/books"
 	lease  = 500 * time.Millisecond // short, so that a freeze outlasts it
 	freeze = 3 * lease              // how long a frozen replica is stopped
 	tick   = 50 * time.Millisecond  // replica-b's schedule while replica-a is frozen
@@ -62,7 +63,11 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	store, err := runclaim.NewPostgresStore(pool)
+	// The examples' own table and advisory lock namespace: pointed at a
+	// production database, the example never competes with its jobs.
+	store, err := runclaim.NewPostgresStore(pool,
+		runclaim.WithTable(runclaim.DefaultSchema, "runclaim_example_runs"),
+		runclaim.WithNamespace("runclaim-example"))
 	if err != nil {
 		return err
 	}

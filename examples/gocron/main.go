@@ -38,7 +38,7 @@ const (
 	work   = time.Millisecond // how long one sweep takes
 )
 
-var sources = []string{"avito", "cian"}
+var sources = []string{"books", "news"}
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -175,7 +175,11 @@ func openStore(ctx context.Context) (runclaim.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := runclaim.NewPostgresStore(pool)
+	// A table and an advisory lock namespace of the examples' own: pointed
+	// at a production database, the example never competes with its jobs.
+	store, err := runclaim.NewPostgresStore(pool,
+		runclaim.WithTable(runclaim.DefaultSchema, "runclaim_example_runs"),
+		runclaim.WithNamespace("runclaim-example"))
 	if err == nil {
 		err = store.Migrate(ctx)
 	}
