@@ -96,7 +96,6 @@ func (s *PostgresStore) History(ctx context.Context, source string, limit int) (
 // first error fn returns and returns that error as it is. fn runs while
 // the query holds one of the pool's connections, so it must not wait for
 // another query on a pool that may have no other connection to give.
-
 func (s *PostgresStore) HistoryFunc(ctx context.Context, source string, limit int, fn func(RunRecord) error) error {
 	if err := checkContext(ctx); err != nil {
 		return err

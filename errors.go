@@ -34,6 +34,12 @@ var ErrLeaseLost = errors.New("runclaim: lease lost")
 // Nothing is sent to the store.
 var ErrInvalidSource = errors.New("runclaim: invalid source")
 
+// ErrFenced is returned, wrapped, by Release when it could not lock the run
+// within a second because another transaction holds a lock on the run's
+// row: a transaction fenced with Fence that is still open, as a rule.
+// Nothing was changed. Retry once that transaction has ended.
+var ErrFenced = errors.New("runclaim: run is fenced by an open transaction")
+
 // ErrFinished is returned by Heartbeat after Finish, and by a Finish whose
 // outcome differs from the one already recorded for the run.
 var ErrFinished = errors.New("runclaim: run already finished")

@@ -11,11 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// ErrFenced is returned, wrapped, by Release when it could not lock the run
-// within a second because another transaction holds a lock on the run's
-// row: a transaction fenced with Fence that is still open, as a rule.
-// Nothing was changed. Retry once that transaction has ended.
-var ErrFenced = errors.New("runclaim: run is fenced by an open transaction")
 
 // How Fence works. It sends one batch, one round trip, inside the caller's
 // transaction:
