@@ -320,7 +320,7 @@ func checkRealError(t *testing.T, err error, prefix string) {
 
 // TestMigrateConcurrent: 8 replicas migrating an empty database at once all
 // succeed (they queue on Migrate's advisory lock), the result has the
-// columns and indexes of DESIGN.md, and Migrate and SchemaSQL are
+// columns and indexes the README's "Schema and upgrades" lists, and Migrate and SchemaSQL are
 // idempotent afterwards.
 func TestMigrateConcurrent(t *testing.T) {
 	t.Parallel()
@@ -448,7 +448,7 @@ FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDE
 	return d
 }
 
-// wantSchema is the table of DESIGN.md.
+// wantSchema is the table the README's "Schema and upgrades" section lists.
 func wantSchema(table string) schemaDesc {
 	return schemaDesc{
 		Columns: []columnDesc{
