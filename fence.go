@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-
 // How Fence works. It sends one batch, one round trip, inside the caller's
 // transaction:
 //

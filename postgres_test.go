@@ -320,8 +320,8 @@ func checkRealError(t *testing.T, err error, prefix string) {
 
 // TestMigrateConcurrent: 8 replicas migrating an empty database at once all
 // succeed (they queue on Migrate's advisory lock), the result has the
-// columns and indexes the README's "Schema and upgrades" lists, and Migrate and SchemaSQL are
-// idempotent afterwards.
+// columns and indexes the README's "Schema and upgrades" lists, and Migrate
+// and SchemaSQL are idempotent afterwards.
 func TestMigrateConcurrent(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
