@@ -56,10 +56,12 @@ func TestPlanIndexesPerStatement(t *testing.T) {
 		name, prefix string
 		indexes      []string
 	}{
-		{"expire", "UPDATE " + store.Table() + " SET status = 'expired'", []string{pkey, running}},
+		// The running run by source; the source's last start, for the
+		// interval, from the history index; the row to update by its key.
+		{"expire", "UPDATE " + store.Table() + " SET status = 'expired'", []string{history, pkey, running}},
 		{"claim", "WITH st AS MATERIALIZED", []string{history, running}},
 		{"heartbeat", "UPDATE " + store.Table() + "\nSET lease_until", []string{running}},
-		{"finish", "WITH old AS", []string{pkey, running}},
+		{"finish", "WITH c AS MATERIALIZED", []string{pkey, running}},
 	}
 	seen := map[string]bool{}
 

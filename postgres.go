@@ -237,11 +237,16 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (ti
 // its lease has ended by the database clock, and reports the row as it was
 // before, so that a repeated Finish can be told from a lost run in one
 // statement. The two clock readings of a row are one: the CTE reads it
-// once.
+// once. The old row is found by its ID alone (a primary-key probe whatever
+// the statistics), then checked for the source: a planner that used the
+// source's history index for "id = $1 AND source = $2" would read the
+// source's whole history.
 const finishSQL = `WITH c AS MATERIALIZED (
 	SELECT pg_catalog.clock_timestamp() AS now
+), byid AS MATERIALIZED (
+	SELECT status, error, source FROM %[1]s WHERE id = $1
 ), old AS (
-	SELECT status, error FROM %[1]s WHERE id = $1 AND source = $2
+	SELECT status, error FROM byid WHERE source = $2
 ), upd AS (
 	UPDATE %[1]s AS r SET
 		status = CASE WHEN r.lease_until > c.now THEN $3 ELSE 'expired' END,
@@ -253,8 +258,9 @@ const finishSQL = `WITH c AS MATERIALIZED (
 SELECT (SELECT status FROM upd), old.status, old.error
 FROM (SELECT) AS one LEFT JOIN old ON true`
 
-// readRunSQL reads a run's status and error text.
-const readRunSQL = `SELECT status, error FROM %[1]s WHERE id = $1 AND source = $2`
+// readRunSQL reads a run's status and error text, found by its ID alone
+// (see finishSQL) and checked for its source.
+const readRunSQL = `SELECT status, error FROM (SELECT status, error, source FROM %[1]s WHERE id = $1 OFFSET 0) AS r WHERE source = $2`
 
 // Finish implements Store in one statement; two when it raced another
 // Finish of the same run (see below).
