@@ -1114,14 +1114,18 @@ func (c *byteConn) Read(p []byte) (int, error) {
 
 // TestClaimWireSize measures the round trips and the bytes a claim sends,
 // in pgx's default mode and in the modes that work behind PgBouncer, on a
-// pool of one connection, and checks the figures README.md gives:
-//   - in the default mode the first claim on a connection takes 2 round
-//     trips (pgx prepares the statements first), later ones 1, and a
-//     claim's batch is under 600 bytes: one TCP segment;
-//   - in QueryExecModeExec and the simple protocol every claim is 1 round
-//     trip, and carries the statements' text: 1.5 to 2.5 kB, more than the
-//     1,460 bytes of one TCP segment on an Ethernet link.
+// pool of one connection, for both forms of the claim, and checks the
+// figures README.md and BENCHMARKS.md give:
+//   - the function (schema version 3): in every mode a warm claim is 1
+//     round trip of under 600 bytes, one TCP segment; in the default mode
+//     its first call on a connection takes 2 (pgx prepares it first);
+//   - the batch (a table at version 2): in the default mode the same, under
+//     600 bytes; in QueryExecModeExec and the simple protocol every claim
+//     carries the three statements' text: 2 to 3 kB, more than the 1,460
+//     bytes of one TCP segment on an Ethernet link.
 //
+// A new store's first claim is the batch with the schema version read (see
+// TestClaimFindsSchemaVersion); it is logged, and its round trips checked.
 // The figures are for a source and an owner of 8 bytes each, with the
 // default isolation level (READ COMMITTED).
 func TestClaimWireSize(t *testing.T) {
@@ -1129,17 +1133,21 @@ func TestClaimWireSize(t *testing.T) {
 	db := pgtest.New(t)
 	benchStore(t, db.Pool)
 	const segment = 1460 // TCP payload of a 1,500-byte Ethernet frame
-	for _, tc := range []struct {
-		mode                   pgx.QueryExecMode
-		firstTrips             int64
+	type bounds struct {
 		minBytes, maxBytes     int64 // per claim, client to server, once warm
 		oneSegment, twoSegment bool
+	}
+	small := bounds{100, 600, true, false}
+	for _, tc := range []struct {
+		mode       pgx.QueryExecMode
+		firstTrips int64
+		function   bounds
+		batch      bounds
 	}{
-		{pgx.QueryExecModeCacheStatement, 2, 100, 600, true, false},
-		{pgx.QueryExecModeExec, 1, 1500, 2500, false, true},
-		{pgx.QueryExecModeSimpleProtocol, 1, 1500, 2500, false, true},
+		{pgx.QueryExecModeCacheStatement, 2, small, small},
+		{pgx.QueryExecModeExec, 1, small, bounds{2000, 3000, false, true}},
+		{pgx.QueryExecModeSimpleProtocol, 1, small, bounds{2000, 3000, false, true}},
 	} {
-		source := fmt.Sprintf("source-%d", tc.mode) // 8 bytes; one per mode, as the table is shared
 		t.Run(strings.ReplaceAll(tc.mode.String(), " ", "_"), func(t *testing.T) {
 			ctx := t.Context()
 			w := &byteWire{}
@@ -1154,12 +1162,6 @@ func TestClaimWireSize(t *testing.T) {
 			if err := pool.Ping(ctx); err != nil { // connect outside the counts
 				t.Fatal(err)
 			}
-			store, err := runclaim.NewPostgresStore(pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := benchClaimer(t, store, "owner-aa")
-			b := benchClaimer(t, store, "owner-bb")
 			measure := func(what string, f func() error) (sent, received, trips int64) {
 				t.Helper()
 				s0, r0, t0 := w.counts()
@@ -1168,41 +1170,72 @@ func TestClaimWireSize(t *testing.T) {
 				}
 				s1, r1, t1 := w.counts()
 				sent, received, trips = s1-s0, r1-r0, t1-t0
-				t.Logf("%-16v %-24s %d round trips, %5d bytes sent, %5d received", tc.mode, what, trips, sent, received)
+				t.Logf("%-16v %-34s %d round trips, %5d bytes sent, %5d received", tc.mode, what, trips, sent, received)
 				return sent, received, trips
 			}
-			var run *runclaim.Run
-			claim := func(c *runclaim.Claimer) func() error {
-				return func() (err error) { run, err = c.Claim(ctx, source); return err }
+			// One source per mode and form, each 8 bytes, as the table is shared.
+			source := func(form string) string { return fmt.Sprintf("%c-src-%02d", form[0], int(tc.mode)) }
+
+			store, err := runclaim.NewPostgresStore(pool)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if _, _, trips := measure("first claim", claim(a)); trips != tc.firstTrips {
-				t.Errorf("first claim: %d round trips, want %d", trips, tc.firstTrips)
+			var run *runclaim.Run
+			if _, _, trips := measure("new store's first claim", func() (err error) {
+				run, err = benchClaimer(t, store, "owner-aa").Claim(ctx, source("new"))
+				return err
+			}); trips != tc.firstTrips {
+				t.Errorf("a new store's first claim: %d round trips, want %d", trips, tc.firstTrips)
 			}
 			if err := run.Finish(ctx, nil); err != nil {
 				t.Fatal(err)
 			}
-			for _, step := range []struct {
-				what string
-				f    func() error
-			}{
-				{"winning claim", claim(a)},
-				{"losing claim", func() error {
-					if _, err := b.Claim(ctx, source); !errors.Is(err, runclaim.ErrAlreadyRunning) {
-						return fmt.Errorf("got %v, want ErrAlreadyRunning", err)
+
+			for _, f := range []struct {
+				form claimForm
+				want bounds
+			}{{claimForms[1], tc.function}, {claimForms[0], tc.batch}} {
+				store := formStore(t, pool, f.form)
+				a := benchClaimer(t, store, "owner-aa")
+				b := benchClaimer(t, store, "owner-bb")
+				src := source(f.form.name)
+				claim := func(c *runclaim.Claimer) func() error {
+					return func() (err error) { run, err = c.Claim(ctx, src); return err }
+				}
+				// The function's first call on the connection prepares it;
+				// the batch's statements are prepared already.
+				if _, _, trips := measure(f.form.name+": first claim", claim(a)); trips > tc.firstTrips {
+					t.Errorf("%s: first claim: %d round trips, want at most %d", f.form.name, trips, tc.firstTrips)
+				}
+				if err := run.Finish(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+				for _, step := range []struct {
+					what string
+					f    func() error
+				}{
+					{f.form.name + ": winning claim", claim(a)},
+					{f.form.name + ": losing claim", func() error {
+						if _, err := b.Claim(ctx, src); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+							return fmt.Errorf("got %v, want ErrAlreadyRunning", err)
+						}
+						return nil
+					}},
+				} {
+					sent, _, trips := measure(step.what, step.f)
+					if trips != 1 {
+						t.Errorf("%s: %d round trips, want 1", step.what, trips)
 					}
-					return nil
-				}},
-			} {
-				sent, _, trips := measure(step.what, step.f)
-				if trips != 1 {
-					t.Errorf("%s: %d round trips, want 1", step.what, trips)
+					if sent < f.want.minBytes || sent > f.want.maxBytes {
+						t.Errorf("%s: %d bytes sent, want %d to %d (the figure README.md gives)", step.what, sent, f.want.minBytes, f.want.maxBytes)
+					}
+					if f.want.oneSegment && sent > segment || f.want.twoSegment && sent <= segment {
+						t.Errorf("%s: %d bytes sent; README.md says it is %s one TCP segment (%d bytes)", step.what, sent,
+							map[bool]string{true: "within", false: "more than"}[f.want.oneSegment], segment)
+					}
 				}
-				if sent < tc.minBytes || sent > tc.maxBytes {
-					t.Errorf("%s: %d bytes sent, want %d to %d (the figure README.md gives)", step.what, sent, tc.minBytes, tc.maxBytes)
-				}
-				if tc.oneSegment && sent > segment || tc.twoSegment && sent <= segment {
-					t.Errorf("%s: %d bytes sent; README.md says it is %s one TCP segment (%d bytes)", step.what, sent,
-						map[bool]string{true: "within", false: "more than"}[tc.oneSegment], segment)
+				if err := run.Finish(ctx, nil); err != nil {
+					t.Fatal(err)
 				}
 			}
 		})
