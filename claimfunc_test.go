@@ -105,7 +105,6 @@ func TestClaimFormsAgree(t *testing.T) {
 	pool, rec := recordingPool(t, db)
 
 	type setup struct {
-		old     *runclaim.Run // the source's run before the claim
 		lapsed  bool          // old's lease has ended
 		locked  bool          // another transaction holds old's row
 		busy    bool          // another transaction holds the source's advisory lock
