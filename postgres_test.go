@@ -390,7 +390,7 @@ func TestMigrateConcurrent(t *testing.T) {
 
 // schemaDesc describes a runs table as the catalog sees it.
 type schemaDesc struct {
-	Columns []columnDesc
+	Columns   []columnDesc
 	Indexes   []string // index definitions with the index name cut out
 	Names     []string // index names
 	Functions []string // the schema's functions: name(argument types)
