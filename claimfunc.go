@@ -20,10 +20,10 @@ import (
 //     it does the batch.
 //   - It bounds the transaction's lock_timeout as lockSQL does, then tries
 //     the advisory lock.
-//   - One query reads the source's running run and, only when the lock was
-//     taken and that run is missing or its lease has ended, the next start
-//     the minimum interval allows. A busy lock, a live holder or a claim
-//     too soon returns here, having written nothing.
+//   - One query reads the source's running run: a busy lock or a live
+//     holder returns here. Only then does a second one read the next start
+//     the minimum interval allows: a claim too soon returns there. Neither
+//     has written anything.
 //   - A lapsed run is marked expired (FOR UPDATE SKIP LOCKED, as the batch
 //     does: a row that another transaction holds is left alone, and the
 //     claim reports its holder instead of waiting), then the run is
@@ -64,27 +64,35 @@ SET search_path = pg_catalog, pg_temp
 AS %[2]s;
 `
 
-// claimFuncBody is the function's body: %[1]s is the runs table.
+// claimFuncBody is the function's body: %[1]s is the runs table. Each step
+// is as cheap as it can be for the claims that stop there, since a lost
+// claim is what every replica but one pays on every tick: assignments are
+// PL/pgSQL's simple expressions, which skip the executor, and each query
+// reads only what the decision after it needs.
 const claimFuncBody = `
+DECLARE
+	ignored text;
 BEGIN
 	locked := false;
 	IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
 		isolation := pg_catalog.current_setting('transaction_isolation');
 		RETURN;
 	END IF;
-	IF NOT (pg_catalog.current_setting('lock_timeout')::interval > interval '0'
-	        AND pg_catalog.current_setting('lock_timeout')::interval < p_lock_timeout * interval '1 millisecond') THEN
-		PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout::text, true);
+	IF pg_catalog.current_setting('lock_timeout') = '0'
+	   OR pg_catalog.current_setting('lock_timeout')::interval >= p_lock_timeout * interval '1 millisecond' THEN
+		ignored := pg_catalog.set_config('lock_timeout', p_lock_timeout::text, true);
 	END IF;
 	locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
-	SELECT c.id, c.owner, c.started_at, c.lease_until, one.t,
-	       CASE WHEN locked AND (c.id IS NULL OR c.lease_until <= one.t) THEN (
-	           SELECT l.started_at + greatest(l.min_interval, p_min_interval * interval '1 microsecond')
-	           FROM %[1]s AS l WHERE l.source = p_source ORDER BY l.started_at DESC LIMIT 1) END
-	  INTO cur_id, cur_owner, cur_started, cur_lease, db_now, retry_after
-	  FROM (SELECT pg_catalog.clock_timestamp() AS t) AS one
-	  LEFT JOIN %[1]s AS c ON c.source = p_source AND c.status = 'running';
-	IF NOT locked OR cur_lease > db_now OR retry_after > db_now THEN
+	SELECT c.id, c.owner, c.started_at, c.lease_until INTO cur_id, cur_owner, cur_started, cur_lease
+	  FROM %[1]s AS c WHERE c.source = p_source AND c.status = 'running';
+	db_now := pg_catalog.clock_timestamp();
+	IF NOT locked OR cur_lease > db_now THEN
+		RETURN;
+	END IF;
+	SELECT l.started_at + greatest(l.min_interval, p_min_interval * interval '1 microsecond') INTO retry_after
+	  FROM %[1]s AS l WHERE l.source = p_source ORDER BY l.started_at DESC LIMIT 1;
+	db_now := pg_catalog.clock_timestamp();
+	IF retry_after > db_now THEN
 		RETURN;
 	END IF;
 	IF cur_id IS NOT NULL THEN
