@@ -52,12 +52,17 @@ const claimFuncSuffix = "_claim"
 const claimFuncArgs = "(bigint, text, text, bigint, bigint, bigint)"
 
 // claimFuncDDL creates the function: %[1]s is its quoted name, %[2]s the
-// dollar-quoted body.
+// dollar-quoted body. Its results: locked, whether it took the advisory
+// lock; isolation, the transaction's isolation level when it refused to
+// claim under it (else NULL); db_now, the database clock when it decided;
+// won, whether it inserted a run; run_*, the run it inserted (without the
+// owner, which is the caller's), or else the source's running run, if any;
+// retry_after, the earliest start the
+// minimum interval allows, when it read it.
 const claimFuncDDL = `CREATE OR REPLACE FUNCTION %[1]s(
 	p_key bigint, p_source text, p_owner text, p_lease bigint, p_min_interval bigint, p_lock_timeout bigint,
-	OUT locked boolean, OUT isolation text, OUT db_now timestamptz,
-	OUT ins_id bigint, OUT ins_started timestamptz, OUT ins_lease timestamptz,
-	OUT cur_id bigint, OUT cur_owner text, OUT cur_started timestamptz, OUT cur_lease timestamptz,
+	OUT locked boolean, OUT isolation text, OUT db_now timestamptz, OUT won boolean,
+	OUT run_id bigint, OUT run_owner text, OUT run_started timestamptz, OUT run_lease timestamptz,
 	OUT retry_after timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
@@ -74,6 +79,7 @@ DECLARE
 	ignored text;
 BEGIN
 	locked := false;
+	won := false;
 	IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
 		isolation := pg_catalog.current_setting('transaction_isolation');
 		RETURN;
@@ -83,10 +89,10 @@ BEGIN
 		ignored := pg_catalog.set_config('lock_timeout', p_lock_timeout::text, true);
 	END IF;
 	locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
-	SELECT c.id, c.owner, c.started_at, c.lease_until INTO cur_id, cur_owner, cur_started, cur_lease
+	SELECT c.id, c.owner, c.started_at, c.lease_until INTO run_id, run_owner, run_started, run_lease
 	  FROM %[1]s AS c WHERE c.source = p_source AND c.status = 'running';
 	db_now := pg_catalog.clock_timestamp();
-	IF NOT locked OR cur_lease > db_now THEN
+	IF NOT locked OR run_lease > db_now THEN
 		RETURN;
 	END IF;
 	SELECT l.started_at + greatest(l.min_interval, p_min_interval * interval '1 microsecond') INTO retry_after
@@ -95,7 +101,7 @@ BEGIN
 	IF retry_after > db_now THEN
 		RETURN;
 	END IF;
-	IF cur_id IS NOT NULL THEN
+	IF run_id IS NOT NULL THEN
 		UPDATE %[1]s AS e SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
 		WHERE e.id IN (
 			SELECT x.id FROM %[1]s AS x
@@ -103,20 +109,21 @@ BEGIN
 			FOR UPDATE SKIP LOCKED);
 		IF NOT FOUND THEN
 			SELECT c.id, c.owner, c.started_at, c.lease_until
-			  INTO cur_id, cur_owner, cur_started, cur_lease
+			  INTO run_id, run_owner, run_started, run_lease
 			  FROM %[1]s AS c WHERE c.source = p_source AND c.status = 'running';
 			db_now := pg_catalog.clock_timestamp();
-			IF cur_id IS NOT NULL THEN
+			IF run_id IS NOT NULL THEN
 				RETURN;
 			END IF;
 		END IF;
-		cur_id := NULL; cur_owner := NULL; cur_started := NULL; cur_lease := NULL;
 	END IF;
 	db_now := pg_catalog.clock_timestamp();
 	INSERT INTO %[1]s AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval)
 	VALUES (p_source, 'running', p_owner, db_now, db_now + p_lease * interval '1 microsecond', db_now,
 	        p_min_interval * interval '1 microsecond')
-	RETURNING i.id, i.started_at, i.lease_until INTO ins_id, ins_started, ins_lease;
+	RETURNING i.id, i.started_at, i.lease_until INTO run_id, run_started, run_lease;
+	run_owner := NULL;
+	won := true;
 END
 `
 

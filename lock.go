@@ -138,6 +138,16 @@ type claimResult struct {
 	probe                     bool
 	schemaExists, tableExists bool
 	comment                   string
+
+	// What the function form sends and scans into, kept here so that they
+	// cost no allocations of their own.
+	isolationText        pgtype.Text
+	won                  bool
+	runID                pgtype.Int8
+	runOwner             pgtype.Text
+	runStarted, runLease pgtype.Timestamptz
+	args                 [6]any
+	dest                 [9]any
 }
 
 // claim runs the claim protocol once, in the implicit form or, with
@@ -149,7 +159,7 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	var err error
 	if s.schemaVer.useFunc() {
 		err = s.callClaim(ctx, req, explicit, r)
-		if pgCode(err) == "42883" { // undefined_function: the table has lost its function
+		if err != nil && pgCode(err) == "42883" { // undefined_function: the table has lost its function
 			s.schemaVer.forget()
 			*r = claimResult{}
 			err = s.batchClaim(ctx, req, explicit, r)
@@ -183,21 +193,20 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 
 // callClaim sends one call of the claim function.
 func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explicit bool, r *claimResult) error {
-	key := AdvisoryKey(s.namespace, req.Source)
-	lease, minInterval := req.Lease.Microseconds(), req.MinInterval.Microseconds()
-	var isolation pgtype.Text
-	dest := []any{&r.locked, &isolation, &r.now, &r.insID, &r.insStarted, &r.insLease, &r.curID, &r.curOwner, &r.curStarted, &r.curLease, &r.retryAfter}
+	r.args = [6]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds()}
+	r.dest = [9]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter}
 	var err error
 	if !explicit {
-		err = s.db.QueryRow(ctx, s.sql.call, key, req.Source, req.Owner, lease, minInterval, claimLockTimeout.Milliseconds()).Scan(dest...)
+		err = s.db.QueryRow(ctx, s.sql.call, r.args[:]...).Scan(r.dest[:]...)
 	} else {
 		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
 		b.Queue(beginSQL)
-		b.Queue(s.sql.call, key, req.Source, req.Owner, lease, minInterval, claimLockTimeout.Milliseconds())
+		b.Queue(s.sql.call, r.args[:]...)
 		b.Queue(commitSQL)
 		br := s.db.SendBatch(ctx, b)
 		if _, err = br.Exec(); err == nil {
-			if err = br.QueryRow().Scan(dest...); err == nil {
+			if err = br.QueryRow().Scan(r.dest[:]...); err == nil {
 				_, err = br.Exec()
 			}
 		}
@@ -205,10 +214,16 @@ func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explici
 			err = cerr
 		}
 	}
-	// The function names the level only when it refuses to claim under it.
+	// The function names the level only when it refuses to claim under it,
+	// and returns one run: the one it inserted, or the source's running one.
 	r.isolation = "read committed"
-	if isolation.Valid {
-		r.isolation = isolation.String
+	if r.isolationText.Valid {
+		r.isolation = r.isolationText.String
+	}
+	if r.won {
+		r.insID, r.insStarted, r.insLease = r.runID, r.runStarted, r.runLease
+	} else {
+		r.curID, r.curOwner, r.curStarted, r.curLease = r.runID, r.runOwner, r.runStarted, r.runLease
 	}
 	return err
 }
@@ -292,21 +307,16 @@ func (r *claimResult) outcome(req ClaimRequest, explicit bool) (RunInfo, error) 
 		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time}, nil
 	}
 	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning}
-	holder := func() {
-		nc.Holder = &RunInfo{ID: r.curID.Int64, Source: req.Source, Owner: r.curOwner.String, StartedAt: r.curStarted.Time, LeaseUntil: r.curLease.Time}
-		nc.RetryAfter = r.curLease.Time
-	}
 	tooSoon := r.locked && r.retryAfter.Valid && r.retryAfter.Time.After(r.now.Time)
 	switch {
-	case r.curID.Valid && r.curLease.Time.After(r.now.Time):
-		holder() // a live holder
+	case r.curID.Valid && (r.curLease.Time.After(r.now.Time) || !tooSoon):
+		// A live holder; or a lapsed run that the claim did not expire: it
+		// was locked by another transaction (a late finish, a release, a
+		// fence), or the interval passed between two statements.
+		nc.Holder = &RunInfo{ID: r.curID.Int64, Source: req.Source, Owner: r.curOwner.String, StartedAt: r.curStarted.Time, LeaseUntil: r.curLease.Time}
+		nc.RetryAfter = r.curLease.Time
 	case tooSoon:
 		nc.Reason, nc.RetryAfter = ErrTooSoon, r.retryAfter.Time
-	case r.curID.Valid:
-		// A lapsed run that the claim did not expire: it was locked by
-		// another transaction (a late finish, a release, a fence), or the
-		// interval passed between two statements.
-		holder()
 	case r.locked:
 		// Locked, nothing running, not too soon, yet no insert: cannot happen
 		// unless the table was changed under us.

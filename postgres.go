@@ -183,10 +183,12 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 		s.explicit.Store(true)
 		info, err = s.claim(cctx, req, true)
 	}
-	what := "claim " + quoteForError(req.Source)
-	switch ctxErr := ctx.Err(); {
-	case ctxErr == nil:
+	ctxErr := ctx.Err()
+	if ctxErr == nil {
 		return info, err
+	}
+	what := "claim " + quoteForError(req.Source)
+	switch {
 	case err == nil:
 		var gone int64
 		if derr := s.queryRow(cctx, s.sql.unclaim, []any{info.ID}, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {
