@@ -362,14 +362,20 @@ func contentionPool(t *testing.T, db *pgtest.DB, isolation string) *pgxpool.Pool
 }
 
 // TestContentionOneSource: 64 claimers on one source, each with its own
-// owner, never overlap (G1). Not parallel: it uses the machine's CPUs.
+// owner, never overlap (G1), in either form of the claim. Not parallel: it
+// uses the machine's CPUs.
 func TestContentionOneSource(t *testing.T) {
-	db := pgtest.New(t)
-	pool := contentionPool(t, db, "")
-	store := migratedStore(t, pool)
-	sources := []string{"avito"}
-	res := contend(t, store, sources, 64)
-	checkContention(t, db.Pool, store.Table(), sources, res)
+	for _, f := range claimForms {
+		t.Run(f.name, func(t *testing.T) {
+			db := pgtest.New(t)
+			pool := contentionPool(t, db, "")
+			migratedStore(t, pool)
+			store := formStore(t, pool, f)
+			sources := []string{"avito"}
+			res := contend(t, store, sources, 64)
+			checkContention(t, db.Pool, store.Table(), sources, res)
+		})
+	}
 }
 
 // TestContentionFourSources: 4 sources with 16 claimers each; claims of
@@ -387,20 +393,23 @@ func TestContentionFourSources(t *testing.T) {
 // transaction isolation set to repeatable read, then serializable. A claim
 // that inherited the default would re-check with a snapshot taken before
 // the lock and double-run.
+//
+// Each form of the claim is pinned before its first claim, so that the
+// implicit attempt of each (the batch's lock statement, or the function)
+// is what refuses the default; both then go on in the explicit form.
 func TestContentionIsolationDefaults(t *testing.T) {
 	for _, level := range []string{"repeatable read", "serializable"} {
-		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
-			db := pgtest.New(t)
-			migratedStore(t, db.Pool)
-			pool := contentionPool(t, db, level)
-			store, err := runclaim.NewPostgresStore(pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sources := []string{"avito"}
-			res := contend(t, store, sources, 64)
-			checkContention(t, db.Pool, store.Table(), sources, res)
-		})
+		for _, f := range claimForms {
+			t.Run(strings.ReplaceAll(level, " ", "_")+"/"+f.name, func(t *testing.T) {
+				db := pgtest.New(t)
+				migratedStore(t, db.Pool)
+				pool := contentionPool(t, db, level)
+				store := formStore(t, pool, f)
+				sources := []string{"avito"}
+				res := contend(t, store, sources, 64)
+				checkContention(t, db.Pool, store.Table(), sources, res)
+			})
+		}
 	}
 }
 
