@@ -26,9 +26,11 @@
 //   - A claim that errors or is skipped writes nothing and holds nothing;
 //     bad input is refused before any SQL runs (G8).
 //
-// A winning or losing claim is one network round trip: one pgx.Batch that
-// runs as a single READ COMMITTED transaction. (The first claim on each
-// pooled connection takes two: pgx prepares the statements first.)
+// A winning or losing claim is one network round trip: one call of the
+// claim function that Migrate creates (a table without it, at schema
+// version 2, gets the previous release's three-statement pgx.Batch
+// instead), run as a single READ COMMITTED transaction. (The first claim on
+// each pooled connection takes two: pgx prepares the statement first.)
 //
 // # Use
 //

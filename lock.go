@@ -32,8 +32,12 @@ func AdvisoryKey(namespace, source string) int64 {
 	return int64(h)
 }
 
-// The claim is one pgx.Batch: one network write, one round trip, one
-// implicit transaction that ends at the batch's Sync.
+// On a table with the claim function (schema version 3, claimfunc.go) a
+// claim is one call of it. On a table without it (version 2: this release
+// starting before Migrate has run, or a step undone) the claim is the batch
+// below, as the previous release sends it: one pgx.Batch, one network
+// write, one round trip, one implicit transaction that ends at the batch's
+// Sync.
 //
 //  1. lockSQL takes the advisory lock, only under READ COMMITTED, and
 //     records in a transaction-local setting whether it did. Under another

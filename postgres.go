@@ -150,8 +150,9 @@ func (s *PostgresStore) Table() string {
 	return pgx.Identifier{s.schema, s.table}.Sanitize()
 }
 
-// Claim implements Store. It sends the whole claim as one batch: one round
-// trip once pgx has prepared its statements on the connection.
+// Claim implements Store. It sends the whole claim as one statement (a
+// call of the claim function) or, on a table without the function, one
+// batch: one round trip once pgx has prepared it on the connection.
 func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, error) {
 	if err := checkContext(ctx); err != nil {
 		return RunInfo{}, err
