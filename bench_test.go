@@ -470,8 +470,13 @@ func reportForms(b *testing.B, res []latencies, floor string) {
 //   - wal-B and xid (target: none): the server's WAL insert position and
 //     next transaction ID. Both are server-wide, so they are exact only on a
 //     server of its own (the pgtest container), and noisy on a shared one.
-//   - db-cpu-µs: the CPU time of the database's backends (see backendCPU),
-//     when the server lets the benchmark read it.
+//   - db-cpu-µs: the CPU time of the database's backends (see backendCPU)
+//     per loss, and per SELECT 1 (select1-db-cpu-µs), when the server lets
+//     the benchmark read it. The server's own work for a SELECT 1 (a round
+//     trip, a transaction) is part of every loss too.
+//
+// The costs are measured in rounds of losses in each form and SELECT 1s,
+// in a new order every round.
 func BenchmarkClaimLose(b *testing.B) {
 	db := benchDB(b)
 	batch, function := benchForms(b, db.Pool)
@@ -492,33 +497,53 @@ func BenchmarkClaimLose(b *testing.B) {
 	res, n := interleave(b, []timedOp{{"select1", sel}, {"batch", lose(lb)}, {"func", lose(lf)}})
 	reportForms(b, res, "select1")
 
-	k := min(max(n, 1), 1000)
+	// The costs: rounds of k losses in each form and k SELECT 1s, in a new
+	// order each round, so that the machine's drift spreads evenly.
+	k := min(max(n/10, 1), 100)
 	type cost struct {
 		wal, xid int64
 		cpu      time.Duration
 		cpuOK    bool
 	}
-	measure := func(f func()) cost {
-		lsn0, xid0 := walPosition(b, monitor)
-		cpu0, ok0 := backendCPU(b, monitor)
-		for range k {
-			f()
-		}
-		cpu1, ok1 := backendCPU(b, monitor)
-		lsn1, xid1 := walPosition(b, monitor)
-		return cost{lsn1 - lsn0, xid1 - xid0, cpu1 - cpu0, ok0 && ok1}
+	ops := []func(){
+		func() { selectOne(b, db.Pool) },
+		func() { mustLose(b, lb, held) },
+		func() { mustLose(b, lf, held) },
 	}
-	floor := measure(func() { selectOne(b, db.Pool) })
-	for _, form := range []struct {
-		name string
-		c    *runclaim.Claimer
-	}{{"batch", lb}, {"func", lf}} {
-		c := measure(func() { mustLose(b, form.c, held) })
-		b.ReportMetric(float64(c.wal-floor.wal)/float64(k), form.name+"-wal-B/lose")
-		b.ReportMetric(float64(c.xid-floor.xid)/float64(k), form.name+"-xid/lose")
-		if c.cpuOK && floor.cpuOK {
-			b.ReportMetric(micros(c.cpu-floor.cpu)/float64(k), form.name+"-db-cpu-µs/lose")
+	costs := make([]cost, len(ops))
+	for i := range costs {
+		costs[i].cpuOK = true
+	}
+	const rounds = 10
+	for range rounds {
+		for _, i := range rand.Perm(len(ops)) {
+			lsn0, xid0 := walPosition(b, monitor)
+			cpu0, ok0 := backendCPU(b, monitor)
+			for range k {
+				ops[i]()
+			}
+			cpu1, ok1 := backendCPU(b, monitor)
+			lsn1, xid1 := walPosition(b, monitor)
+			c := &costs[i]
+			c.wal, c.xid, c.cpu = c.wal+lsn1-lsn0, c.xid+xid1-xid0, c.cpu+cpu1-cpu0
+			c.cpuOK = c.cpuOK && ok0 && ok1
 		}
+	}
+	per := float64(rounds * k)
+	floor := costs[0]
+	for i, name := range []string{"", "batch", "func"} {
+		if i == 0 {
+			continue
+		}
+		c := costs[i]
+		b.ReportMetric(float64(c.wal-floor.wal)/per, name+"-wal-B/lose")
+		b.ReportMetric(float64(c.xid-floor.xid)/per, name+"-xid/lose")
+		if c.cpuOK && floor.cpuOK {
+			b.ReportMetric(micros(c.cpu)/per, name+"-db-cpu-µs/lose")
+		}
+	}
+	if floor.cpuOK {
+		b.ReportMetric(micros(floor.cpu)/per, "select1-db-cpu-µs")
 	}
 }
 
