@@ -1138,10 +1138,12 @@ func BenchmarkClaimDuringPrune(b *testing.B) {
 // Allocations
 
 // BenchmarkClaimAllocs reports the allocations of one Claimer.Claim, won
-// and lost, on the memory store and on the Postgres store in each form.
-// Finishing a won run is not counted.
+// and lost, on the memory store and on the Postgres store in each form,
+// with a context that can never end (context.Background) and with one that
+// can (which costs the claim's cancellation grace, see
+// PostgresStore.Claim). Finishing a won run is not counted.
 func BenchmarkClaimAllocs(b *testing.B) {
-	bench := func(b *testing.B, store runclaim.Store) {
+	bench := func(b *testing.B, store runclaim.Store, ctx context.Context) {
 		c := benchClaimer(b, store, "bench")
 		b.Run("win", func(b *testing.B) {
 			b.ReportAllocs()
@@ -1149,7 +1151,10 @@ func BenchmarkClaimAllocs(b *testing.B) {
 			mustFinish(b, mustWin(b, c, "warm-up")) // prepare the statements
 			i := 0
 			for b.Loop() {
-				run := mustWin(b, c, sources[i%len(sources)])
+				run, err := c.Claim(ctx, sources[i%len(sources)])
+				if err != nil {
+					b.Fatal(err)
+				}
 				b.StopTimer()
 				mustFinish(b, run)
 				b.StartTimer()
@@ -1161,7 +1166,6 @@ func BenchmarkClaimAllocs(b *testing.B) {
 			run := mustWin(b, c, "held")
 			defer mustFinish(b, run)
 			mustLose(b, c, "held")
-			ctx := context.Background()
 			for b.Loop() {
 				// Not errors.Is: NotClaimedError.Unwrap allocates, and the
 				// check is not part of the claim.
@@ -1171,11 +1175,18 @@ func BenchmarkClaimAllocs(b *testing.B) {
 			}
 		})
 	}
-	b.Run("store=memory", func(b *testing.B) { bench(b, runclaim.NewMemoryStore()) })
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.Run("store=memory", func(b *testing.B) { bench(b, runclaim.NewMemoryStore(), context.Background()) })
 	b.Run("store=postgres", func(b *testing.B) {
 		batch, function := benchForms(b, pgtest.New(b).Pool)
-		b.Run("form=batch", func(b *testing.B) { bench(b, batch) })
-		b.Run("form=func", func(b *testing.B) { bench(b, function) })
+		for _, form := range []struct {
+			name  string
+			store runclaim.Store
+		}{{"batch", batch}, {"func", function}} {
+			b.Run("form="+form.name+"/ctx=background", func(b *testing.B) { bench(b, form.store, context.Background()) })
+			b.Run("form="+form.name+"/ctx=cancellable", func(b *testing.B) { bench(b, form.store, cancellable) })
+		}
 	})
 }
 
