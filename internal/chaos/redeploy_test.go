@@ -106,9 +106,11 @@ func TestRedeployChild(t *testing.T) {
 
 	claimer, err := runclaim.New(store, runclaim.WithLease(redeployLease), runclaim.WithOwner(owner),
 		runclaim.WithHooks(runclaim.Hooks{
-			Claimed:     func(e runclaim.ClaimedEvent) { record("C %s %d won", e.Run.Source, e.Duration.Microseconds()) },
-			Skipped:     func(e runclaim.SkippedEvent) { record("C %s %d skipped", e.Source, e.Duration.Microseconds()) },
-			ClaimFailed: func(e runclaim.ClaimFailedEvent) { record("C %s %d failed %q", e.Source, e.Duration.Microseconds(), e.Err) },
+			Claimed: func(e runclaim.ClaimedEvent) { record("C %s %d won", e.Run.Source, e.Duration.Microseconds()) },
+			Skipped: func(e runclaim.SkippedEvent) { record("C %s %d skipped", e.Source, e.Duration.Microseconds()) },
+			ClaimFailed: func(e runclaim.ClaimFailedEvent) {
+				record("C %s %d failed %q", e.Source, e.Duration.Microseconds(), e.Err)
+			},
 		}))
 	if err != nil {
 		t.Fatal(err)
