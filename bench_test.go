@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/tcpproxy"
 )
 
 // The benchmarks of the performance targets listed in BENCHMARKS.md. Each
@@ -87,6 +89,47 @@ func reportPair(b *testing.B, cand, floor string, c, f latencies) {
 func smokeRun() bool {
 	f := flag.Lookup("test.benchtime")
 	return f != nil && f.Value.String() == "1x"
+}
+
+// benchDelayEnv names the environment variable that adds network delay
+// to the benchmarks' connections: a Go duration (for example 250us), by
+// which internal/tcpproxy delays every chunk in each direction, so that a
+// round trip takes twice as long more.
+const benchDelayEnv = "RUNCLAIM_BENCH_DELAY"
+
+// benchDB returns a fresh database, as pgtest.New does; with
+// RUNCLAIM_BENCH_DELAY set, its DSN, its Pool and every pool opened with
+// its NewPool go through a TCP proxy that delays each direction by that
+// much.
+func benchDB(b testing.TB) *pgtest.DB {
+	b.Helper()
+	db := pgtest.New(b)
+	v := os.Getenv(benchDelayEnv)
+	if v == "" {
+		return db
+	}
+	delay, err := time.ParseDuration(v)
+	if err != nil || delay < 0 {
+		b.Fatalf("%s=%q: want a duration such as 250us", benchDelayEnv, v)
+	}
+	u, err := url.Parse(db.DSN)
+	if err != nil || u.Host == "" {
+		b.Fatalf("%s needs a URL DSN: %v", benchDelayEnv, err)
+	}
+	proxy, err := tcpproxy.Start(u.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = proxy.Close() }) // after the pools, which close first
+	proxy.Delay(delay)
+	u.Host = proxy.Addr().String()
+	delayed := *db
+	delayed.DSN = u.String()
+	delayed.Pool = delayed.NewPool(b, nil)
+	if testing.Verbose() {
+		b.Logf("every connection delayed %v each way by a proxy at %s", delay, proxy.Addr())
+	}
+	return &delayed
 }
 
 // benchStore returns a migrated Postgres store on pool.
@@ -301,172 +344,269 @@ func (r *refClaimer) finishRun(ctx context.Context, id int64) error {
 }
 
 // ---------------------------------------------------------------------------
-// Single-connection latency
+// Both forms side by side
 
-// BenchmarkClaimWin: a winning claim against one autocommit INSERT of the
-// same running row into the runs table (target: p50 ≤ 1.25×). Sources
-// rotate; each run is finished, untimed, before the next claim.
-func BenchmarkClaimWin(b *testing.B) {
-	db := pgtest.New(b)
-	store := benchStore(b, db.Pool)
-	c := benchClaimer(b, store, "bench")
-	floor := newInsertFloor(store, db.Pool)
-	sources := benchSources(16)
-
-	var win, ins latencies
-	step := func(i int) {
-		src := sources[i%len(sources)]
-		claim := func() {
-			var run *runclaim.Run
-			win.measure(func() { run = mustWin(b, c, src) })
-			mustFinish(b, run)
-		}
-		insert := func() {
-			var id int64
-			ins.measure(func() { id = floor.insertRow(b, src) })
-			floor.finishRow(b, id, src)
-		}
-		if i%2 == 0 {
-			claim()
-			insert()
-		} else {
-			insert()
-			claim()
-		}
-	}
-	for i := range 50 { // prepare the statements, warm the caches
-		step(i)
-	}
-	win, ins = win[:0], ins[:0]
-	i := 0
-	for b.Loop() {
-		step(i)
-		i++
-	}
-	reportPair(b, "win", "insert", win, ins)
+// timedOp is one operation of an interleaved benchmark: run does step i of
+// it and returns how long its timed part took (set-up and clean-up, such as
+// finishing a won run, are not timed).
+type timedOp struct {
+	name string
+	run  func(i int) time.Duration
 }
 
-// BenchmarkClaimLose: a losing claim on a source that another run has held
-// for a while, against SELECT 1 (target: p50 ≤ 1.4×), and the WAL a losing
-// claim writes (target: none). wal-B/lose and xid/lose are measured over a
-// separate run of losses, minus a run of as many SELECT 1s: both counters
-// are server-wide, so they are exact only on a server of its own (the
-// pgtest container), and noisy on a shared one.
+// timed returns how long f took.
+func timed(f func()) time.Duration {
+	start := time.Now()
+	f()
+	return time.Since(start)
+}
+
+// interleave runs every op once per iteration, in a new random order each
+// time, for 50 untimed warm-up iterations (which prepare the statements and
+// warm the caches) and then as b.Loop says, and returns the latencies of
+// each op and the number of timed iterations.
+func interleave(b *testing.B, ops []timedOp) ([]latencies, int) {
+	res := make([]latencies, len(ops))
+	step := func(i int, keep bool) {
+		for _, k := range rand.Perm(len(ops)) {
+			if d := ops[k].run(i); keep {
+				res[k] = append(res[k], d)
+			}
+		}
+	}
+	for i := range 50 {
+		step(i, false)
+	}
+	n := 0
+	for b.Loop() {
+		step(50+n, true)
+		n++
+	}
+	return res, n
+}
+
+// benchForms returns a store pinned to each form of the claim (batch, then
+// function) on pool, whose table Migrate has brought to the latest version.
+func benchForms(b testing.TB, pool *pgxpool.Pool, opts ...runclaim.PostgresOption) (batch, function *runclaim.PostgresStore) {
+	b.Helper()
+	benchStore(b, pool, opts...)
+	return formStore(b, pool, claimForms[0], opts...), formStore(b, pool, claimForms[1], opts...)
+}
+
+// backendCPU returns the CPU time the server has spent, so far, in the
+// client backends of monitor's database other than monitor's own, from
+// /proc/<pid>/schedstat read by pg_read_file: that needs a superuser (or
+// pg_read_server_files) and a server on Linux; ok is false otherwise. It
+// counts only backends alive when it is called, so compare two readings
+// over a phase in which the same connections stay open.
+func backendCPU(b testing.TB, monitor *pgxpool.Pool) (cpu time.Duration, ok bool) {
+	var ns int64
+	err := monitor.QueryRow(context.Background(), `SELECT coalesce(sum(pg_catalog.split_part(
+	pg_catalog.pg_read_file('/proc/' || pid || '/schedstat', 0, 200, true), ' ', 1)::bigint), 0)
+FROM pg_catalog.pg_stat_activity
+WHERE datname = pg_catalog.current_database() AND pid <> pg_catalog.pg_backend_pid() AND backend_type = 'client backend'`).Scan(&ns)
+	if err != nil {
+		if testing.Verbose() {
+			b.Logf("no backend CPU figures: %v", err)
+		}
+		return 0, false
+	}
+	return time.Duration(ns), true
+}
+
+// ---------------------------------------------------------------------------
+// Single-connection latency
+
+// BenchmarkClaimWin: a winning claim in each form against one autocommit
+// INSERT of the same running row into the runs table (target: p50 ≤
+// 1.25×). Sources rotate; each run is finished, untimed, before the next
+// claim.
+func BenchmarkClaimWin(b *testing.B) {
+	db := benchDB(b)
+	batch, function := benchForms(b, db.Pool)
+	cb, cf := benchClaimer(b, batch, "bench"), benchClaimer(b, function, "bench")
+	floor := newInsertFloor(batch, db.Pool)
+	sources := benchSources(16)
+	claim := func(c *runclaim.Claimer) func(int) time.Duration {
+		return func(i int) time.Duration {
+			var run *runclaim.Run
+			d := timed(func() { run = mustWin(b, c, sources[i%len(sources)]) })
+			mustFinish(b, run)
+			return d
+		}
+	}
+	res, _ := interleave(b, []timedOp{
+		{"insert", func(i int) time.Duration {
+			src := sources[i%len(sources)]
+			var id int64
+			d := timed(func() { id = floor.insertRow(b, src) })
+			floor.finishRow(b, id, src)
+			return d
+		}},
+		{"batch", claim(cb)},
+		{"func", claim(cf)},
+	})
+	reportForms(b, res, "insert")
+}
+
+// reportForms reports the p50 of a floor and of each form (res holds the
+// floor's latencies, the batch's and the function's, in that order), each
+// form's ratio to the floor, and the function's to the batch.
+func reportForms(b *testing.B, res []latencies, floor string) {
+	f, bt, fn := micros(res[0].pct(50)), micros(res[1].pct(50)), micros(res[2].pct(50))
+	b.ReportMetric(f, floor+"-p50-µs")
+	b.ReportMetric(bt, "batch-p50-µs")
+	b.ReportMetric(fn, "func-p50-µs")
+	b.ReportMetric(ratio(bt, f), "batch/"+floor)
+	b.ReportMetric(ratio(fn, f), "func/"+floor)
+	b.ReportMetric(ratio(fn, bt), "func/batch")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkClaimLose: a losing claim in each form on a source that another
+// run has held for a while, against SELECT 1 (target: p50 ≤ 1.4×), and what
+// a losing claim costs besides its latency, each form over a separate run
+// of losses minus a run of as many SELECT 1s:
+//   - wal-B and xid (target: none): the server's WAL insert position and
+//     next transaction ID. Both are server-wide, so they are exact only on a
+//     server of its own (the pgtest container), and noisy on a shared one.
+//   - db-cpu-µs: the CPU time of the database's backends (see backendCPU)
+//     per loss, and per SELECT 1 (select1-db-cpu-µs), when the server lets
+//     the benchmark read it. The server's own work for a SELECT 1 (a round
+//     trip, a transaction) is part of every loss too.
+//
+// The costs are measured in rounds of losses in each form and SELECT 1s,
+// in a new order every round.
 func BenchmarkClaimLose(b *testing.B) {
-	db := pgtest.New(b)
-	store := benchStore(b, db.Pool)
-	holder := benchClaimer(b, store, "holder")
-	loser := benchClaimer(b, store, "loser")
+	db := benchDB(b)
+	batch, function := benchForms(b, db.Pool)
+	monitor := db.NewPool(b, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	holder := benchClaimer(b, function, "holder")
+	lb, lf := benchClaimer(b, batch, "loser"), benchClaimer(b, function, "loser")
 	const held = "held"
 	mustWin(b, holder, held)
 	// Held for a while: the row is committed, all-visible and hinted, as it
 	// is after the first few ticks that lose to it.
-	if _, err := db.Pool.Exec(context.Background(), "VACUUM (ANALYZE) "+store.Table()); err != nil {
+	if _, err := db.Pool.Exec(context.Background(), "VACUUM (ANALYZE) "+batch.Table()); err != nil {
 		b.Fatal(err)
 	}
+	lose := func(c *runclaim.Claimer) func(int) time.Duration {
+		return func(int) time.Duration { return timed(func() { mustLose(b, c, held) }) }
+	}
+	sel := func(int) time.Duration { return timed(func() { selectOne(b, db.Pool) }) }
+	res, n := interleave(b, []timedOp{{"select1", sel}, {"batch", lose(lb)}, {"func", lose(lf)}})
+	reportForms(b, res, "select1")
 
-	var lose, sel latencies
-	step := func(i int) {
-		if i%2 == 0 {
-			lose.measure(func() { mustLose(b, loser, held) })
-			sel.measure(func() { selectOne(b, db.Pool) })
-		} else {
-			sel.measure(func() { selectOne(b, db.Pool) })
-			lose.measure(func() { mustLose(b, loser, held) })
+	// The costs: rounds of k losses in each form and k SELECT 1s, in a new
+	// order each round, so that the machine's drift spreads evenly.
+	k := min(max(n/10, 1), 100)
+	type cost struct {
+		wal, xid int64
+		cpu      time.Duration
+		cpuOK    bool
+	}
+	ops := []func(){
+		func() { selectOne(b, db.Pool) },
+		func() { mustLose(b, lb, held) },
+		func() { mustLose(b, lf, held) },
+	}
+	costs := make([]cost, len(ops))
+	for i := range costs {
+		costs[i].cpuOK = true
+	}
+	const rounds = 10
+	for range rounds {
+		for _, i := range rand.Perm(len(ops)) {
+			lsn0, xid0 := walPosition(b, monitor)
+			cpu0, ok0 := backendCPU(b, monitor)
+			for range k {
+				ops[i]()
+			}
+			cpu1, ok1 := backendCPU(b, monitor)
+			lsn1, xid1 := walPosition(b, monitor)
+			c := &costs[i]
+			c.wal, c.xid, c.cpu = c.wal+lsn1-lsn0, c.xid+xid1-xid0, c.cpu+cpu1-cpu0
+			c.cpuOK = c.cpuOK && ok0 && ok1
 		}
 	}
-	for i := range 50 {
-		step(i)
+	per := float64(rounds * k)
+	floor := costs[0]
+	for i, name := range []string{"", "batch", "func"} {
+		if i == 0 {
+			continue
+		}
+		c := costs[i]
+		b.ReportMetric(float64(c.wal-floor.wal)/per, name+"-wal-B/lose")
+		b.ReportMetric(float64(c.xid-floor.xid)/per, name+"-xid/lose")
+		if c.cpuOK && floor.cpuOK {
+			b.ReportMetric(micros(c.cpu)/per, name+"-db-cpu-µs/lose")
+		}
 	}
-	lose, sel = lose[:0], sel[:0]
-	n := 0
-	for b.Loop() {
-		step(n)
-		n++
+	if floor.cpuOK {
+		b.ReportMetric(micros(floor.cpu)/per, "select1-db-cpu-µs")
 	}
-	reportPair(b, "lose", "select1", lose, sel)
-
-	k := min(max(n, 1), 1000)
-	lsn0, xid0 := walPosition(b, db.Pool)
-	for range k {
-		mustLose(b, loser, held)
-	}
-	lsn1, xid1 := walPosition(b, db.Pool)
-	for range k {
-		selectOne(b, db.Pool)
-	}
-	lsn2, xid2 := walPosition(b, db.Pool)
-	b.ReportMetric(float64((lsn1-lsn0)-(lsn2-lsn1))/float64(k), "wal-B/lose")
-	b.ReportMetric(float64((xid1-xid0)-(xid2-xid1))/float64(k), "xid/lose")
 }
 
 // BenchmarkClaimLoseBreakdown explains BenchmarkClaimLose: it replays the
 // losing claim's batch, as the store sends it (recorded by a tracer), one
-// statement at a time, and reports the p50 of each prefix of the batch next
-// to SELECT 1 and to Claimer.Claim, all interleaved on one connection. The
-// differences are what each statement adds on the server, and what the
-// library adds in Go.
+// statement at a time, and the function's call, and reports the p50 of
+// each prefix of the batch, of the call, of SELECT 1 and of Claimer.Claim
+// in each form, all interleaved on one connection. The differences are
+// what each statement adds on the server, and what the library adds in Go.
 func BenchmarkClaimLoseBreakdown(b *testing.B) {
-	db := pgtest.New(b)
+	db := benchDB(b)
 	rec := &stmtRecorder{}
 	traced := db.NewPool(b, func(c *pgxpool.Config) { c.MaxConns = 1; c.ConnConfig.Tracer = rec })
-	store := benchStore(b, traced)
-	holder := benchClaimer(b, store, "holder")
-	loser := benchClaimer(b, store, "loser")
+	batch, function := benchForms(b, traced)
+	holder := benchClaimer(b, function, "holder")
+	lb, lf := benchClaimer(b, batch, "loser"), benchClaimer(b, function, "loser")
 	const held = "held"
 	mustWin(b, holder, held)
-	if _, err := traced.Exec(context.Background(), "VACUUM (ANALYZE) "+store.Table()); err != nil {
+	if _, err := traced.Exec(context.Background(), "VACUUM (ANALYZE) "+batch.Table()); err != nil {
 		b.Fatal(err)
 	}
 	rec.take()
-	mustLose(b, loser, held)
-	batch := rec.take()
-	if len(batch) < 2 {
-		b.Fatalf("recorded %d statements for a losing claim", len(batch))
+	mustLose(b, lb, held)
+	stmts := rec.take()
+	mustLose(b, lf, held)
+	call := rec.take()
+	if len(stmts) < 2 || len(call) != 1 {
+		b.Fatalf("recorded %d statements for a losing claim as the batch, %d as the function", len(stmts), len(call))
 	}
 	ctx := context.Background()
-	prefix := func(n int) func() {
-		return func() {
-			var bt pgx.Batch
-			for _, st := range batch[:n] {
-				bt.Queue(st.sql, st.args...)
-			}
-			if err := traced.SendBatch(ctx, &bt).Close(); err != nil {
-				b.Fatalf("replay: %v", err)
-			}
+	replay := func(sts []recordedStmt) func(int) time.Duration {
+		return func(int) time.Duration {
+			return timed(func() {
+				var bt pgx.Batch
+				for _, st := range sts {
+					bt.Queue(st.sql, st.args...)
+				}
+				if err := traced.SendBatch(ctx, &bt).Close(); err != nil {
+					b.Fatalf("replay: %v", err)
+				}
+			})
 		}
 	}
-	ops := []struct {
-		name string
-		f    func()
-	}{{"select1", func() { selectOne(b, traced) }}}
-	for n := 1; n <= len(batch); n++ {
-		ops = append(ops, struct {
-			name string
-			f    func()
-		}{fmt.Sprintf("stmts%d", n), prefix(n)})
+	ops := []timedOp{{"select1", func(int) time.Duration { return timed(func() { selectOne(b, traced) }) }}}
+	for n := 1; n <= len(stmts); n++ {
+		ops = append(ops, timedOp{fmt.Sprintf("stmts%d", n), replay(stmts[:n])})
 	}
-	ops = append(ops, struct {
-		name string
-		f    func()
-	}{"claim", func() { mustLose(b, loser, held) }})
-
-	res := make([]latencies, len(ops))
-	for b.Loop() {
-		for _, k := range rand.Perm(len(ops)) { // a new order every time
-			res[k].measure(ops[k].f)
-		}
-		rec.take()
-	}
+	ops = append(ops,
+		timedOp{"batch-claim", func(int) time.Duration { return timed(func() { mustLose(b, lb, held) }) }},
+		timedOp{"call", replay(call)},
+		timedOp{"func-claim", func(int) time.Duration { return timed(func() { mustLose(b, lf, held) }) }},
+	)
+	res, _ := interleave(b, ops)
+	rec.take()
 	for k, op := range ops {
 		b.ReportMetric(micros(res[k].pct(50)), op.name+"-p50-µs")
 	}
 	// Planning is not part of the cost: pgx prepares each statement once
 	// per connection, and after five custom plans the server reuses a
 	// generic one. The pool has one connection, so this reads its plans.
-	sqls := make([]string, len(batch))
-	for i, st := range batch {
-		sqls[i] = st.sql
+	sqls := make([]string, 0, len(stmts)+1)
+	for _, st := range append(stmts, call...) {
+		sqls = append(sqls, st.sql)
 	}
 	var custom, generic int64
 	if err := traced.QueryRow(ctx, `SELECT coalesce(sum(custom_plans), 0), coalesce(sum(generic_plans), 0)
@@ -477,55 +617,41 @@ FROM pg_catalog.pg_prepared_statements WHERE statement = ANY($1)`, sqls).Scan(&c
 	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkClaimVsReference: a winning claim of the library against the
-// one-statement-per-round-trip reference, on one connection.
+// BenchmarkClaimVsReference: a winning claim of the library, in each form,
+// against the one-statement-per-round-trip reference, on one pool.
 func BenchmarkClaimVsReference(b *testing.B) {
-	db := pgtest.New(b)
-	store := benchStore(b, db.Pool)
-	c := benchClaimer(b, store, "lib")
-	ref := newRefClaimer(store, db.Pool, "ref")
+	db := benchDB(b)
+	batch, function := benchForms(b, db.Pool)
+	ref := newRefClaimer(batch, db.Pool, "ref")
 	sources := benchSources(16)
 	ctx := context.Background()
-
-	var lib, rf latencies
-	step := func(i int) {
-		src := sources[i%len(sources)]
-		libStep := func() {
+	claim := func(c *runclaim.Claimer) func(int) time.Duration {
+		return func(i int) time.Duration {
 			var run *runclaim.Run
-			lib.measure(func() { run = mustWin(b, c, src) })
+			d := timed(func() { run = mustWin(b, c, sources[i%len(sources)]) })
 			mustFinish(b, run)
+			return d
 		}
-		refStep := func() {
+	}
+	res, _ := interleave(b, []timedOp{
+		{"ref", func(i int) time.Duration {
 			var (
 				id  int64
 				err error
 			)
-			rf.measure(func() { id, err = ref.claim(ctx, src) })
+			d := timed(func() { id, err = ref.claim(ctx, sources[i%len(sources)]) })
 			if err != nil {
 				b.Fatalf("reference claim: %v", err)
 			}
 			if err := ref.finishRun(ctx, id); err != nil {
 				b.Fatalf("reference finish: %v", err)
 			}
-		}
-		if i%2 == 0 {
-			libStep()
-			refStep()
-		} else {
-			refStep()
-			libStep()
-		}
-	}
-	for i := range 50 {
-		step(i)
-	}
-	lib, rf = lib[:0], rf[:0]
-	i := 0
-	for b.Loop() {
-		step(i)
-		i++
-	}
-	reportPair(b, "lib", "ref", lib, rf)
+			return d
+		}},
+		{"batch", claim(benchClaimer(b, batch, "lib"))},
+		{"func", claim(benchClaimer(b, function, "lib"))},
+	})
+	reportForms(b, res, "ref")
 }
 
 // ---------------------------------------------------------------------------
@@ -536,25 +662,28 @@ func BenchmarkClaimVsReference(b *testing.B) {
 const throughputPhase = 300 * time.Millisecond
 
 // BenchmarkThroughput16: 16 workers, each on a source of its own, claim and
-// finish in a loop; the library against the reference, in alternating
-// phases of throughputPhase on the same pool (target: ≥ 1.6×).
+// finish in a loop; the library in each form against the reference, in
+// phases of throughputPhase on the same pool, in a new order every
+// iteration (target: ≥ 1.6×).
 func BenchmarkThroughput16(b *testing.B) {
 	const workers = 16
-	db := pgtest.New(b)
+	db := benchDB(b)
 	pool := db.NewPool(b, func(c *pgxpool.Config) { c.MaxConns = workers })
-	store := benchStore(b, pool)
+	batch, function := benchForms(b, pool)
 	sources := benchSources(workers)
-	claimers := make([]*runclaim.Claimer, workers)
+	claimers := [2][]*runclaim.Claimer{make([]*runclaim.Claimer, workers), make([]*runclaim.Claimer, workers)}
 	refs := make([]*refClaimer, workers)
 	for w := range workers {
-		claimers[w] = benchClaimer(b, store, fmt.Sprintf("lib-%02d", w))
-		refs[w] = newRefClaimer(store, pool, fmt.Sprintf("ref-%02d", w))
+		claimers[0][w] = benchClaimer(b, batch, fmt.Sprintf("lib-%02d", w))
+		claimers[1][w] = benchClaimer(b, function, fmt.Sprintf("lib-%02d", w))
+		refs[w] = newRefClaimer(batch, pool, fmt.Sprintf("ref-%02d", w))
 	}
 	ctx := context.Background()
+	const ref = 2 // protocols: 0 the batch, 1 the function, 2 the reference
 
 	// phase runs one protocol on every worker for d and returns how many
 	// claim+finish cycles completed and how long the phase took.
-	phase := func(useRef bool, d time.Duration) (int64, time.Duration) {
+	phase := func(proto int, d time.Duration) (int64, time.Duration) {
 		var (
 			done     atomic.Int64
 			failed   atomic.Pointer[error]
@@ -566,14 +695,14 @@ func BenchmarkThroughput16(b *testing.B) {
 			wg.Go(func() {
 				for time.Now().Before(deadline) {
 					var err error
-					if useRef {
+					if proto == ref {
 						var id int64
 						if id, err = refs[w].claim(ctx, sources[w]); err == nil {
 							err = refs[w].finishRun(ctx, id)
 						}
 					} else {
 						var run *runclaim.Run
-						if run, err = claimers[w].Claim(ctx, sources[w]); err == nil {
+						if run, err = claimers[proto][w].Claim(ctx, sources[w]); err == nil {
 							err = run.Finish(ctx, nil)
 						}
 					}
@@ -587,38 +716,39 @@ func BenchmarkThroughput16(b *testing.B) {
 		}
 		wg.Wait()
 		if err := failed.Load(); err != nil {
-			b.Fatalf("worker (reference: %v): %v", useRef, *err)
+			b.Fatalf("worker (protocol %d): %v", proto, *err)
 		}
 		return done.Load(), time.Since(start)
 	}
-	phase(false, 50*time.Millisecond) // open the connections, prepare both protocols' statements
-	phase(true, 50*time.Millisecond)
+	for proto := range 3 { // open the connections, prepare the statements
+		phase(proto, 50*time.Millisecond)
+	}
 
 	var (
-		libOps, refOps   int64
-		libTime, refTime time.Duration
-		i                int
+		ops   [3]int64
+		spent [3]time.Duration
 	)
 	for b.Loop() {
-		for _, useRef := range []bool{i%2 == 1, i%2 == 0} {
-			n, d := phase(useRef, throughputPhase)
-			if useRef {
-				refOps, refTime = refOps+n, refTime+d
-			} else {
-				libOps, libTime = libOps+n, libTime+d
-			}
+		for _, proto := range rand.Perm(3) {
+			n, d := phase(proto, throughputPhase)
+			ops[proto], spent[proto] = ops[proto]+n, spent[proto]+d
 		}
-		i++
 	}
-	libRate, refRate := float64(libOps)/libTime.Seconds(), float64(refOps)/refTime.Seconds()
-	b.ReportMetric(libRate, "lib-ops/s")
-	b.ReportMetric(refRate, "ref-ops/s")
-	b.ReportMetric(ratio(libRate, refRate), "lib/ref")
+	var rate [3]float64
+	for p := range rate {
+		rate[p] = float64(ops[p]) / spent[p].Seconds()
+	}
+	b.ReportMetric(rate[0], "batch-ops/s")
+	b.ReportMetric(rate[1], "func-ops/s")
+	b.ReportMetric(rate[ref], "ref-ops/s")
+	b.ReportMetric(ratio(rate[0], rate[ref]), "batch/ref")
+	b.ReportMetric(ratio(rate[1], rate[ref]), "func/ref")
+	b.ReportMetric(ratio(rate[1], rate[0]), "func/batch")
 	b.ReportMetric(0, "ns/op")
 }
 
 // contentionPhase is how long the 64 workers of BenchmarkContention64 run
-// per iteration.
+// per iteration and form.
 const contentionPhase = 500 * time.Millisecond
 
 // contentionSample is what the wait-event sampler of BenchmarkContention64
@@ -630,14 +760,34 @@ type contentionSample struct {
 	backends, lockWaits, lockManagerWaits int64
 }
 
+func (s *contentionSample) add(o contentionSample) {
+	s.backends += o.backends
+	s.lockWaits += o.lockWaits
+	s.lockManagerWaits += o.lockManagerWaits
+}
+
+// contentionStats is what BenchmarkContention64 collects for one form.
+type contentionStats struct {
+	lose, probe latencies
+	wins        int64
+	waits       contentionSample
+	elapsed     time.Duration
+	cpu         time.Duration // the backends' CPU time (see backendCPU)
+	cpuOK       bool
+}
+
 // BenchmarkContention64: 64 workers, each with a Claimer of its own, claim
-// one source; a winner holds the run for 2 ms and finishes it. It reports
-// the p50 and p99 of a losing attempt's time, the same percentiles of a
-// SELECT 1 sent by a 65th goroutine under the same load (the floor of an
-// attempt there), what share of the database's backends a sampler found
-// waiting for a heavyweight lock (lock-wait-%: a loser that waited for the
-// holder would show here) or for the lock manager (lockmgr-wait-%), and the
-// double runs that the SQL overlap check finds in the history (must be 0).
+// one source; a winner holds the run for 2 ms and finishes it. Every
+// iteration runs a phase with each form of the claim, in a new order. For
+// each form it reports the p50 and p99 of a losing attempt's time, the same
+// percentiles of a SELECT 1 sent by a 65th goroutine under the same load
+// (the floor of an attempt there), what share of the database's backends a
+// sampler found waiting for a heavyweight lock (lock-wait-%: a loser that
+// waited for the holder would show here) or for the lock manager
+// (lockmgr-wait-%), and the database's CPU time per attempt, won or lost
+// (db-cpu-µs/attempt: the backends' CPU over the phases, see backendCPU,
+// divided by the attempts); and the double runs that the SQL overlap check
+// finds in the history (must be 0).
 //
 //   - spin: every worker claims again as soon as its attempt returns, which
 //     saturates the two cores of the machine the figures come from; the
@@ -647,23 +797,26 @@ type contentionSample struct {
 //     the figure the 3 ms target applies to.
 func BenchmarkContention64(b *testing.B) {
 	const workers = 64
-	db := pgtest.New(b)
+	db := benchDB(b)
 	pool := db.NewPool(b, func(c *pgxpool.Config) { c.MaxConns = workers + 2 })
 	monitor := db.NewPool(b, func(c *pgxpool.Config) { c.MaxConns = 1 })
-	store := benchStore(b, pool)
-	claimers := make([]*runclaim.Claimer, workers)
-	for w := range workers {
-		claimers[w] = benchClaimer(b, store, fmt.Sprintf("w%02d", w))
+	batch, function := benchForms(b, pool)
+	var claimers [2][]*runclaim.Claimer
+	for f, store := range []*runclaim.PostgresStore{batch, function} {
+		claimers[f] = make([]*runclaim.Claimer, workers)
+		for w := range workers {
+			claimers[f][w] = benchClaimer(b, store, fmt.Sprintf("w%02d", w))
+		}
 	}
 	const source = "contended"
 	ctx := context.Background()
 
-	// phase runs the workers, the probe and the sampler for d; pace is
-	// each worker's tick, or 0 to spin.
-	phase := func(d, pace time.Duration) (lose, probe latencies, wins int64, waits contentionSample) {
+	// phase runs the workers of form f, the probe and the sampler for d;
+	// pace is each worker's tick, or 0 to spin.
+	phase := func(f int, d, pace time.Duration, st *contentionStats) {
 		var (
 			wg       sync.WaitGroup
-			mu       sync.Mutex // protects lose and failure
+			mu       sync.Mutex // protects st.lose and failure
 			failure  error
 			nwins    atomic.Int64
 			deadline = time.Now().Add(d)
@@ -673,12 +826,14 @@ func BenchmarkContention64(b *testing.B) {
 			defer mu.Unlock()
 			failure = err
 		}
+		cpu0, ok0 := backendCPU(b, monitor)
+		start := time.Now()
 		for w := range workers {
 			wg.Go(func() {
 				var mine latencies
 				defer func() {
 					mu.Lock()
-					lose = append(lose, mine...)
+					st.lose = append(st.lose, mine...)
 					mu.Unlock()
 				}()
 				var tick *time.Ticker
@@ -689,7 +844,7 @@ func BenchmarkContention64(b *testing.B) {
 				}
 				for time.Now().Before(deadline) {
 					start := time.Now()
-					run, err := claimers[w].Claim(ctx, source)
+					run, err := claimers[f][w].Claim(ctx, source)
 					took := time.Since(start)
 					if err == nil {
 						nwins.Add(1)
@@ -713,16 +868,20 @@ func BenchmarkContention64(b *testing.B) {
 			for time.Now().Before(deadline) {
 				var one int
 				var err error
-				probe.measure(func() { err = pool.QueryRow(ctx, "SELECT 1").Scan(&one) })
+				d := timed(func() { err = pool.QueryRow(ctx, "SELECT 1").Scan(&one) })
 				if err != nil {
 					fail(err)
 					return
 				}
+				mu.Lock()
+				st.probe = append(st.probe, d)
+				mu.Unlock()
 				if pace > 0 {
 					time.Sleep(pace / 4)
 				}
 			}
 		})
+		var waits contentionSample
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
 				var s contentionSample
@@ -735,17 +894,20 @@ WHERE datname = pg_catalog.current_database() AND pid <> pg_catalog.pg_backend_p
 					fail(err)
 					return
 				}
-				waits.backends += s.backends
-				waits.lockWaits += s.lockWaits
-				waits.lockManagerWaits += s.lockManagerWaits
+				waits.add(s)
 				time.Sleep(10 * time.Millisecond)
 			}
 		})
 		wg.Wait()
+		st.elapsed += time.Since(start)
+		cpu1, ok1 := backendCPU(b, monitor)
+		st.cpu += cpu1 - cpu0
+		st.cpuOK = ok0 && ok1
 		if failure != nil {
 			b.Fatalf("worker: %v", failure)
 		}
-		return lose, probe, nwins.Load(), waits
+		st.wins += nwins.Load()
+		st.waits.add(waits)
 	}
 
 	for _, mode := range []struct {
@@ -753,38 +915,37 @@ WHERE datname = pg_catalog.current_database() AND pid <> pg_catalog.pg_backend_p
 		pace time.Duration
 	}{{"spin", 0}, {"tick=50ms", 50 * time.Millisecond}} {
 		b.Run(mode.name, func(b *testing.B) {
-			if _, err := pool.Exec(ctx, "TRUNCATE "+store.Table()); err != nil {
+			if _, err := pool.Exec(ctx, "TRUNCATE "+batch.Table()); err != nil {
 				b.Fatal(err)
 			}
-			phase(100*time.Millisecond, mode.pace) // open the connections, prepare the statements
-			var (
-				lose, probe latencies
-				wins        int64
-				waits       contentionSample
-				elapsed     time.Duration
-			)
+			for f := range 2 { // open the connections, prepare the statements
+				phase(f, 100*time.Millisecond, mode.pace, &contentionStats{})
+			}
+			var stats [2]contentionStats
 			for b.Loop() {
-				start := time.Now()
-				l, p, w, s := phase(contentionPhase, mode.pace)
-				elapsed += time.Since(start)
-				lose, probe, wins = append(lose, l...), append(probe, p...), wins+w
-				waits.backends += s.backends
-				waits.lockWaits += s.lockWaits
-				waits.lockManagerWaits += s.lockManagerWaits
+				for _, f := range rand.Perm(2) {
+					phase(f, contentionPhase, mode.pace, &stats[f])
+				}
 			}
 			b.StopTimer()
-			doubles := overlappingRuns(b, pool, store.Table())
+			doubles := overlappingRuns(b, pool, batch.Table())
 			if doubles != 0 {
 				b.Errorf("G1 broken: %d pairs of runs of one source overlap in the history", doubles)
 			}
-			b.ReportMetric(micros(lose.pct(50)), "lose-p50-µs")
-			b.ReportMetric(micros(lose.pct(99)), "lose-p99-µs")
-			b.ReportMetric(micros(probe.pct(50)), "select1-p50-µs")
-			b.ReportMetric(micros(probe.pct(99)), "select1-p99-µs")
-			b.ReportMetric(100*ratio(float64(waits.lockWaits), float64(waits.backends)), "lock-wait-%")
-			b.ReportMetric(100*ratio(float64(waits.lockManagerWaits), float64(waits.backends)), "lockmgr-wait-%")
-			b.ReportMetric(float64(len(lose))/elapsed.Seconds(), "losses/s")
-			b.ReportMetric(float64(wins)/elapsed.Seconds(), "wins/s")
+			for f, name := range []string{"batch", "func"} {
+				st := &stats[f]
+				b.ReportMetric(micros(st.lose.pct(50)), name+"-lose-p50-µs")
+				b.ReportMetric(micros(st.lose.pct(99)), name+"-lose-p99-µs")
+				b.ReportMetric(micros(st.probe.pct(50)), name+"-select1-p50-µs")
+				b.ReportMetric(micros(st.probe.pct(99)), name+"-select1-p99-µs")
+				b.ReportMetric(100*ratio(float64(st.waits.lockWaits), float64(st.waits.backends)), name+"-lock-wait-%")
+				b.ReportMetric(100*ratio(float64(st.waits.lockManagerWaits), float64(st.waits.backends)), name+"-lockmgr-wait-%")
+				b.ReportMetric(float64(len(st.lose))/st.elapsed.Seconds(), name+"-losses/s")
+				b.ReportMetric(float64(st.wins)/st.elapsed.Seconds(), name+"-wins/s")
+				if st.cpuOK {
+					b.ReportMetric(micros(st.cpu)/float64(int64(len(st.lose))+st.wins), name+"-db-cpu-µs/attempt")
+				}
+			}
 			b.ReportMetric(float64(doubles), "double-runs")
 			b.ReportMetric(0, "ns/op")
 		})
@@ -843,20 +1004,20 @@ FROM pg_catalog.generate_series(1, $1::int) AS g,
 	}
 }
 
-// BenchmarkHistory1M: a winning claim, with a minimum interval so that the
-// claim also reads the source's last start, on a table holding 1,000,000
-// finished runs over 1,000 sources against the same claim on an empty table
-// (target: p50 ≤ 1.10×). The history is loaded once per process, however
-// many times -count runs the sub-benchmark.
+// BenchmarkHistory1M: a winning claim in each form, with a minimum interval
+// so that the claim also reads the source's last start, on a table holding
+// 1,000,000 finished runs over 1,000 sources against the same claim on an
+// empty table (target: p50 ≤ 1.10×). The history is loaded once per
+// process, however many times -count runs the sub-benchmark.
 func BenchmarkHistory1M(b *testing.B) {
 	rows := historyRows(b)
-	db := pgtest.New(b)
+	db := benchDB(b)
 	const fullTable = "runclaim_history"
-	empty := benchStore(b, db.Pool)
-	full := benchStore(b, db.Pool, runclaim.WithTable("public", fullTable))
-	loadHistory(b, db.Pool, full, fullTable, rows)
+	emptyBatch, emptyFunc := benchForms(b, db.Pool)
+	fullBatch, fullFunc := benchForms(b, db.Pool, runclaim.WithTable("public", fullTable))
+	loadHistory(b, db.Pool, fullBatch, fullTable, rows)
 	var loaded int64
-	if err := db.Pool.QueryRow(context.Background(), "SELECT coalesce(max(id), 0) FROM "+full.Table()).Scan(&loaded); err != nil {
+	if err := db.Pool.QueryRow(context.Background(), "SELECT coalesce(max(id), 0) FROM "+fullBatch.Table()).Scan(&loaded); err != nil {
 		b.Fatal(err)
 	}
 
@@ -869,45 +1030,35 @@ func BenchmarkHistory1M(b *testing.B) {
 		// until the next invalidation, such as autovacuum's ANALYZE. A
 		// truncated table, like a new one, has no such statistics.
 		for _, q := range []string{
-			"TRUNCATE " + empty.Table(),
-			"DELETE FROM " + full.Table() + " WHERE id > " + strconv.FormatInt(loaded, 10),
-			"VACUUM (ANALYZE) " + full.Table(),
+			"TRUNCATE " + emptyBatch.Table(),
+			"DELETE FROM " + fullBatch.Table() + " WHERE id > " + strconv.FormatInt(loaded, 10),
+			"VACUUM (ANALYZE) " + fullBatch.Table(),
 		} {
 			if _, err := db.Pool.Exec(ctx, q); err != nil {
 				b.Fatalf("%s: %v", q, err)
 			}
 		}
 		opt := runclaim.WithMinInterval(time.Millisecond)
-		ce, cf := benchClaimer(b, empty, "bench", opt), benchClaimer(b, full, "bench", opt)
 		sources := benchSources(historySources)
-		var e, f latencies
-		step := func(i int) {
-			src := sources[i%len(sources)]
-			claim := func(c *runclaim.Claimer, l *latencies) {
+		// The forms claim sources half the list apart, so that no source is
+		// claimed twice within the minimum interval.
+		claim := func(store *runclaim.PostgresStore, offset int) timedOp {
+			c := benchClaimer(b, store, "bench", opt)
+			return timedOp{store.Table(), func(i int) time.Duration {
 				var run *runclaim.Run
-				l.measure(func() { run = mustWin(b, c, src) })
+				d := timed(func() { run = mustWin(b, c, sources[(i+offset)%len(sources)]) })
 				mustFinish(b, run)
-			}
-			if i%2 == 0 {
-				claim(ce, &e)
-				claim(cf, &f)
-			} else {
-				claim(cf, &f)
-				claim(ce, &e)
-			}
+				return d
+			}}
 		}
-		for i := range 50 {
-			step(i)
+		half := len(sources) / 2
+		res, _ := interleave(b, []timedOp{claim(emptyBatch, 0), claim(fullBatch, 0), claim(emptyFunc, half), claim(fullFunc, half)})
+		for f, name := range []string{"batch", "func"} {
+			e, full := micros(res[2*f].pct(50)), micros(res[2*f+1].pct(50))
+			b.ReportMetric(full, name+"-full-p50-µs")
+			b.ReportMetric(e, name+"-empty-p50-µs")
+			b.ReportMetric(ratio(full, e), name+"-full/empty")
 		}
-		e, f = e[:0], f[:0]
-		i := 50
-		for b.Loop() {
-			step(i)
-			i++
-		}
-		b.ReportMetric(micros(f.pct(50)), "full-p50-µs")
-		b.ReportMetric(micros(e.pct(50)), "empty-p50-µs")
-		b.ReportMetric(ratio(micros(f.pct(50)), micros(e.pct(50))), "full/empty")
 		b.ReportMetric(0, "ns/op")
 	})
 }
@@ -990,10 +1141,12 @@ func BenchmarkClaimDuringPrune(b *testing.B) {
 // Allocations
 
 // BenchmarkClaimAllocs reports the allocations of one Claimer.Claim, won
-// and lost, on the memory store and on the Postgres store. Finishing a won
-// run is not counted.
+// and lost, on the memory store and on the Postgres store in each form,
+// with a context that can never end (context.Background) and with one that
+// can (which costs the claim's cancellation grace, see
+// PostgresStore.Claim). Finishing a won run is not counted.
 func BenchmarkClaimAllocs(b *testing.B) {
-	bench := func(b *testing.B, store runclaim.Store) {
+	bench := func(b *testing.B, store runclaim.Store, ctx context.Context) {
 		c := benchClaimer(b, store, "bench")
 		b.Run("win", func(b *testing.B) {
 			b.ReportAllocs()
@@ -1001,7 +1154,10 @@ func BenchmarkClaimAllocs(b *testing.B) {
 			mustFinish(b, mustWin(b, c, "warm-up")) // prepare the statements
 			i := 0
 			for b.Loop() {
-				run := mustWin(b, c, sources[i%len(sources)])
+				run, err := c.Claim(ctx, sources[i%len(sources)])
+				if err != nil {
+					b.Fatal(err)
+				}
 				b.StopTimer()
 				mustFinish(b, run)
 				b.StartTimer()
@@ -1013,7 +1169,6 @@ func BenchmarkClaimAllocs(b *testing.B) {
 			run := mustWin(b, c, "held")
 			defer mustFinish(b, run)
 			mustLose(b, c, "held")
-			ctx := context.Background()
 			for b.Loop() {
 				// Not errors.Is: NotClaimedError.Unwrap allocates, and the
 				// check is not part of the claim.
@@ -1023,8 +1178,19 @@ func BenchmarkClaimAllocs(b *testing.B) {
 			}
 		})
 	}
-	b.Run("store=memory", func(b *testing.B) { bench(b, runclaim.NewMemoryStore()) })
-	b.Run("store=postgres", func(b *testing.B) { bench(b, benchStore(b, pgtest.New(b).Pool)) })
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.Run("store=memory", func(b *testing.B) { bench(b, runclaim.NewMemoryStore(), context.Background()) })
+	b.Run("store=postgres", func(b *testing.B) {
+		batch, function := benchForms(b, pgtest.New(b).Pool)
+		for _, form := range []struct {
+			name  string
+			store runclaim.Store
+		}{{"batch", batch}, {"func", function}} {
+			b.Run("form="+form.name+"/ctx=background", func(b *testing.B) { bench(b, form.store, context.Background()) })
+			b.Run("form="+form.name+"/ctx=cancellable", func(b *testing.B) { bench(b, form.store, cancellable) })
+		}
+	})
 }
 
 // BenchmarkRunAllocs reports the allocations of Run.Heartbeat and
@@ -1114,14 +1280,18 @@ func (c *byteConn) Read(p []byte) (int, error) {
 
 // TestClaimWireSize measures the round trips and the bytes a claim sends,
 // in pgx's default mode and in the modes that work behind PgBouncer, on a
-// pool of one connection, and checks the figures README.md gives:
-//   - in the default mode the first claim on a connection takes 2 round
-//     trips (pgx prepares the statements first), later ones 1, and a
-//     claim's batch is under 600 bytes: one TCP segment;
-//   - in QueryExecModeExec and the simple protocol every claim is 1 round
-//     trip, and carries the statements' text: 1.5 to 2.5 kB, more than the
-//     1,460 bytes of one TCP segment on an Ethernet link.
+// pool of one connection, for both forms of the claim, and checks the
+// figures README.md and BENCHMARKS.md give:
+//   - the function (schema version 3): in every mode a warm claim is 1
+//     round trip of under 600 bytes, one TCP segment; in the default mode
+//     its first call on a connection takes 2 (pgx prepares it first);
+//   - the batch (a table at version 2): in the default mode the same, under
+//     600 bytes; in QueryExecModeExec and the simple protocol every claim
+//     carries the three statements' text: 2 to 3 kB, more than the 1,460
+//     bytes of one TCP segment on an Ethernet link.
 //
+// A new store's first claim is the batch with the schema version read (see
+// TestClaimFindsSchemaVersion); it is logged, and its round trips checked.
 // The figures are for a source and an owner of 8 bytes each, with the
 // default isolation level (READ COMMITTED).
 func TestClaimWireSize(t *testing.T) {
@@ -1129,17 +1299,21 @@ func TestClaimWireSize(t *testing.T) {
 	db := pgtest.New(t)
 	benchStore(t, db.Pool)
 	const segment = 1460 // TCP payload of a 1,500-byte Ethernet frame
-	for _, tc := range []struct {
-		mode                   pgx.QueryExecMode
-		firstTrips             int64
+	type bounds struct {
 		minBytes, maxBytes     int64 // per claim, client to server, once warm
 		oneSegment, twoSegment bool
+	}
+	small := bounds{100, 600, true, false}
+	for _, tc := range []struct {
+		mode       pgx.QueryExecMode
+		firstTrips int64
+		function   bounds
+		batch      bounds
 	}{
-		{pgx.QueryExecModeCacheStatement, 2, 100, 600, true, false},
-		{pgx.QueryExecModeExec, 1, 1500, 2500, false, true},
-		{pgx.QueryExecModeSimpleProtocol, 1, 1500, 2500, false, true},
+		{pgx.QueryExecModeCacheStatement, 2, small, small},
+		{pgx.QueryExecModeExec, 1, small, bounds{2000, 3000, false, true}},
+		{pgx.QueryExecModeSimpleProtocol, 1, small, bounds{2000, 3000, false, true}},
 	} {
-		source := fmt.Sprintf("source-%d", tc.mode) // 8 bytes; one per mode, as the table is shared
 		t.Run(strings.ReplaceAll(tc.mode.String(), " ", "_"), func(t *testing.T) {
 			ctx := t.Context()
 			w := &byteWire{}
@@ -1154,12 +1328,6 @@ func TestClaimWireSize(t *testing.T) {
 			if err := pool.Ping(ctx); err != nil { // connect outside the counts
 				t.Fatal(err)
 			}
-			store, err := runclaim.NewPostgresStore(pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := benchClaimer(t, store, "owner-aa")
-			b := benchClaimer(t, store, "owner-bb")
 			measure := func(what string, f func() error) (sent, received, trips int64) {
 				t.Helper()
 				s0, r0, t0 := w.counts()
@@ -1168,41 +1336,72 @@ func TestClaimWireSize(t *testing.T) {
 				}
 				s1, r1, t1 := w.counts()
 				sent, received, trips = s1-s0, r1-r0, t1-t0
-				t.Logf("%-16v %-24s %d round trips, %5d bytes sent, %5d received", tc.mode, what, trips, sent, received)
+				t.Logf("%-16v %-34s %d round trips, %5d bytes sent, %5d received", tc.mode, what, trips, sent, received)
 				return sent, received, trips
 			}
-			var run *runclaim.Run
-			claim := func(c *runclaim.Claimer) func() error {
-				return func() (err error) { run, err = c.Claim(ctx, source); return err }
+			// One source per mode and form, each 8 bytes, as the table is shared.
+			source := func(form string) string { return fmt.Sprintf("%c-src-%02d", form[0], int(tc.mode)) }
+
+			store, err := runclaim.NewPostgresStore(pool)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if _, _, trips := measure("first claim", claim(a)); trips != tc.firstTrips {
-				t.Errorf("first claim: %d round trips, want %d", trips, tc.firstTrips)
+			var run *runclaim.Run
+			if _, _, trips := measure("new store's first claim", func() (err error) {
+				run, err = benchClaimer(t, store, "owner-aa").Claim(ctx, source("new"))
+				return err
+			}); trips != tc.firstTrips {
+				t.Errorf("a new store's first claim: %d round trips, want %d", trips, tc.firstTrips)
 			}
 			if err := run.Finish(ctx, nil); err != nil {
 				t.Fatal(err)
 			}
-			for _, step := range []struct {
-				what string
-				f    func() error
-			}{
-				{"winning claim", claim(a)},
-				{"losing claim", func() error {
-					if _, err := b.Claim(ctx, source); !errors.Is(err, runclaim.ErrAlreadyRunning) {
-						return fmt.Errorf("got %v, want ErrAlreadyRunning", err)
+
+			for _, f := range []struct {
+				form claimForm
+				want bounds
+			}{{claimForms[1], tc.function}, {claimForms[0], tc.batch}} {
+				store := formStore(t, pool, f.form)
+				a := benchClaimer(t, store, "owner-aa")
+				b := benchClaimer(t, store, "owner-bb")
+				src := source(f.form.name)
+				claim := func(c *runclaim.Claimer) func() error {
+					return func() (err error) { run, err = c.Claim(ctx, src); return err }
+				}
+				// The function's first call on the connection prepares it;
+				// the batch's statements are prepared already.
+				if _, _, trips := measure(f.form.name+": first claim", claim(a)); trips > tc.firstTrips {
+					t.Errorf("%s: first claim: %d round trips, want at most %d", f.form.name, trips, tc.firstTrips)
+				}
+				if err := run.Finish(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+				for _, step := range []struct {
+					what string
+					f    func() error
+				}{
+					{f.form.name + ": winning claim", claim(a)},
+					{f.form.name + ": losing claim", func() error {
+						if _, err := b.Claim(ctx, src); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+							return fmt.Errorf("got %v, want ErrAlreadyRunning", err)
+						}
+						return nil
+					}},
+				} {
+					sent, _, trips := measure(step.what, step.f)
+					if trips != 1 {
+						t.Errorf("%s: %d round trips, want 1", step.what, trips)
 					}
-					return nil
-				}},
-			} {
-				sent, _, trips := measure(step.what, step.f)
-				if trips != 1 {
-					t.Errorf("%s: %d round trips, want 1", step.what, trips)
+					if sent < f.want.minBytes || sent > f.want.maxBytes {
+						t.Errorf("%s: %d bytes sent, want %d to %d (the figure README.md gives)", step.what, sent, f.want.minBytes, f.want.maxBytes)
+					}
+					if f.want.oneSegment && sent > segment || f.want.twoSegment && sent <= segment {
+						t.Errorf("%s: %d bytes sent; README.md says it is %s one TCP segment (%d bytes)", step.what, sent,
+							map[bool]string{true: "within", false: "more than"}[f.want.oneSegment], segment)
+					}
 				}
-				if sent < tc.minBytes || sent > tc.maxBytes {
-					t.Errorf("%s: %d bytes sent, want %d to %d (the figure README.md gives)", step.what, sent, tc.minBytes, tc.maxBytes)
-				}
-				if tc.oneSegment && sent > segment || tc.twoSegment && sent <= segment {
-					t.Errorf("%s: %d bytes sent; README.md says it is %s one TCP segment (%d bytes)", step.what, sent,
-						map[bool]string{true: "within", false: "more than"}[tc.oneSegment], segment)
+				if err := run.Finish(ctx, nil); err != nil {
+					t.Fatal(err)
 				}
 			}
 		})

@@ -34,9 +34,11 @@
 //   - Migrate on a current schema takes no lock on the runs table, so
 //     replicas may call it at every start (G9).
 //
-// A winning or losing claim is one network round trip: one pgx.Batch that
-// runs as a single READ COMMITTED transaction. (The first claim on each
-// pooled connection takes two: pgx prepares the statements first.)
+// A winning or losing claim is one network round trip: one call of the
+// claim function that Migrate creates (a table without it, at schema
+// version 2, gets the previous release's three-statement pgx.Batch
+// instead), run as a single READ COMMITTED transaction. (The first claim on
+// each pooled connection takes two: pgx prepares the statement first.)
 //
 // # Use
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -260,13 +261,33 @@ func tableNameOK(s string, max int) bool {
 	return true
 }
 
+// dollarTag matches the opening tag of a dollar-quoted string literal.
+var dollarTag = regexp.MustCompile(`^\$([A-Za-z_][A-Za-z0-9_]*)?\$`)
+
 // splitIdents lexes SQL just enough to take out every double-quoted
 // identifier: it returns the identifiers, unquoted, and the SQL with each
-// replaced by a placeholder. String literals are skipped whole. ok is false
-// if a quoted identifier or string literal is not closed.
+// replaced by a placeholder. String literals are skipped whole. A
+// dollar-quoted literal (a function's body) is lexed the same way inside,
+// and its tag, which changes with what the body holds, is replaced by a
+// placeholder. ok is false if a quoted identifier or a string literal is
+// not closed.
 func splitIdents(sql string) (idents []string, skeleton string, ok bool) {
 	var b strings.Builder
 	for i := 0; i < len(sql); {
+		if tag := dollarTag.FindString(sql[i:]); tag != "" && (i == 0 || !isIdentByte(sql[i-1])) {
+			end := strings.Index(sql[i+len(tag):], tag)
+			if end < 0 {
+				return nil, "", false
+			}
+			inner, skel, ok := splitIdents(sql[i+len(tag) : i+len(tag)+end])
+			if !ok {
+				return nil, "", false
+			}
+			idents = append(idents, inner...)
+			b.WriteString("$<tag>$" + skel + "$<tag>$")
+			i += 2*len(tag) + end
+			continue
+		}
 		switch sql[i] {
 		case '"', '\'':
 			q := sql[i]
@@ -304,12 +325,18 @@ func splitIdents(sql string) (idents []string, skeleton string, ok bool) {
 	return idents, b.String(), true
 }
 
+// isIdentByte reports whether c may continue an unquoted identifier.
+func isIdentByte(c byte) bool {
+	return c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
+}
+
 // FuzzTableName: NewPostgresStore(WithTable(schema, table)) refuses the
 // names, naming WithTable, exactly when they break the rules. Otherwise
 // Table() is the two names quoted, and SchemaSQL() is, once its quoted
 // identifiers are taken out, the same statement text as for harmless names:
 // nothing in a name can end an identifier and inject SQL. The identifiers
-// are exactly the names (and the index names derived from the table name).
+// are exactly the names (and the index and function names derived from the
+// table name); the claim function's dollar-quoted body holds no tag that ends it.
 func FuzzTableName(f *testing.F) {
 	for _, n := range hostileTableNames {
 		f.Add(n.schema, n.table)
@@ -317,6 +344,9 @@ func FuzzTableName(f *testing.F) {
 	for _, h := range hostileSources {
 		f.Add("public", h.s)
 	}
+	// Names that hold the dollar-quote tags of the claim function's body.
+	f.Add("public", "t$q$; DROP TABLE x; --")
+	f.Add("$q$", "$q0$$q1$")
 	pool := &pgxpool.Pool{} // never used: nothing is sent
 	skeletonFor := func(schema string) string {
 		s, err := runclaim.NewPostgresStore(pool, runclaim.WithTable(schema, "t"))
@@ -355,7 +385,12 @@ func FuzzTableName(f *testing.F) {
 		wantIdents := []string{schema, schema, table, table + "_running", schema, table, table + "_history", schema, table,
 			schema, table, // version 1's COMMENT ON TABLE
 			schema, table, // version 2's ALTER TABLE
-			schema, table} // and its COMMENT ON TABLE
+			schema, table, // and its COMMENT ON TABLE
+			schema, table + "_claim"} // version 3's function
+		for range 6 { // the table in its body
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, schema, table) // and version 3's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

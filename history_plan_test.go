@@ -3,6 +3,7 @@ package runclaim_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runclaim/runclaim"
@@ -100,12 +102,46 @@ func execute(name string, args []any) (string, error) {
 	return "EXECUTE " + name + "(" + strings.Join(lits, ", ") + ")", nil
 }
 
+// planRows is how many finished runs the plan tests load.
+func planRows(t *testing.T) int {
+	rows := 20_000
+	if s := os.Getenv(planRowsEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			t.Fatalf("%s=%q: want a number of rows", planRowsEnv, s)
+		}
+		rows = n
+	}
+	return rows
+}
+
 // planNode is a node of an EXPLAIN (FORMAT JSON) plan.
 type planNode struct {
 	NodeType     string     `json:"Node Type"`
 	RelationName string     `json:"Relation Name"`
 	IndexName    string     `json:"Index Name"`
 	Plans        []planNode `json:"Plans"`
+
+	// With ANALYZE and BUFFERS.
+	ActualRows  float64 `json:"Actual Rows"`
+	ActualLoops float64 `json:"Actual Loops"`
+	ActualTime  float64 `json:"Actual Total Time"`
+	SharedHit   int64   `json:"Shared Hit Blocks"`
+}
+
+// summary writes n and the nodes below it, one a line, indented.
+func (n planNode) summary(b *strings.Builder, depth int) {
+	fmt.Fprintf(b, "%s%s", strings.Repeat("  ", depth), n.NodeType)
+	if n.IndexName != "" {
+		fmt.Fprintf(b, " using %s", n.IndexName)
+	}
+	if n.RelationName != "" {
+		fmt.Fprintf(b, " on %s", n.RelationName)
+	}
+	fmt.Fprintf(b, " (actual time=%.3f rows=%.0f loops=%.0f) buffers hit=%d\n", n.ActualTime, n.ActualRows, n.ActualLoops, n.SharedHit)
+	for _, c := range n.Plans {
+		c.summary(b, depth+1)
+	}
 }
 
 // walk calls f on n and every node below it.
@@ -118,22 +154,15 @@ func (n planNode) walk(f func(planNode)) {
 
 // TestHistoryPlansUseIndexes checks that claims stay O(1) as history grows:
 // on a table of finished runs (RUNCLAIM_PLAN_ROWS, default 20,000, over
-// 1,000 sources, analyzed), no statement that a claim, a heartbeat or a
-// finish sends scans the runs table sequentially, and each one that reads
+// 1,000 sources, analyzed), no statement that a claim sent as the batch, a
+// heartbeat or a finish sends scans the runs table sequentially, and each one that reads
 // it uses one of its indexes, in both the custom and the generic plan
 // (prepared statements switch to the generic plan after five executions).
 // The statements are the ones the store really sends, recorded by a tracer.
 // With -v it also logs EXPLAIN (ANALYZE, BUFFERS) of the generic plans.
 func TestHistoryPlansUseIndexes(t *testing.T) {
 	t.Parallel()
-	rows := 20_000
-	if s := os.Getenv(planRowsEnv); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			t.Fatalf("%s=%q: want a number of rows", planRowsEnv, s)
-		}
-		rows = n
-	}
+	rows := planRows(t)
 	ctx := t.Context()
 	db := pgtest.New(t)
 	store := benchStore(t, db.Pool)
@@ -141,10 +170,9 @@ func TestHistoryPlansUseIndexes(t *testing.T) {
 
 	rec := &stmtRecorder{}
 	traced := db.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
-	tstore, err := runclaim.NewPostgresStore(traced)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The batch: its statements are prepared here as pgx sends them.
+	// TestClaimFunctionPlansUseIndexes checks the function's.
+	tstore := formStore(t, traced, claimForms[0])
 	// A minimum interval, so that the claim reads the source's last start.
 	c := benchClaimer(t, tstore, "plan", runclaim.WithMinInterval(time.Millisecond))
 	const source = "src-0007" // has history
@@ -389,5 +417,160 @@ SELECT 'run-' || g, 'running', 'x', clock_timestamp(), clock_timestamp() + inter
 				}
 			}()
 		}
+	}
+}
+
+// TestClaimFunctionPlansUseIndexes is TestHistoryPlansUseIndexes for the
+// statements inside the claim function, which the client never sees: on
+// the same history, auto_explain (loaded in the test's sessions, with
+// log_nested_statements, sending its plans to the client as notices)
+// reports the plan of every statement the function runs. The claims cover
+// every path through it: a win on a source with history and a minimum
+// interval (the running run, the last start, the insert), a loss to a live
+// holder, a claim too soon, a takeover (the expiry too), and a lapsed
+// holder whose row another transaction holds (the second read of the
+// running run). No statement scans the runs table sequentially, each one
+// that reads it (all but the INSERT of VALUES) uses one of its indexes, in custom and in generic plans;
+// and every statement of the function is seen. With -v it logs the plans,
+// with ANALYZE and BUFFERS.
+func TestClaimFunctionPlansUseIndexes(t *testing.T) {
+	t.Parallel()
+	rows := planRows(t)
+	db := pgtest.New(t)
+	store := benchStore(t, db.Pool)
+	loadHistory(t, db.Pool, store, runclaim.DefaultTable, rows)
+	table := runclaim.DefaultTable
+	indexes := map[string]bool{table + "_pkey": true, table + "_running": true, table + "_history": true}
+	// The function's statements, by how each begins.
+	statements := []string{"SELECT c.id", "SELECT l.started_at", "UPDATE", "INSERT"}
+
+	for i, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := t.Context()
+			var (
+				mu      sync.Mutex // protects notices
+				notices []string
+			)
+			pool := db.NewPool(t, func(c *pgxpool.Config) {
+				c.MaxConns = 1
+				c.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+					mu.Lock()
+					notices = append(notices, n.Message)
+					mu.Unlock()
+				}
+				c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+					for _, q := range []string{
+						"LOAD 'auto_explain'",
+						"SET auto_explain.log_min_duration = 0",
+						"SET auto_explain.log_nested_statements = on",
+						"SET auto_explain.log_analyze = on",
+						"SET auto_explain.log_buffers = on",
+						"SET auto_explain.log_format = json",
+						"SET auto_explain.log_level = notice",
+						"SET plan_cache_mode = " + mode,
+					} {
+						if _, err := conn.Exec(ctx, q); err != nil {
+							return fmt.Errorf("%s (the plan tests need a superuser, as pgtest's servers have): %w", q, err)
+						}
+					}
+					return nil
+				}
+			})
+			fstore := formStore(t, pool, claimForms[1])
+			src := func(n int) string { return fmt.Sprintf("src-%04d", 100*i+n) } // each with history
+			c := benchClaimer(t, fstore, "plan", runclaim.WithMinInterval(time.Millisecond))
+
+			// A win, then a loss to it.
+			run, err := c.Claim(ctx, src(1))
+			if err != nil {
+				t.Fatalf("Claim: %v", err)
+			}
+			if _, err := c.Claim(ctx, src(1)); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+				t.Fatalf("Claim of a held source: %v, want ErrAlreadyRunning", err)
+			}
+			if err := run.Finish(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			// Too soon.
+			if _, err := benchClaimer(t, fstore, "plan", runclaim.WithMinInterval(time.Hour)).Claim(ctx, src(1)); !errors.Is(err, runclaim.ErrTooSoon) {
+				t.Fatalf("Claim too soon: %v, want ErrTooSoon", err)
+			}
+			// A takeover, and a lapsed holder whose row is locked.
+			short := benchClaimer(t, fstore, "plan", runclaim.WithLease(runclaim.MinLease))
+			var lapsed []*runclaim.Run
+			for _, n := range []int{2, 3} {
+				r, err := short.Claim(ctx, src(n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				lapsed = append(lapsed, r)
+			}
+			waitUntil(t, 10*time.Second, 5*time.Millisecond, "the short leases to end", func() bool { return dbNow(t, db.Pool).After(lapsed[1].LeaseUntil) })
+			if _, err := c.Claim(ctx, src(2)); err != nil {
+				t.Fatalf("takeover Claim: %v", err)
+			}
+			tx, err := db.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background())
+			if _, err := tx.Exec(ctx, "SELECT FROM "+store.Table()+" WHERE id = $1 FOR UPDATE", lapsed[1].ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Claim(ctx, src(3)); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+				t.Fatalf("Claim of a lapsed holder whose row is locked: %v, want ErrAlreadyRunning", err)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			mu.Lock()
+			defer mu.Unlock()
+			seen := map[string]int{}
+			for _, msg := range notices {
+				j := strings.Index(msg, "{")
+				if j < 0 {
+					continue
+				}
+				var p struct {
+					QueryText string   `json:"Query Text"`
+					Plan      planNode `json:"Plan"`
+				}
+				if err := json.Unmarshal([]byte(msg[j:]), &p); err != nil {
+					t.Fatalf("auto_explain output %q: %v", msg, err)
+				}
+				q := strings.TrimSpace(p.QueryText)
+				if !strings.Contains(q, store.Table()) {
+					continue // the call itself, or statements of no table
+				}
+				for _, st := range statements {
+					if strings.HasPrefix(q, st) {
+						seen[st]++
+					}
+				}
+				usesIndex := false
+				p.Plan.walk(func(n planNode) {
+					if n.RelationName == table && n.NodeType == "Seq Scan" {
+						t.Errorf("a sequential scan of %s in:\n%s\nplan: %s", table, q, msg[j:])
+					}
+					usesIndex = usesIndex || indexes[n.IndexName]
+				})
+				// The INSERT reads nothing (VALUES); every other statement reads.
+				if !usesIndex && !strings.HasPrefix(q, "INSERT") {
+					t.Errorf("no index of %s used by:\n%s\nplan: %s", table, q, msg[j:])
+				}
+				if testing.Verbose() {
+					var b strings.Builder
+					p.Plan.summary(&b, 0)
+					t.Logf("%s\n%s", q, b.String())
+				}
+			}
+			for _, st := range statements {
+				if seen[st] == 0 {
+					t.Errorf("no plan seen for the function's %q statement (%d notices)", st, len(notices))
+				}
+			}
+			t.Logf("%s: plans of %v", mode, seen)
+		})
 	}
 }

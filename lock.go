@@ -32,8 +32,12 @@ func AdvisoryKey(namespace, source string) int64 {
 	return int64(h)
 }
 
-// The claim is one pgx.Batch: one network write, one round trip, one
-// implicit transaction that ends at the batch's Sync.
+// On a table with the claim function (schema version 3, claimfunc.go) a
+// claim is one call of it. On a table without it (version 2: this release
+// starting before Migrate has run, or a step undone) the claim is the batch
+// below, as the previous release sends it: one pgx.Batch, one network
+// write, one round trip, one implicit transaction that ends at the batch's
+// Sync.
 //
 //  1. lockSQL takes the advisory lock, only under READ COMMITTED, and
 //     records in a transaction-local setting whether it did. Under another
@@ -116,34 +120,132 @@ const claimLockTimeout = time.Second
 // so the claim wrote nothing and must be sent in the explicit form.
 var errNeedExplicit = errors.New("runclaim: session isolation is not read committed")
 
-// claimResult holds what the batch returns: the lock statement's row and
-// the claim statement's row. The nullable columns scan into pgtype values
-// rather than pointers, which spares pgx an allocation per column for the
-// scan plan and another per non-NULL value; and one claimResult is one
-// allocation where separate scan targets were one each.
+// claimResult holds what a claim returns, in either form: the lock
+// statement's row and the claim statement's row of the batch, or the
+// function's row. The nullable columns scan into pgtype values rather than
+// pointers, which spares pgx an allocation per column for the scan plan
+// and another per non-NULL value; and one claimResult is one allocation
+// where separate scan targets were one each.
 type claimResult struct {
-	locked    bool   // lockSQL took the advisory lock
+	locked    bool   // the claim took the advisory lock
 	isolation string // the transaction's isolation level
-	timeout   string // the lock_timeout set for the claim
 
-	now                  pgtype.Timestamptz // the database clock when the claim statement ran
+	now                  pgtype.Timestamptz // the database clock when the claim decided
 	insID                pgtype.Int8
 	insStarted, insLease pgtype.Timestamptz
 	curID                pgtype.Int8
 	curOwner             pgtype.Text
 	curStarted, curLease pgtype.Timestamptz
 	retryAfter           pgtype.Timestamptz
+
+	// The schema version read with the claim, when probe is set.
+	probe                     bool
+	schemaExists, tableExists bool
+	comment                   string
+
+	// What the function form sends and scans into, kept here so that they
+	// cost no allocations of their own.
+	isolationText        pgtype.Text
+	won                  bool
+	runID                pgtype.Int8
+	runOwner             pgtype.Text
+	runStarted, runLease pgtype.Timestamptz
+	args                 [6]any
+	dest                 [9]any
 }
 
 // claim runs the claim protocol once, in the implicit form or, with
-// explicit, inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT.
+// explicit, inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT: as one
+// call of the claim function when the table has it (schema version 3),
+// else as the batch.
 func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, error) {
+	r := &claimResult{}
+	var err error
+	if s.schemaVer.useFunc() {
+		err = s.callClaim(ctx, req, explicit, r)
+		if err != nil && pgCode(err) == "42883" { // undefined_function: the table has lost its function
+			s.schemaVer.forget()
+			*r = claimResult{}
+			err = s.batchClaim(ctx, req, explicit, r)
+		}
+	} else {
+		err = s.batchClaim(ctx, req, explicit, r)
+	}
+	if err != nil {
+		switch pgCode(err) {
+		case "23505": // unique_violation: two running runs
+			return RunInfo{}, fmt.Errorf("runclaim: claim %s: a concurrent claim inserted a running run of it without waiting for this store's advisory lock; "+
+				"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
+				quoteForError(req.Source), s.Table(), s.namespace, err)
+		case "42501": // insufficient_privilege
+			if s.schemaVer.useFunc() {
+				return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s; see Least privilege in the README)",
+					quoteForError(req.Source), err, s.claimFunc(), claimFuncArgs, s.Table())
+			}
+		}
+		return RunInfo{}, s.wrap(ctx, "claim "+quoteForError(req.Source), err)
+	}
+	if r.probe {
+		v := 0
+		if r.tableExists {
+			v = parseSchemaVersion(r.comment)
+		}
+		s.schemaVer.set(v)
+	}
+	return r.outcome(req, explicit)
+}
+
+// callClaim sends one call of the claim function.
+func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explicit bool, r *claimResult) error {
+	r.args = [6]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds()}
+	r.dest = [9]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter}
+	var err error
+	if !explicit {
+		err = s.db.QueryRow(ctx, s.sql.call, r.args[:]...).Scan(r.dest[:]...)
+	} else {
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
+		b.Queue(beginSQL)
+		b.Queue(s.sql.call, r.args[:]...)
+		b.Queue(commitSQL)
+		br := s.db.SendBatch(ctx, b)
+		if _, err = br.Exec(); err == nil {
+			if err = br.QueryRow().Scan(r.dest[:]...); err == nil {
+				_, err = br.Exec()
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}
+	// The function names the level only when it refuses to claim under it,
+	// and returns one run: the one it inserted, or the source's running one.
+	r.isolation = "read committed"
+	if r.isolationText.Valid {
+		r.isolation = r.isolationText.String
+	}
+	if r.won {
+		r.insID, r.insStarted, r.insLease = r.runID, r.runStarted, r.runLease
+	} else {
+		r.curID, r.curOwner, r.curStarted, r.curLease = r.runID, r.runOwner, r.runStarted, r.runLease
+	}
+	return err
+}
+
+// batchClaim sends the claim as the batch of lockSQL, expireSQL and
+// claimSQL, with the schema probe when the store's knowledge of the
+// version is missing or stale.
+func (s *PostgresStore) batchClaim(ctx context.Context, req ClaimRequest, explicit bool, r *claimResult) error {
 	key := AdvisoryKey(s.namespace, req.Source)
 	lease, minInterval := req.Lease.Microseconds(), req.MinInterval.Microseconds()
+	r.probe = s.schemaVer.stale()
 
 	n := 3
 	if explicit {
-		n = 5
+		n += 2
+	}
+	if r.probe {
+		n++
 	}
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
 	if explicit {
@@ -152,19 +254,22 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	b.Queue(lockSQL, key, claimLockTimeout.Milliseconds())
 	b.Queue(s.sql.expire, req.Source, minInterval)
 	b.Queue(s.sql.claim, req.Source, req.Owner, lease, minInterval)
+	if r.probe {
+		b.Queue(schemaStateSQL, s.schema, s.table)
+	}
 	if explicit {
 		b.Queue(commitSQL)
 	}
 
 	br := s.db.SendBatch(ctx, b)
-	var r claimResult
 	err := func() error {
 		if explicit {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		if err := br.QueryRow().Scan(&r.locked, &r.isolation, &r.timeout); err != nil {
+		// The third column, the lock_timeout set, is not needed: nil skips it.
+		if err := br.QueryRow().Scan(&r.locked, &r.isolation, nil); err != nil {
 			return err
 		}
 		if _, err := br.Exec(); err != nil {
@@ -172,6 +277,11 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		}
 		if err := br.QueryRow().Scan(&r.now, &r.insID, &r.insStarted, &r.insLease, &r.curID, &r.curOwner, &r.curStarted, &r.curLease, &r.retryAfter); err != nil {
 			return err
+		}
+		if r.probe {
+			if err := br.QueryRow().Scan(&r.schemaExists, &r.tableExists, &r.comment); err != nil {
+				return err
+			}
 		}
 		if explicit {
 			if _, err := br.Exec(); err != nil {
@@ -183,14 +293,14 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		if pgCode(err) == "23505" { // unique_violation: two running runs
-			return RunInfo{}, fmt.Errorf("runclaim: claim %s: a concurrent claim inserted a running run of it without waiting for this store's advisory lock; "+
-				"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
-				quoteForError(req.Source), s.Table(), s.namespace, err)
-		}
-		return RunInfo{}, s.wrap(ctx, "claim "+quoteForError(req.Source), err)
-	}
+	return err
+}
+
+// outcome turns what a claim returned into its answer. The reasons are
+// decided here, in the same order for both forms: a live holder, then too
+// soon, then a lapsed holder that could not be expired, then a claim in
+// flight.
+func (r *claimResult) outcome(req ClaimRequest, explicit bool) (RunInfo, error) {
 	if !r.locked && r.isolation != "read committed" {
 		if explicit {
 			return RunInfo{}, fmt.Errorf("runclaim: claim: transaction isolation is %q inside BEGIN ISOLATION LEVEL READ COMMITTED", r.isolation)
@@ -201,21 +311,16 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time}, nil
 	}
 	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning}
-	holder := func() {
-		nc.Holder = &RunInfo{ID: r.curID.Int64, Source: req.Source, Owner: r.curOwner.String, StartedAt: r.curStarted.Time, LeaseUntil: r.curLease.Time}
-		nc.RetryAfter = r.curLease.Time
-	}
 	tooSoon := r.locked && r.retryAfter.Valid && r.retryAfter.Time.After(r.now.Time)
 	switch {
-	case r.curID.Valid && r.curLease.Time.After(r.now.Time):
-		holder() // a live holder
+	case r.curID.Valid && (r.curLease.Time.After(r.now.Time) || !tooSoon):
+		// A live holder; or a lapsed run that the claim did not expire: it
+		// was locked by another transaction (a late finish, a release, a
+		// fence), or the interval passed between two statements.
+		nc.Holder = &RunInfo{ID: r.curID.Int64, Source: req.Source, Owner: r.curOwner.String, StartedAt: r.curStarted.Time, LeaseUntil: r.curLease.Time}
+		nc.RetryAfter = r.curLease.Time
 	case tooSoon:
 		nc.Reason, nc.RetryAfter = ErrTooSoon, r.retryAfter.Time
-	case r.curID.Valid:
-		// A lapsed run that expireSQL left alone: it was locked by another
-		// transaction (a late finish, a release, a fence), or the interval
-		// passed between the two statements.
-		holder()
 	case r.locked:
 		// Locked, nothing running, not too soon, yet no insert: cannot happen
 		// unless the table was changed under us.

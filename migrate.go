@@ -19,7 +19,10 @@ import (
 //     history index, as the first release created them.
 //   - Version 2: the min_interval column, the minimum interval each run's
 //     claimer asked for, which binds every later claimer of the source.
-const LatestSchemaVersion = 2
+//   - Version 3: the claim function, named after the table with the suffix
+//     "_claim", which makes a claim one statement (the store keeps sending
+//     the three-statement batch of version 2 to a table without it).
+const LatestSchemaVersion = 3
 
 // A Migration is one step of the runs table's schema, for users of goose,
 // atlas or golang-migrate who apply schema changes with their own tool
@@ -77,6 +80,15 @@ func (s *PostgresStore) Migrations() []Migration {
 			Up: fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS min_interval interval NOT NULL DEFAULT '0';\n", t) +
 				comment(2),
 			Down: fmt.Sprintf("ALTER TABLE %s DROP COLUMN IF EXISTS min_interval;\n", t) + comment(1),
+		},
+		{
+			Version: 3,
+			Name:    "add the claim function",
+			// Creating a function takes no lock on the table; only the
+			// comment does, briefly. A store of this release that meets a
+			// table without the function sends the batch instead.
+			Up:   s.claimFuncSQL() + comment(3),
+			Down: fmt.Sprintf("DROP FUNCTION IF EXISTS %s%s;\n", s.claimFunc(), claimFuncArgs) + comment(2),
 		},
 	}
 }
@@ -143,14 +155,23 @@ func (s *PostgresStore) schemaVersion(ctx context.Context) (version int, schemaE
 		return 0, false, err
 	}
 	if !tableExists {
+		s.schemaVer.set(0)
 		return 0, schemaExists, nil
 	}
+	v := parseSchemaVersion(comment)
+	s.schemaVer.set(v)
+	return v, true, nil
+}
+
+// parseSchemaVersion returns the version a runs table's comment records:
+// 1 when it records none, as the first release's tables.
+func parseSchemaVersion(comment string) int {
 	if m := versionCommentRE.FindStringSubmatch(comment); m != nil {
 		if v, err := strconv.Atoi(m[1]); err == nil && v >= 1 {
-			return v, true, nil
+			return v
 		}
 	}
-	return 1, true, nil
+	return 1
 }
 
 // migrateKey is the advisory lock Migrate holds so that replicas migrating
@@ -212,6 +233,8 @@ func (s *PostgresStore) Migrate(ctx context.Context) error {
 		if err := s.applyStep(ctx, m, up); err != nil {
 			return err
 		}
+		// Applied now, or by another Migrate meanwhile.
+		s.schemaVer.set(m.Version)
 	}
 	return nil
 }

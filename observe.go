@@ -104,10 +104,16 @@ func (c *Claimer) claimed(run *Run, d time.Duration) {
 // notClaimed reports a claim that returned err: a skip or a failure. ctx
 // is the claim's; it may be nil.
 func (c *Claimer) notClaimed(ctx context.Context, source string, err error, d time.Duration) {
-	var nc *NotClaimedError
-	if !errors.As(err, &nc) {
-		c.claimFailed(ctx, source, err, d)
-		return
+	// A store returns its skips unwrapped: the assertion spares errors.As
+	// an allocation on every skip.
+	nc, ok := err.(*NotClaimedError)
+	if !ok {
+		var wrapped *NotClaimedError
+		if !errors.As(err, &wrapped) {
+			c.claimFailed(ctx, source, err, d)
+			return
+		}
+		nc = wrapped
 	}
 	if c.cfg.logger != nil {
 		c.cfg.logger.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: skipped",

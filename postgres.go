@@ -23,7 +23,8 @@ const (
 	// DefaultNamespace is mixed into every advisory lock key (see
 	// AdvisoryKey) unless WithNamespace sets another.
 	DefaultNamespace = "runclaim"
-	// maxTableLen leaves room for the index name suffixes within
+	// maxTableLen leaves room for the suffixes of the index names and the
+	// claim function's name ("_running", "_history", "_claim") within
 	// Postgres's 63-byte identifier limit.
 	maxTableLen = 63 - len("_running")
 )
@@ -90,8 +91,11 @@ type PostgresStore struct {
 	table     string
 	namespace string
 	sql       struct {
-		expire, claim, heartbeat, finish, unclaim, readRun string
+		expire, claim, call, heartbeat, finish, unclaim, readRun string
 	}
+	// schemaVer is the schema version claims go by: from version 3 they
+	// call the claim function, before it they send the batch.
+	schemaVer schemaCache
 	// explicit is set once a session is seen whose default isolation level
 	// is not READ COMMITTED; from then on claims, heartbeats and finishes
 	// use the explicit BEGIN ISOLATION LEVEL READ COMMITTED form.
@@ -121,6 +125,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 		return nil, errors.New("runclaim: NewPostgresStore: got a single connection; pass a pool, such as a *pgxpool.Pool")
 	}
 	s := &PostgresStore{db: db, schema: DefaultSchema, table: DefaultTable, namespace: DefaultNamespace}
+	s.schemaVer.base, s.schemaVer.recheck = time.Now(), schemaRecheck
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("runclaim: NewPostgresStore: nil PostgresOption")
@@ -132,6 +137,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	t := s.Table()
 	s.sql.expire = fmt.Sprintf(expireSQL, t)
 	s.sql.claim = fmt.Sprintf(claimSQL, t)
+	s.sql.call = fmt.Sprintf(claimCallSQL, s.claimFunc())
 	s.sql.heartbeat = fmt.Sprintf(heartbeatSQL, t)
 	s.sql.finish = fmt.Sprintf(finishSQL, t)
 	s.sql.unclaim = fmt.Sprintf(unclaimSQL, t)
@@ -144,8 +150,9 @@ func (s *PostgresStore) Table() string {
 	return pgx.Identifier{s.schema, s.table}.Sanitize()
 }
 
-// Claim implements Store. It sends the whole claim as one batch: one round
-// trip once pgx has prepared its statements on the connection.
+// Claim implements Store. It sends the whole claim as one statement (a
+// call of the claim function) or, on a table without the function, one
+// batch: one round trip once pgx has prepared it on the connection.
 func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, error) {
 	if err := checkContext(ctx); err != nil {
 		return RunInfo{}, err
@@ -177,10 +184,12 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 		s.explicit.Store(true)
 		info, err = s.claim(cctx, req, true)
 	}
-	what := "claim " + quoteForError(req.Source)
-	switch ctxErr := ctx.Err(); {
-	case ctxErr == nil:
+	ctxErr := ctx.Err()
+	if ctxErr == nil {
 		return info, err
+	}
+	what := "claim " + quoteForError(req.Source)
+	switch {
 	case err == nil:
 		var gone int64
 		if derr := s.queryRow(cctx, s.sql.unclaim, []any{info.ID}, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {

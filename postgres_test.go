@@ -390,9 +390,10 @@ func TestMigrateConcurrent(t *testing.T) {
 
 // schemaDesc describes a runs table as the catalog sees it.
 type schemaDesc struct {
-	Columns []columnDesc
-	Indexes []string // index definitions with the index name cut out
-	Names   []string // index names
+	Columns   []columnDesc
+	Indexes   []string // index definitions with the index name cut out
+	Names     []string // index names
+	Functions []string // the schema's functions: name(argument types)
 }
 
 type columnDesc struct {
@@ -445,6 +446,14 @@ FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDE
 	}
 	slices.Sort(d.Indexes)
 	slices.Sort(d.Names)
+	rows, err = pool.Query(ctx, `SELECT p.proname || '(' || pg_catalog.oidvectortypes(p.proargtypes) || ')'
+FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Functions, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
 	return d
 }
 
@@ -468,7 +477,8 @@ func wantSchema(table string) schemaDesc {
 			"CREATE UNIQUE INDEX USING btree (id)",
 			"CREATE UNIQUE INDEX USING btree (source) WHERE (status = 'running'::text)",
 		},
-		Names: []string{table + "_history", table + "_pkey", table + "_running"},
+		Names:     []string{table + "_history", table + "_pkey", table + "_running"},
+		Functions: []string{table + "_claim(bigint, text, text, bigint, bigint, bigint)"},
 	}
 }
 
@@ -519,8 +529,9 @@ WHERE ns.nspname = $1 AND c.relname = $2 AND c.relkind = 'r'`, schema, table).Sc
 }
 
 // TestTableNameLimits: the longest table name accepted still gives both
-// indexes their full names (Postgres would silently cut an identifier over
-// 63 bytes), and invalid names are refused with an error naming WithTable.
+// indexes and the claim function their full names (Postgres would silently
+// cut an identifier over 63 bytes), and invalid names are refused with an
+// error naming WithTable.
 func TestTableNameLimits(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -548,6 +559,12 @@ func TestTableNameLimits(t *testing.T) {
 	got := describeSchema(t, db.Pool, "public", long)
 	if diff := cmp.Diff(wantSchema(long).Names, got.Names); diff != "" {
 		t.Errorf("index names of a 55-byte table (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantSchema(long).Functions, got.Functions); diff != "" {
+		t.Errorf("the claim function of a 55-byte table (-want +got):\n%s", diff)
+	}
+	if runclaim.ClaimSchema(store) != runclaim.LatestSchemaVersion {
+		t.Errorf("the store claims by version %d, want %d: the function", runclaim.ClaimSchema(store), runclaim.LatestSchemaVersion)
 	}
 	run, err := newClaimer(t, store).Claim(t.Context(), "src")
 	if err != nil {

@@ -176,41 +176,48 @@ func TestLeastPrivilege(t *testing.T) {
 			seqUsage, seqUpdate, canCreate, canCreateDB)
 	}
 
+	// Both forms of the claim: the function, through PUBLIC's EXECUTE on
+	// it, and the batch.
+	for _, f := range claimForms {
+		fstore := formStore(t, pool, f, runclaim.WithTable(e.schema, runclaim.DefaultTable))
+		a := newClaimer(t, fstore, runclaim.WithOwner("a"), runclaim.WithLease(time.Second))
+		b := newClaimer(t, fstore, runclaim.WithOwner("b"))
+		src, deadSrc := "src-"+f.name, "dead-"+f.name
+		run, err := a.Claim(ctx, src)
+		if err != nil {
+			t.Fatalf("%s: Claim as the application: %v", f.name, err)
+		}
+		if _, err := b.Claim(ctx, src); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+			t.Errorf("%s: losing Claim as the application: %v, want ErrAlreadyRunning", f.name, err)
+		}
+		if err := run.Heartbeat(ctx); err != nil {
+			t.Errorf("Heartbeat as the application: %v", err)
+		}
+		if err := run.Finish(ctx, errors.New("boom")); err != nil {
+			t.Errorf("Finish as the application: %v", err)
+		}
+		if err := b.Do(ctx, src, func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+			t.Errorf("%s: Do as the application: %v", f.name, err)
+		}
+		// A takeover: the claim marks the dead holder's run expired.
+		dead, err := a.Claim(ctx, deadSrc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 10*time.Second, 5*time.Millisecond, "the lease to end", func() bool { return dbNow(t, e.db.Pool).After(dead.LeaseUntil) })
+		next, err := b.Claim(ctx, deadSrc)
+		if err != nil {
+			t.Errorf("%s: takeover Claim as the application: %v", f.name, err)
+		} else if err := next.Finish(ctx, nil); err != nil {
+			t.Error(err)
+		}
+		if h, err := store.History(ctx, src, 10); err != nil || len(h) != 2 {
+			t.Errorf("History as the application: %d runs, %v; want 2", len(h), err)
+		}
+	}
 	a := newClaimer(t, store, runclaim.WithOwner("a"), runclaim.WithLease(time.Second))
-	b := newClaimer(t, store, runclaim.WithOwner("b"))
-	run, err := a.Claim(ctx, "src")
-	if err != nil {
-		t.Fatalf("Claim as the application: %v", err)
-	}
-	if _, err := b.Claim(ctx, "src"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
-		t.Errorf("losing Claim as the application: %v, want ErrAlreadyRunning", err)
-	}
-	if err := run.Heartbeat(ctx); err != nil {
-		t.Errorf("Heartbeat as the application: %v", err)
-	}
-	if err := run.Finish(ctx, errors.New("boom")); err != nil {
-		t.Errorf("Finish as the application: %v", err)
-	}
-	if err := b.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
-		t.Errorf("Do as the application: %v", err)
-	}
-	// A takeover: the claim marks the dead holder's run expired.
-	dead, err := a.Claim(ctx, "dead")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 10*time.Second, 5*time.Millisecond, "the lease to end", func() bool { return dbNow(t, e.db.Pool).After(dead.LeaseUntil) })
-	next, err := b.Claim(ctx, "dead")
-	if err != nil {
-		t.Errorf("takeover Claim as the application: %v", err)
-	} else if err := next.Finish(ctx, nil); err != nil {
-		t.Error(err)
-	}
 	if _, _, err := store.Running(ctx, ""); err != nil {
 		t.Errorf("Running as the application: %v", err)
-	}
-	if h, err := store.History(ctx, "src", 10); err != nil || len(h) != 2 {
-		t.Errorf("History as the application: %d runs, %v; want 2", len(h), err)
 	}
 	held, err := a.Claim(ctx, "held")
 	if err != nil {
@@ -219,21 +226,24 @@ func TestLeastPrivilege(t *testing.T) {
 	if _, err := store.Release(ctx, held.ID, ""); err != nil {
 		t.Errorf("Release as the application: %v", err)
 	}
-	if n, err := store.Prune(ctx, 0); err != nil || n != 2 {
-		t.Errorf("Prune as the application: deleted %d, %v; want 2 (the older runs of src and dead)", n, err)
+	if n, err := store.Prune(ctx, 0); err != nil || n != 4 {
+		t.Errorf("Prune as the application: deleted %d, %v; want 4 (the older runs of src and dead, in both forms)", n, err)
 	}
 
 	// The explicit form, under a repeatable read default for the role.
 	admin(t, e.db, fmt.Sprintf("ALTER ROLE %s IN DATABASE %s SET default_transaction_isolation = 'repeatable read'",
 		e.app.name, pgx.Identifier{e.db.Name}.Sanitize()))
-	rr := newClaimer(t, e.store(t, e.pool(t, e.app, nil)))
-	for range 2 {
-		run, err := rr.Claim(ctx, "rr")
-		if err != nil {
-			t.Fatalf("Claim as the application under a repeatable read default: %v", err)
-		}
-		if err := run.Finish(ctx, nil); err != nil {
-			t.Fatal(err)
+	rrPool := e.pool(t, e.app, nil)
+	for _, f := range claimForms {
+		rr := newClaimer(t, formStore(t, rrPool, f, runclaim.WithTable(e.schema, runclaim.DefaultTable)))
+		for range 2 {
+			run, err := rr.Claim(ctx, "rr")
+			if err != nil {
+				t.Fatalf("%s: Claim as the application under a repeatable read default: %v", f.name, err)
+			}
+			if err := run.Finish(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 
@@ -259,6 +269,65 @@ func TestLeastPrivilege(t *testing.T) {
 		if _, err := pool.Exec(ctx, sql); pgCode(err) != "42501" {
 			t.Errorf("as the application, %s: %v, want 42501", sql, err)
 		}
+	}
+}
+
+// TestClaimFunctionExecute: the claim function needs EXECUTE, which a new
+// function grants to PUBLIC and which the owner does not revoke (the
+// function is SECURITY INVOKER: EXECUTE lets a role do nothing it could not
+// do by sending the batch). Where EXECUTE is revoked from PUBLIC (as
+// ALTER DEFAULT PRIVILEGES ... REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC does
+// for new functions), a claim fails with a wrapped 42501 that names the
+// grant, writes nothing, and works once the README's GRANT EXECUTE is run.
+// A role with EXECUTE but no privileges on the table cannot claim through
+// the function.
+func TestClaimFunctionExecute(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	e := newPrivEnv(t)
+	ownerPool := e.pool(t, e.owner, nil)
+	appStore := formStore(t, e.pool(t, e.app, nil), claimForms[1], runclaim.WithTable(e.schema, runclaim.DefaultTable))
+	fn := runclaim.ClaimFuncName(appStore) + runclaim.ClaimFuncArgs
+	var public bool
+	if err := e.db.Pool.QueryRow(ctx, "SELECT has_function_privilege('public', $1, 'EXECUTE')", fn).Scan(&public); err != nil || !public {
+		t.Fatalf("PUBLIC's EXECUTE on %s after Migrate: %v, %v; want true", fn, public, err)
+	}
+
+	owner := func(sql string) {
+		t.Helper()
+		if _, err := ownerPool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	owner("REVOKE EXECUTE ON FUNCTION " + fn + " FROM PUBLIC")
+	before := readState(t, e.db.Pool, appStore.Table())
+	_, err := newClaimer(t, appStore).Claim(ctx, "src")
+	if pgCode(err) != "42501" || !strings.Contains(err.Error(), "EXECUTE on function "+fn) || !strings.HasPrefix(err.Error(), "runclaim: claim ") {
+		t.Errorf("Claim without EXECUTE on the function: %v, want a wrapped 42501 naming the grant", err)
+	}
+	if after := readState(t, e.db.Pool, appStore.Table()); after != before {
+		t.Errorf("a claim refused EXECUTE changed the table: %+v, then %+v", before, after)
+	}
+	// The README's grant.
+	owner(fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", fn, e.app.name))
+	if err := newClaimer(t, appStore).Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+		t.Errorf("Do with EXECUTE granted to the application: %v", err)
+	}
+
+	// EXECUTE alone is not enough: the function runs as its caller.
+	sfx := randomSuffix(t)
+	nobody := role{"rc_nobody_" + sfx, "s3cr3t-N0b0dy-" + sfx}
+	admin(t, e.db, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", nobody.name, nobody.password))
+	t.Cleanup(func() { dropRole(t, e.db, nobody.name) })
+	owner(fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", pgx.Identifier{e.schema}.Sanitize(), nobody.name))
+	owner(fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", fn, nobody.name))
+	before = readState(t, e.db.Pool, appStore.Table())
+	nobodyStore := formStore(t, e.pool(t, nobody, nil), claimForms[1], runclaim.WithTable(e.schema, runclaim.DefaultTable))
+	if _, err := newClaimer(t, nobodyStore).Claim(ctx, "other"); pgCode(err) != "42501" {
+		t.Errorf("Claim by a role with EXECUTE but no privilege on the table: %v, want 42501", err)
+	}
+	if after := readState(t, e.db.Pool, appStore.Table()); after != before {
+		t.Errorf("a refused claim changed the table: %+v, then %+v", before, after)
 	}
 }
 

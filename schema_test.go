@@ -128,26 +128,27 @@ func (s *v1Store) Finish(ctx context.Context, req runclaim.FinishRequest) error 
 	return runclaim.ErrLeaseLost
 }
 
-// mixedStore sends every other claim through old and the rest through
-// new, and each run's heartbeats and finish through the store that
-// claimed it: replicas of two releases on one table.
+// mixedStore sends its claims through its stores in turn, and each run's
+// heartbeats and finish through the store that claimed it: replicas of
+// several releases, or in several forms, on one table.
 type mixedStore struct {
-	old, new runclaim.Store
-	n        atomic.Int64
-	mu       sync.Mutex
-	byRun    map[int64]runclaim.Store
-	oldWins  atomic.Int64
-	newWins  atomic.Int64
+	stores []runclaim.Store
+	wins   []atomic.Int64 // by store
+	n      atomic.Int64
+	mu     sync.Mutex
+	byRun  map[int64]runclaim.Store
+}
+
+func newMixedStore(stores ...runclaim.Store) *mixedStore {
+	return &mixedStore{stores: stores, wins: make([]atomic.Int64, len(stores)), byRun: map[int64]runclaim.Store{}}
 }
 
 func (m *mixedStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
-	s, wins := m.new, &m.newWins
-	if m.n.Add(1)%2 == 0 {
-		s, wins = m.old, &m.oldWins
-	}
+	i := int(m.n.Add(1) % int64(len(m.stores)))
+	s := m.stores[i]
 	info, err := s.Claim(ctx, req)
 	if err == nil {
-		wins.Add(1)
+		m.wins[i].Add(1)
 		m.mu.Lock()
 		m.byRun[info.ID] = s
 		m.mu.Unlock()
@@ -339,19 +340,24 @@ func TestUpgradeFromV1(t *testing.T) {
 }
 
 // Replicas of the first release and of this one claim the same sources on
-// one upgraded table, under contention: no double runs, no errors.
+// one upgraded table, under contention: no double runs, no errors. This
+// release's replicas claim in both forms: with the function, and with the
+// batch, as a replica that started before the migration added the function
+// still does.
 func TestRollingUpgrade(t *testing.T) {
 	db := pgtest.New(t)
 	pool := contentionPool(t, db, "")
 	table := createV1Table(t, pool)
-	store := migratedStore(t, pool)
-	mixed := &mixedStore{old: newV1Store(pool, table), new: store, byRun: map[int64]runclaim.Store{}}
+	migratedStore(t, pool)
+	mixed := newMixedStore(newV1Store(pool, table), formStore(t, pool, claimForms[0]), formStore(t, pool, claimForms[1]))
 	sources := []string{"a", "b"}
 	res := contend(t, mixed, sources, 16)
 	checkContention(t, db.Pool, table, sources, res)
-	t.Logf("wins: %d by first-release replicas, %d by this release's", mixed.oldWins.Load(), mixed.newWins.Load())
-	if mixed.oldWins.Load() < 10 || mixed.newWins.Load() < 10 {
-		t.Errorf("one release barely won: %d and %d", mixed.oldWins.Load(), mixed.newWins.Load())
+	t.Logf("wins: %d by first-release replicas, %d by this release's batch, %d by its function", mixed.wins[0].Load(), mixed.wins[1].Load(), mixed.wins[2].Load())
+	for i, what := range []string{"the first release", "the batch", "the function"} {
+		if n := mixed.wins[i].Load(); n < 10 {
+			t.Errorf("%s barely won: %d", what, n)
+		}
 	}
 }
 

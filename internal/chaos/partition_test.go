@@ -362,10 +362,35 @@ func TestPartitionLatencySpike(t *testing.T) {
 //   - a later claim of the source succeeds at once when there is no row,
 //     is refused with the committed run as the holder when there is one,
 //     and takes over once that run's lease has ended.
+//
+// It runs on a table at the latest schema version, where a claim is one
+// call of the claim function, and on one at version 2, where it is the
+// three-statement batch.
 func TestPartitionClaimCutMidBatch(t *testing.T) {
+	for _, version := range []int{runclaim.LatestSchemaVersion, 2} {
+		t.Run(fmt.Sprintf("version=%d", version), func(t *testing.T) {
+			testPartitionClaimCut(t, version)
+		})
+	}
+}
+
+// migrateTo brings pool's default table to version with the exported
+// steps, as a migration tool would.
+func migrateTo(t *testing.T, pool *pgxpool.Pool, version int) {
+	t.Helper()
+	for _, m := range newStore(t, pool).Migrations() {
+		if m.Version <= version {
+			if _, err := pool.Exec(context.Background(), m.Up); err != nil {
+				t.Fatalf("schema step %d: %v", m.Version, err)
+			}
+		}
+	}
+}
+
+func testPartitionClaimCut(t *testing.T, version int) {
 	db := pgtest.New(t)
 	direct := db.Pool
-	migrated(t, direct)
+	migrateTo(t, direct, version)
 	px := startProxy(t, db)
 	const app = "chaos-cut"
 	proxied := proxiedPool(t, db, px, func(cfg *pgxpool.Config) {
@@ -381,8 +406,10 @@ func TestPartitionClaimCutMidBatch(t *testing.T) {
 	ctx := context.Background()
 
 	// The size of one claim on a warm connection. Sources of equal length
-	// give batches of equal size.
+	// give batches of equal size. (A new store's first claim also reads the
+	// schema version: the second warm-up is a claim as all later ones.)
 	warmUp(t, p, "warm-00")
+	warmUp(t, p, "warm-0a")
 	before := px.Stats().BytesToServer
 	probe, err := p.Claim(ctx, "cut-pr")
 	if err != nil {

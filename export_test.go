@@ -1,0 +1,27 @@
+package runclaim
+
+import "time"
+
+// Hooks for the external tests (package runclaim_test); this file is
+// compiled only into the test binary.
+
+// SetClaimSchema makes s claim as on a table of schema version v: with the
+// function from claimFuncVersion on, as the batch before it. With a long
+// SetSchemaRecheck first, that pins the form, so that benchmarks and tests
+// can run both forms on one table.
+func SetClaimSchema(s *PostgresStore, v int) { s.schemaVer.set(v) }
+
+// SetSchemaRecheck sets how long s goes by a version without the function
+// before it reads the version again (schemaRecheck by default). Call it
+// before s is used.
+func SetSchemaRecheck(s *PostgresStore, d time.Duration) { s.schemaVer.recheck = d }
+
+// ClaimSchema returns the schema version s claims by (0: not known yet).
+func ClaimSchema(s *PostgresStore) int { return int(s.schemaVer.version.Load()) }
+
+// ClaimFuncName returns the quoted, schema-qualified name of s's claim
+// function, and ClaimFuncArgs its argument types.
+func ClaimFuncName(s *PostgresStore) string { return s.claimFunc() }
+
+// ClaimFuncArgs are the claim function's argument types.
+const ClaimFuncArgs = claimFuncArgs
