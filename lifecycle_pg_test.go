@@ -426,43 +426,51 @@ func net2addr(host string, port uint16) string {
 // Rule: a claim never waits for another holder, and waits for a lock on
 // the runs table (DDL, VACUUM FULL, LOCK TABLE) at most about a second: it
 // then fails with a wrapped 55P03 and writes nothing, whatever the
-// session's lock_timeout (none here). In pgx's default mode this holds
-// once the connection has prepared the claim's statements: preparing them
-// parses them, which waits for the table lock before any statement of the
-// claim has run.
+// session's lock_timeout (none here). The function form (schema version 3)
+// sets the bound before it touches the table, also on a connection that
+// has never claimed. The batch (a table at version 2, and a new store's
+// first claim) holds to it once the connection has prepared its
+// statements: preparing them parses them, which waits for the table lock
+// before any statement of the claim has run.
 func TestClaimTableLockBounded(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
-	store, err := runclaim.NewPostgresStore(db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newClaimer(t, store)
-	warm, err := c.Claim(t.Context(), "warm") // statements prepared: the wait is the table lock's
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Finish(t.Context(), nil); err != nil {
-		t.Fatal(err)
-	}
-	before := readState(t, db.Pool, store.Table())
-	unlock := lockTable(t, db.Pool, store.Table())
-	defer unlock()
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		_, err := c.Claim(ctx, "src")
-		done <- err
-	}()
-	err = awaitRecv(t, done, 30*time.Second, "the claim to give up on the table lock")
-	checkRealError(t, err, "runclaim: claim")
-	if pgCode(err) != "55P03" {
-		t.Errorf("claim on a locked table = %v, want a wrapped 55P03", err)
-	}
-	unlock()
-	if after := readState(t, db.Pool, store.Table()); after != before {
-		t.Errorf("the claim changed the table from %+v to %+v", before, after)
+	for _, f := range claimForms {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			migratedStore(t, db.Pool)
+			pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
+			store := formStore(t, pool, f)
+			c := newClaimer(t, store)
+			warm, err := c.Claim(t.Context(), "warm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Finish(t.Context(), nil); err != nil {
+				t.Fatal(err)
+			}
+			if f.version >= 3 {
+				pool.Reset() // the claim below runs on a new connection
+			}
+			before := readState(t, db.Pool, store.Table())
+			unlock := lockTable(t, db.Pool, store.Table())
+			defer unlock()
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				_, err := c.Claim(ctx, "src")
+				done <- err
+			}()
+			err = awaitRecv(t, done, 30*time.Second, "the claim to give up on the table lock")
+			checkRealError(t, err, "runclaim: claim")
+			if pgCode(err) != "55P03" {
+				t.Errorf("claim on a locked table = %v, want a wrapped 55P03", err)
+			}
+			unlock()
+			if after := readState(t, db.Pool, store.Table()); after != before {
+				t.Errorf("the claim changed the table from %+v to %+v", before, after)
+			}
+		})
 	}
 }
