@@ -510,7 +510,15 @@ func TestDoCancelsAtLocalLeaseEnd(t *testing.T) {
 	if got := cancelledAt.Sub(start); got < lease-lease/4 {
 		t.Errorf("cancelled %v after the claim was sent: too early for a lease of %v", got, lease)
 	}
-	if row := loadRun(t, db.Pool, store.Table(), id); row.Status != "failed" {
-		t.Errorf("status %s, want failed", row.Status)
+	// Do records the outcome as failed, if its Finish reaches the database
+	// before the lease ends there (the margin is 50 ms here), or, on a
+	// machine too loaded for that, the database records the run as expired:
+	// a lease that has ended is lost (G2). Never succeeded, never running.
+	switch row := loadRun(t, db.Pool, store.Table(), id); row.Status {
+	case "failed":
+	case "expired":
+		t.Logf("Do's Finish reached the database after the lease had ended there: recorded as expired")
+	default:
+		t.Errorf("status %s, want failed (or expired, if Do's Finish came after the lease's end)", row.Status)
 	}
 }
