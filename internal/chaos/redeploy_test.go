@@ -107,7 +107,11 @@ func TestRedeployChild(t *testing.T) {
 			Claimed: func(e runclaim.ClaimedEvent) { record("C %s %d won", e.Run.Source, e.Duration.Microseconds()) },
 			Skipped: func(e runclaim.SkippedEvent) { record("C %s %d skipped", e.Source, e.Duration.Microseconds()) },
 			ClaimFailed: func(e runclaim.ClaimFailedEvent) {
-				record("C %s %d failed %q", e.Source, e.Duration.Microseconds(), e.Err)
+				outcome := "failed"
+				if term.Err() != nil && errors.Is(e.Err, context.Canceled) {
+					outcome = "shutdown" // claimed as SIGTERM came: the replica's own cancellation
+				}
+				record("C %s %d %s %q", e.Source, e.Duration.Microseconds(), outcome, e.Err)
 			},
 		}))
 	if err != nil {
