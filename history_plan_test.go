@@ -144,6 +144,21 @@ func (n planNode) summary(b *strings.Builder, depth int) {
 	}
 }
 
+// explainJSON returns the plan of exec (an EXECUTE of prepared statement
+// sql) in tx, parsed, and as EXPLAIN (FORMAT JSON) printed it.
+func explainJSON(t *testing.T, tx pgx.Tx, exec, sql string) (planNode, string) {
+	t.Helper()
+	var out string
+	if err := tx.QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+exec).Scan(&out); err != nil {
+		t.Fatalf("EXPLAIN %s: %v", sql, err)
+	}
+	var plans []struct{ Plan planNode }
+	if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("EXPLAIN %s: unexpected output %s (%v)", sql, out, err)
+	}
+	return plans[0].Plan, out
+}
+
 // walk calls f on n and every node below it.
 func (n planNode) walk(f func(planNode)) {
 	f(n)
@@ -247,16 +262,9 @@ func TestHistoryPlansUseIndexes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var out string
-				if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+exec).Scan(&out); err != nil {
-					t.Fatalf("EXPLAIN %s: %v", s.sql, err)
-				}
-				var plans []struct{ Plan planNode }
-				if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 1 {
-					t.Fatalf("EXPLAIN %s: unexpected output %s (%v)", s.sql, out, err)
-				}
+				plan, out := explainJSON(t, tx, exec, s.sql)
 				usesIndex := false
-				plans[0].Plan.walk(func(n planNode) {
+				plan.walk(func(n planNode) {
 					if n.RelationName == table && n.NodeType == "Seq Scan" {
 						t.Errorf("%s: a sequential scan of %s in:\n%s\nplan: %s", mode, table, s.sql, out)
 					}

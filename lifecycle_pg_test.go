@@ -50,18 +50,7 @@ func TestPostgresRunFinishConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusFailed, Error: "boom"}
-		var wg sync.WaitGroup
-		errs := make([]error, 8)
-		start := make(chan struct{})
-		for i := range errs {
-			wg.Go(func() {
-				<-start
-				errs[i] = store.Finish(t.Context(), req)
-			})
-		}
-		close(start)
-		wg.Wait()
-		for i, err := range errs {
+		for i, err := range atOnce(8, func() error { return store.Finish(t.Context(), req) }) {
 			if err != nil {
 				t.Errorf("round %d: store Finish #%d: %v", round, i, err)
 			}

@@ -220,23 +220,29 @@ func finishConcurrently(t *testing.T, c *runclaim.Claimer) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		errs := make([]error, 8)
-		start := make(chan struct{})
-		for i := range errs {
-			wg.Go(func() {
-				<-start
-				errs[i] = run.Finish(t.Context(), nil)
-			})
-		}
-		close(start)
-		wg.Wait()
-		for i, err := range errs {
+		for i, err := range atOnce(8, func() error { return run.Finish(t.Context(), nil) }) {
 			if err != nil {
 				t.Errorf("round %d: Finish #%d: %v", round, i, err)
 			}
 		}
 	}
+}
+
+// atOnce calls f from n goroutines released together and returns what
+// each call returned.
+func atOnce(n int, f func() error) []error {
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			<-start
+			errs[i] = f()
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
 }
 
 // Rule: a lease that has ended by the store's clock is lost, whether or not

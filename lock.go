@@ -204,19 +204,7 @@ func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explici
 	if !explicit {
 		err = s.db.QueryRow(ctx, s.sql.call, r.args[:]...).Scan(r.dest[:]...)
 	} else {
-		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
-		b.Queue(beginSQL)
-		b.Queue(s.sql.call, r.args[:]...)
-		b.Queue(commitSQL)
-		br := s.db.SendBatch(ctx, b)
-		if _, err = br.Exec(); err == nil {
-			if err = br.QueryRow().Scan(r.dest[:]...); err == nil {
-				_, err = br.Exec()
-			}
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+		err = s.explicitQueryRow(ctx, s.sql.call, r.args[:], r.dest[:]...)
 	}
 	// The function names the level only when it refuses to claim under it,
 	// and returns one run: the one it inserted, or the source's running one.

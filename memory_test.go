@@ -3,11 +3,11 @@ package runclaim_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/testclock"
 )
 
 // The Store behaviour that every backend shares is checked by package
@@ -15,28 +15,9 @@ import (
 // file checks what only an injected clock can show exactly: lease and
 // interval boundaries, to the nanosecond, without sleeping.
 
-// manualClock is a clock for WithClock that moves only when told to.
-type manualClock struct {
-	mu  sync.Mutex // protects now
-	now time.Time
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d and returns the new time.
-func (c *manualClock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
+// newManualClock returns a clock for WithClock that moves only when told to.
+func newManualClock() *testclock.Clock {
+	return testclock.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 func memClaim(t *testing.T, s runclaim.Store, source, owner string, lease, minInterval time.Duration) (runclaim.RunInfo, error) {

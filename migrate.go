@@ -50,16 +50,14 @@ type Migration struct {
 // versionComment is the table comment that records a schema version.
 const versionComment = "runclaim schema version "
 
-var versionCommentRE = regexp.MustCompile(`^runclaim schema version ([0-9]+)$`)
+var versionCommentRE = regexp.MustCompile("^" + versionComment + "([0-9]+)$")
 
 // Migrations returns the steps of the schema, oldest first, written for the
 // store's table and schema (see WithTable). Applying every Up in order is
 // what Migrate does.
 func (s *PostgresStore) Migrations() []Migration {
 	t := s.Table()
-	comment := func(v int) string {
-		return fmt.Sprintf("COMMENT ON TABLE %s IS '%s%d';\n", t, versionComment, v)
-	}
+	comment := s.versionCommentSQL
 	v1 := s.tableSQL() + comment(1)
 	if s.schema != DefaultSchema {
 		v1 = fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize()) + v1
@@ -102,6 +100,12 @@ func (s *PostgresStore) SchemaSQL() string {
 		b.WriteString(m.Up)
 	}
 	return b.String()
+}
+
+// versionCommentSQL is the statement that records schema version v in the
+// table's comment.
+func (s *PostgresStore) versionCommentSQL(v int) string {
+	return fmt.Sprintf("COMMENT ON TABLE %s IS '%s%d';\n", s.Table(), versionComment, v)
 }
 
 // tableSQL is the DDL of version 1 without the CREATE SCHEMA statement.
@@ -228,7 +232,7 @@ func (s *PostgresStore) Migrate(ctx context.Context) error {
 		}
 		up := m.Up
 		if m.Version == 1 && schemaExists {
-			up = s.tableSQL() + fmt.Sprintf("COMMENT ON TABLE %s IS '%s1';\n", s.Table(), versionComment)
+			up = s.tableSQL() + s.versionCommentSQL(1)
 		}
 		if err := s.applyStep(ctx, m, up); err != nil {
 			return err

@@ -1,7 +1,6 @@
 package runclaim_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -108,16 +107,9 @@ func TestPlanIndexesPerStatement(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var out string
-				if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+exec).Scan(&out); err != nil {
-					t.Fatalf("EXPLAIN %s: %v", s.sql, err)
-				}
-				var plans []struct{ Plan planNode }
-				if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 1 {
-					t.Fatalf("EXPLAIN %s: unexpected output %s (%v)", s.sql, out, err)
-				}
+				plan, out := explainJSON(t, tx, exec, s.sql)
 				var used []string
-				plans[0].Plan.walk(func(n planNode) {
+				plan.walk(func(n planNode) {
 					if n.IndexName != "" && !slices.Contains(used, n.IndexName) {
 						used = append(used, n.IndexName)
 					}

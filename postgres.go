@@ -363,6 +363,12 @@ func (s *PostgresStore) queryRow(ctx context.Context, sql string, args []any, de
 		}
 		s.explicit.Store(true)
 	}
+	return s.explicitQueryRow(ctx, sql, args, dest...)
+}
+
+// explicitQueryRow runs a one-row statement inside BEGIN ISOLATION LEVEL
+// READ COMMITTED ... COMMIT, sent as one batch, and scans its row into dest.
+func (s *PostgresStore) explicitQueryRow(ctx context.Context, sql string, args []any, dest ...any) error {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
 	b.Queue(beginSQL)
 	b.Queue(sql, args...)

@@ -3,32 +3,14 @@ package cronlock_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/robfig/cron/v3"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/cronlock"
+	"github.com/runclaim/runclaim/internal/testclock"
 )
-
-// fakeClock is a settable clock for the memory store.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // TestSplayWindow checks the window on a store with a fake clock, for both
 // wrappers: after a run starts, the other replica's tick is skipped as too
@@ -50,7 +32,7 @@ func TestSplayWindow(t *testing.T) {
 	} {
 		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
 			t.Run(tc.name+"/"+variant, func(t *testing.T) {
-				clk := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+				clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 				store := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
 				log := &recorder{}
 				ran := map[string]int{}

@@ -12,25 +12,8 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/gocronlock"
+	"github.com/runclaim/runclaim/internal/testclock"
 )
-
-// fakeClock is a settable clock for the memory store.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // lockUnlock locks key and unlocks it at once, as a 0 ms job does.
 func lockUnlock(t *testing.T, l *gocronlock.Locker, key string) error {
@@ -65,7 +48,7 @@ func TestSplayWindow(t *testing.T) {
 			[]runclaim.Option{runclaim.WithMinInterval(time.Second)}, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+			clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 			store := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
 			early := newLocker(t, newClaimer(t, store, append(tc.claim, runclaim.WithOwner("early"))...), tc.opts...)
 			late := newLocker(t, newClaimer(t, store, append(tc.claim, runclaim.WithOwner("late"))...), tc.opts...)
