@@ -223,13 +223,15 @@ func holderCutOff(t *testing.T, oneWay time.Duration) {
 // the lease: the run must survive. Another replica is refused throughout,
 // fn's context is never cancelled, and Do records success.
 //
-// With heartbeat interval h and round trip RTT, Do sends a heartbeat h after
-// the previous one returned, counts the lease from each send, and gives up
-// a margin m = (lease − 2h)/4 early, so a steady slow link keeps the run
-// while 2·RTT + h < lease − m. Here RTT is at least 800 ms (400 ms each
-// way), h = 300 ms, the lease 4 s and m 850 ms: 1.25 s of slack. (A lease
-// of 1.5 s with 600 ms each way would lose the run by design: a single
-// heartbeat would take h + RTT = 1.5 s.)
+// With heartbeat interval h and round trip RTT, Do gives each heartbeat
+// attempt T = (lease − m − h)/3, where m = (lease − 2h)/4 is the margin by
+// which it gives up early, and abandons an attempt that takes longer; a
+// steady slow link therefore keeps the run while RTT < T (which also gives
+// 2·RTT + h < lease − m, the time from one send to the next plus the
+// answer). Here RTT is at least 800 ms (400 ms each way), h = 300 ms, the
+// lease 6 s, m 1.35 s and T 1.45 s: 650 ms of slack for the proxy and a
+// loaded machine. (With a lease of 4 s, T would be 950 ms: too little slack
+// on two busy cores.)
 func TestPartitionLatencySpike(t *testing.T) {
 	db := pgtest.New(t)
 	direct := db.Pool
@@ -238,10 +240,10 @@ func TestPartitionLatencySpike(t *testing.T) {
 	proxied := proxiedPool(t, db, px, nil)
 
 	const (
-		lease      = 4 * time.Second
+		lease      = 6 * time.Second
 		heartbeat  = 300 * time.Millisecond
 		oneWay     = 400 * time.Millisecond
-		slowBeats  = 4 // 4 × (RTT + h) > lease: the slow period outlasts a lease
+		slowBeats  = 6 // 6 × (RTT + h) > lease: the slow period outlasts a lease
 		claimEvery = 100 * time.Millisecond
 		source     = "slow-link"
 	)
