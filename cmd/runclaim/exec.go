@@ -67,30 +67,43 @@ must refuse a stale holder), RUNCLAIM_SOURCE and RUNCLAIM_OWNER. With
 RUNCLAIM_NAMESPACE are removed from it. (A password in ~/.pgpass stays
 readable to any process of the same user.)
 
-The command never outlives exec. It runs in a process group of its own,
-led by a small keeper process (a second runclaim, "runclaim-exec-keeper"
-in ps), with every process it starts. If exec dies, even by SIGKILL or the
-OOM killer, the keeper kills the whole group at once, while the lease
-still keeps every other host out: the kernel closes a pipe when exec
-dies, and the keeper watches it. On Linux the command is also killed if
-the keeper itself dies (PR_SET_PDEATHSIG). Processes that leave the group
-(setsid, daemons) are not followed. On systems without process groups
-(Windows) the command is started directly and survives exec's death.
+The run ends only when no process of the command's process group is left.
+The command runs in a process group of its own, with every process it
+starts, under a small keeper process (a second runclaim,
+"runclaim-exec-keeper" in ps) that reaps the group and exits only once it
+is empty; exec records the outcome, or exits, only then. If the command
+exits (even with 0) while processes of its group are still running, exec
+sends SIGTERM to the group, then SIGKILL after --kill-grace, and waits
+until the group is empty; the outcome is still the command's exit status.
+
+The command never outlives exec: if exec dies, even by SIGKILL or the OOM
+killer, the keeper kills the whole group at once, while the lease still
+keeps every other host out: the kernel closes a pipe when exec dies, and
+the keeper watches it. On Linux the command is also killed if the keeper
+itself dies (PR_SET_PDEATHSIG).
+
+Out of reach: a process that leaves the group (setsid, setpgid, a daemon)
+is neither waited for nor killed, and may overlap the next host's run;
+exec follows a process group, not a cgroup as systemd's default kill mode
+does. On systems without process groups (Windows) the command is started
+directly: exec waits for it alone, and it survives exec's death.
 
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to exec are forwarded to the
-group; the command decides what to do and exec waits for it. A signal that
-arrives before the command has started stops exec instead.
+group. After SIGINT or SIGTERM, the group has --kill-grace to end; then
+exec sends SIGKILL to it and waits until it is empty. After SIGHUP or
+SIGQUIT the command decides what to do and exec waits for it. A signal
+that arrives before the command has started stops exec instead.
 
 If the run is lost while the command runs (an operator released it, or
 heartbeats failed for most of a lease, so that another host may take
 over), exec sends SIGTERM to the group, then SIGKILL after --kill-grace,
-and exits with --lost-exit-code. When heartbeats fail, exec starts that
-before the lease ends, and --kill-grace is bounded so that the command is
-killed while the lease still holds: by default it is half of the time
-between the stop and the lease's end, (lease - 2*heartbeat)/8, at most
-10s (1.25s with the default --lease and --heartbeat). A longer
---kill-grace is refused; lengthen --lease or shorten --heartbeat to allow
-one.
+waits until the group is empty, and exits with --lost-exit-code. When
+heartbeats fail, exec starts that before the lease ends, and --kill-grace
+is bounded so that the command is killed while the lease still holds: by
+default it is half of the time between the stop and the lease's end,
+(lease - 2*heartbeat)/8, at most 10s (1.25s with the default --lease and
+--heartbeat). A longer --kill-grace is refused; lengthen --lease or
+shorten --heartbeat to allow one.
 
 The command should not read from the terminal: it is not in the terminal's
 foreground process group.
@@ -133,7 +146,7 @@ history' is exact.`,
 			fs.DurationVar(&o.minInterval, "min-interval", 0, "skip unless the source's last run started at least this long ago")
 			fs.DurationVar(&o.heartbeat, "heartbeat", 0, "extend the lease this often (default a third of --lease)")
 			fs.StringVar(&o.owner, "owner", "", "holder name recorded with the run (default host-pid-random)")
-			fs.DurationVar(&o.killGrace, "kill-grace", 0, "after the run is lost, wait this long between SIGTERM and SIGKILL\n(at most (lease - 2*heartbeat)/8; default that, or 10s if less)")
+			fs.DurationVar(&o.killGrace, "kill-grace", 0, "when the command's group must stop (run lost, SIGINT/SIGTERM, processes left after the command exits),\nwait this long between SIGTERM and SIGKILL (at most (lease - 2*heartbeat)/8; default that, or 10s if less)")
 			fs.IntVar(&o.skipCode, "skip-exit-code", exitSkipped, "exit `code` when the source is not claimed, as flock's --conflict-exit-code (0..255)")
 			fs.IntVar(&o.errorCode, "error-exit-code", exitClaimFailed, "exit `code` when the source could not be claimed (0..255)")
 			fs.IntVar(&o.lostCode, "lost-exit-code", exitLeaseLost, "exit `code` when the run was lost while the command ran (0..255)")
@@ -242,7 +255,7 @@ func runExec(ctx context.Context, c *cli, opts any, argv []string) int {
 	defer signal.Stop(sigs)
 	claimCtx, cancelClaim := context.WithCancelCause(ctx)
 	defer cancelClaim(nil)
-	fw := &forwarder{cancel: cancelClaim}
+	fw := newForwarder(cancelClaim)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { fw.loop(sigs, done) })
@@ -335,41 +348,14 @@ func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
 		return startErr
 	}
 	x.started = true
-	type result struct {
-		status exitStatus
-		err    error
-	}
-	exited := make(chan result, 1)
-	go func() {
-		st, err := p.wait()
-		exited <- result{st, err}
-	}()
-
-	var res result
-	var stopCause error
-	select {
-	case res = <-exited:
-	case <-ctx.Done():
-		stopCause = context.Cause(ctx)
-		fmt.Fprintf(x.c.stderr, "runclaim exec: run %d of %q: %s; sending SIGTERM to the command, SIGKILL in %v\n",
-			run.ID, run.Source, x.c.redact(stopCause.Error()), x.o.killGrace)
-		x.fw.signal(syscall.SIGTERM)
-		grace := time.NewTimer(x.o.killGrace)
-		select {
-		case res = <-exited:
-			grace.Stop()
-		case <-grace.C:
-			fmt.Fprintf(x.c.stderr, "runclaim exec: the command is still running after %v; sending SIGKILL\n", x.o.killGrace)
-			x.fw.signal(syscall.SIGKILL)
-			res = <-exited
-		}
-	}
+	stopCause := x.supervise(ctx, run, p)
 	x.fw.exited()
-	if res.err != nil {
-		return res.err
+	status, err := p.result()
+	if err != nil {
+		return err
 	}
-	x.status = &res.status
-	waitErr := res.status.err()
+	x.status = &status
+	waitErr := status.err()
 	if stopCause != nil {
 		if waitErr == nil {
 			waitErr = errors.New("exit status 0")
@@ -377,6 +363,41 @@ func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
 		return fmt.Errorf("%w; stopped because %w", waitErr, stopCause)
 	}
 	return waitErr
+}
+
+// supervise waits until the command has ended and no process of its group
+// is left, which is when the run ends. It stops the group,
+// SIGTERM then SIGKILL after the kill grace, when the run is lost (ctx
+// ends; it returns the cause), when exec is told to stop (SIGINT or
+// SIGTERM, which the forwarder has passed on), and when the command ends
+// while processes of its group are still running.
+func (x *execution) supervise(ctx context.Context, run *runclaim.Run, p *proc) (stopCause error) {
+	stderr, grace := x.c.stderr, x.o.killGrace
+	select {
+	case <-p.ended():
+		return nil
+	case <-ctx.Done():
+		stopCause = context.Cause(ctx)
+		fmt.Fprintf(stderr, "runclaim exec: run %d of %q: %s; sending SIGTERM to the command, SIGKILL in %v\n",
+			run.ID, run.Source, x.c.redact(stopCause.Error()), grace)
+		x.fw.signal(syscall.SIGTERM)
+	case <-p.leftover():
+		fmt.Fprintf(stderr, "runclaim exec: %s, but processes of its group still run; sending SIGTERM to them, SIGKILL in %v\n",
+			describeExit(&p.status), grace)
+		x.fw.signal(syscall.SIGTERM)
+	case <-x.fw.stopping: // the signal is passed on already
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-p.ended():
+		return stopCause
+	case <-timer.C:
+	}
+	fmt.Fprintf(stderr, "runclaim exec: processes of the command's group are still running after %v; sending SIGKILL\n", grace)
+	x.fw.signal(syscall.SIGKILL)
+	<-p.ended()
+	return stopCause
 }
 
 // exitCode reports how the execution went and returns exec's exit code.

@@ -32,10 +32,18 @@ func signalName(sig os.Signal) string {
 // to cancelling the claim; while it runs, to its process group.
 type forwarder struct {
 	cancel context.CancelCauseFunc // cancels the claim
+	// stopping receives SIGINT or SIGTERM once one has been passed on to
+	// the running command: exec then stops its group.
+	stopping chan os.Signal
 
 	mu   sync.Mutex // protects the fields below
 	p    *proc      // the started command, nil before the start
 	done bool       // the command has exited
+}
+
+// newForwarder returns a forwarder that cancels the claim with cancel.
+func newForwarder(cancel context.CancelCauseFunc) *forwarder {
+	return &forwarder{cancel: cancel, stopping: make(chan os.Signal, 1)}
 }
 
 // loop handles signals until done is closed.
@@ -48,6 +56,12 @@ func (f *forwarder) loop(sigs <-chan os.Signal, done <-chan struct{}) {
 			case f.done:
 			case f.p != nil:
 				_ = f.p.signal(sig)
+				if sig == syscall.SIGINT || sig == syscall.SIGTERM {
+					select {
+					case f.stopping <- sig:
+					default:
+					}
+				}
 			default:
 				f.cancel(&signalError{sig})
 			}
