@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"os"
+	"os/signal"
 	"sync"
 	"syscall"
 )
+
+// forwardedSignals are passed on to the command's process group.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 // signalError is the cause of a claim cancelled by a signal.
 type signalError struct{ sig os.Signal }
@@ -44,6 +48,20 @@ type forwarder struct {
 // newForwarder returns a forwarder that cancels the claim with cancel.
 func newForwarder(cancel context.CancelCauseFunc) *forwarder {
 	return &forwarder{cancel: cancel, stopping: make(chan os.Signal, 1)}
+}
+
+// listen relays the signals exec gets to f until stop is called.
+func (f *forwarder) listen() (stop func()) {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals...)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { f.loop(sigs, done) })
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		wg.Wait()
+	}
 }
 
 // loop handles signals until done is closed.
