@@ -136,6 +136,55 @@ func TestExecGroupLostRun(t *testing.T) {
 	}
 }
 
+// TestExecGroupLeaseLapsed cuts exec off from the database while the
+// command's background child ignores SIGTERM: heartbeats fail, exec stops
+// the group before the lease ends by its own clock, and the child must be
+// dead when exec returns, while the lease, by the database clock, still
+// keeps every other host out. (The database runs on this machine, so its
+// clock and this process's agree.)
+func TestExecGroupLeaseLapsed(t *testing.T) {
+	db, store := setup(t)
+	proxy := startProxy(t, db)
+	clearEnv(t)
+	t.Setenv(envDatabaseURL, proxiedDSN(t, db, proxy))
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	stdout, stderr := outFile(t, "stdout"), outFile(t, "stderr")
+	done := make(chan int, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*testTimeout)
+	defer cancel()
+	// ExpiryMargin is (4s - 2*200ms)/4 = 900ms; the kill grace is half that.
+	go func() {
+		done <- run(ctx, []string{"exec", "--source", "group-lapsed", "--lease", "4s", "--heartbeat", "200ms",
+			"--", "sh", "-c", groupScript("wait"), "sh", pidFile}, nil, stdout, stderr)
+	}()
+	waitFile(t, pidFile, done)
+	child := readPID(t, pidFile)
+	t.Cleanup(func() { killIfFailed(t, child) })
+
+	proxy.Cut()
+	var code int
+	select {
+	case code = <-done:
+	case <-ctx.Done():
+		t.Fatal("exec did not return after its heartbeats failed")
+	}
+	returned := time.Now()
+	if alive(child) {
+		t.Fatalf("exec returned (exit code %d) while the command's background child %d still runs; stderr:\n%s", code, child, contents(t, stderr))
+	}
+	if code != exitLeaseLost {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, contents(t, stderr))
+	}
+	proxy.Pass()
+	runs := history(t, store, "group-lapsed")
+	if len(runs) != 1 || runs[0].Status != runclaim.StatusRunning {
+		t.Fatalf("history %+v; want the run, still running until its lease ends", runs)
+	}
+	if !returned.Before(runs[0].LeaseUntil) {
+		t.Fatalf("exec returned, its command's group gone, at %v, after the lease ended at %v", returned, runs[0].LeaseUntil)
+	}
+}
+
 // TestExecGroupExitWithChild lets the command exit 0 while its background
 // child runs on, ignoring SIGTERM: exec stops the child (SIGTERM, then
 // SIGKILL after the kill grace) before it records the outcome and returns.
