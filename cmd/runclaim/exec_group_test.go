@@ -183,6 +183,7 @@ func TestExecGroupLeaseLapsed(t *testing.T) {
 	if !returned.Before(runs[0].LeaseUntil) {
 		t.Fatalf("exec returned, its command's group gone, at %v, after the lease ended at %v", returned, runs[0].LeaseUntil)
 	}
+	t.Logf("exec returned, the command's group gone, %v before the lease ended", runs[0].LeaseUntil.Sub(returned))
 }
 
 // TestExecGroupExitWithChild lets the command exit 0 while its background
