@@ -345,9 +345,9 @@ func TestBadInput(t *testing.T) {
 			return store.Finish(nilCtx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, Status: runclaim.StatusSucceeded})
 		}, false, "nil context"},
 	} {
-		w0, _ := wire.counts()
+		w0, _ := wire.Counts()
 		err := tc.call()
-		w1, _ := wire.counts()
+		w1, _ := wire.Counts()
 		switch {
 		case err == nil:
 			t.Errorf("%s: no error", tc.name)
@@ -392,9 +392,9 @@ func TestRunFinishIdempotent(t *testing.T) {
 	}
 	c := newClaimer(t, store)
 	sent := func(f func() error) (int64, error) {
-		w0, _ := wire.counts()
+		w0, _ := wire.Counts()
 		err := f()
-		w1, _ := wire.counts()
+		w1, _ := wire.Counts()
 		return w1 - w0, err
 	}
 

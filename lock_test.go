@@ -565,11 +565,11 @@ func TestClaimRoundTrips(t *testing.T) {
 
 				measure := func(what string, want int64, f func() error) {
 					t.Helper()
-					w0, r0 := wire.counts()
+					w0, r0 := wire.Counts()
 					if err := f(); err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}
-					w1, r1 := wire.counts()
+					w1, r1 := wire.Counts()
 					t.Logf("%-16s %-36s %d round trips, %d writes", level, what, r1-r0, w1-w0)
 					if r1-r0 != want || w1-w0 != want {
 						t.Errorf("%s: %d round trips and %d writes, want %d of each", what, r1-r0, w1-w0, want)

@@ -76,9 +76,9 @@ func TestSplayWindow(t *testing.T) {
 // whatever happens to ctx).
 func TestJobKeepsRunAliveAfterCancel(t *testing.T) {
 	for _, sc := range stores {
-		t.Run(sc.name, func(t *testing.T) {
+		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
-			store := sc.open(t)
+			store := sc.Open(t)
 			const lease = 300 * time.Millisecond
 			claimer, err := runclaim.New(store, runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/6), runclaim.WithOwner("winding-down"))
 			if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 	"github.com/runclaim/runclaim/internal/tcpproxy"
 )
 
@@ -32,19 +33,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 const wait = 20 * time.Second
 
 // migrated returns a Postgres store on pool, with the runs table created.
-func migrated(t *testing.T, pool runclaim.Querier) *runclaim.PostgresStore {
-	t.Helper()
-	store, err := runclaim.NewPostgresStore(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return store
-}
+var migrated = sharedtest.MigratedStore
 
 func newStore(t *testing.T, pool runclaim.Querier) *runclaim.PostgresStore {
 	t.Helper()
@@ -55,14 +44,7 @@ func newStore(t *testing.T, pool runclaim.Querier) *runclaim.PostgresStore {
 	return store
 }
 
-func newClaimer(t *testing.T, store runclaim.Store, opts ...runclaim.Option) *runclaim.Claimer {
-	t.Helper()
-	c, err := runclaim.New(store, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+var newClaimer = sharedtest.NewClaimer
 
 // dbNow reads the database's clock.
 func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
