@@ -175,7 +175,11 @@ func TestLockHeartbeatsUntilUnlock(t *testing.T) {
 			store := &countingStore{Store: sc.Open(t), heartbeats: make(chan int64, 1)}
 			ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 			defer cancel()
-			const lease = 300 * time.Millisecond
+			// Three seconds, heartbeats every 300 ms: the run is lost
+			// only if no heartbeat gets through for 2.7 s, which a busy
+			// machine does not cause (a lease of 300 ms with heartbeats
+			// every 30 ms did: one heartbeat slower than 270 ms).
+			const lease = 3 * time.Second
 			holder := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/10), runclaim.WithOwner("holder"))
 			other := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("other"))
 			locker := newLocker(t, holder, gocronlock.WithPrefix("svc/"))
@@ -184,10 +188,14 @@ func TestLockHeartbeatsUntilUnlock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Wait for more heartbeats than fit in two leases, so that
-			// the source would have been free without them.
+			// Wait until the claim's own lease has ended (the claim ran
+			// before Lock returned, so a lease later by this clock is
+			// after its end by the database's too), and for heartbeats
+			// meanwhile: only they can keep the other claimer out now.
+			// Were they to stop (say, at a cancelled context), the claim
+			// below would win.
 			start := time.Now()
-			for n := 0; n < 20 || time.Since(start) < 2*lease; n++ {
+			for n := 0; n < 3 || time.Since(start) < lease+lease/10; n++ {
 				select {
 				case <-store.heartbeats:
 				case <-ctx.Done():
