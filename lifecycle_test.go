@@ -367,7 +367,12 @@ func TestMemoryStoreTooSoonWritesNothing(t *testing.T) {
 
 // Rule: fn leaving through runtime.Goexit (t.FailNow in a test's fn) is
 // recorded as failed, and Do's heartbeat goroutine is stopped.
-func TestDoGoexit(t *testing.T) {
+//
+// It runs in a synctest bubble: its timers and leases pass in no real time,
+// and a busy machine cannot starve its heartbeats.
+func TestDoGoexit(t *testing.T) { synctest.Test(t, testDoGoexit) }
+
+func testDoGoexit(t *testing.T) {
 	mem := runclaim.NewMemoryStore()
 	spy := newSpyStore(mem)
 	c := doClaimer(t, spy, runclaim.WithLease(time.Minute), runclaim.WithHeartbeat(5*time.Millisecond))
