@@ -108,14 +108,15 @@ smoke_run() {
 	echo "^(${names[*]})\$"
 }
 root="$(pwd)"
-smoke_pkgs=() smoke_names=()
+smoke_pkgs=() smoke_runs=() smoke_names=()
 for p in "${pkgs[@]}"; do
 	dir=${p#* }
 	rel=${dir#"$root"}
 	rel=${rel#/}
 	run="$(smoke_run "${rel:-.}")"
 	[[ -n $run ]] || continue
-	smoke_pkgs+=("$p|$run")
+	smoke_pkgs+=("$p")
+	smoke_runs+=("$run")
 	smoke_names+=("${p%% *}")
 done
 smoke_need="$(
@@ -172,10 +173,10 @@ half=$(((n + 1) / 2))
 			printf '%s\0%s\0%s\0\0' "${full[$i]}" "${p%% *}" "${p#* }"
 		done
 	done
-	for sp in "${smoke_pkgs[@]}"; do
-		p=${sp%|*}
+	for i in "${!smoke_pkgs[@]}"; do
+		p=${smoke_pkgs[$i]}
 		for v in "${smokes[@]}"; do
-			printf '%s\0%s\0%s\0%s\0' "$v" "${p%% *}" "${p#* }" "${sp##*|}"
+			printf '%s\0%s\0%s\0%s\0' "$v" "${p%% *}" "${p#* }" "${smoke_runs[$i]}"
 		done
 	done
 } | xargs -0 -n 4 -P "$jobs" bash -c 'run_one "$@"' run_one
