@@ -27,6 +27,9 @@ func TestLeaseExpiry(t *testing.T) {
 	ctx := t.Context()
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
+	// A lease under a second: the test waits it out in real time, and
+	// asserts orderings by the database clock (no takeover before the
+	// lease's end, one after it), which a slow machine cannot change.
 	const lease = 300 * time.Millisecond
 	a := newClaimer(t, store, runclaim.WithOwner("a"), runclaim.WithLease(lease))
 	b := newClaimer(t, store, runclaim.WithOwner("b"))
@@ -37,7 +40,8 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 	var next *runclaim.Run
 	skips := 0
-	waitUntil(t, 10*lease, 20*time.Millisecond, "a claim to take over", func() bool {
+	// The bound catches a takeover that never comes, not a slow one.
+	waitUntil(t, 30*time.Second, 20*time.Millisecond, "a claim to take over", func() bool {
 		run, err := b.Claim(ctx, "src")
 		if err == nil {
 			next = run
