@@ -148,6 +148,17 @@ func targetOf(t *testing.T, dsn string) string {
 	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 }
 
+// partitionSetup returns the pool of a migrated database of its own
+// (replica B's path, and the test's), a proxy to it, and a pool through the
+// proxy (replica A's path).
+func partitionSetup(t *testing.T) (direct *pgxpool.Pool, px *tcpproxy.Proxy, proxied *pgxpool.Pool) {
+	t.Helper()
+	db := pgtest.New(t)
+	migrated(t, db.Pool)
+	px = startProxy(t, db)
+	return db.Pool, px, proxiedPool(t, db, px, nil)
+}
+
 // startProxy starts a proxy to the database's server, closed when the
 // test ends.
 func startProxy(t *testing.T, db *pgtest.DB) *tcpproxy.Proxy {

@@ -80,11 +80,7 @@ func TestPartitionHolderCutOff(t *testing.T) {
 }
 
 func holderCutOff(t *testing.T, oneWay time.Duration) {
-	db := pgtest.New(t)
-	direct := db.Pool
-	migrated(t, direct)
-	px := startProxy(t, db)
-	proxied := proxiedPool(t, db, px, nil)
+	direct, px, proxied := partitionSetup(t)
 
 	const (
 		lease      = 3 * time.Second
@@ -235,11 +231,7 @@ func holderCutOff(t *testing.T, oneWay time.Duration) {
 // round trip. (A lease of 6 s with 400 ms each way left 650 ms of slack,
 // and failed on two busy cores.)
 func TestPartitionLatencySpike(t *testing.T) {
-	db := pgtest.New(t)
-	direct := db.Pool
-	migrated(t, direct)
-	px := startProxy(t, db)
-	proxied := proxiedPool(t, db, px, nil)
+	direct, px, proxied := partitionSetup(t)
 
 	const (
 		lease     = 8 * time.Second
@@ -553,11 +545,7 @@ func testPartitionClaimCut(t *testing.T, version int) {
 // shutdown (SIGTERM cancelling the ctx given to Do) hits that whenever a
 // claim is in flight.
 func TestPartitionCancelledClaim(t *testing.T) {
-	db := pgtest.New(t)
-	direct := db.Pool
-	migrated(t, direct)
-	px := startProxy(t, db)
-	proxied := proxiedPool(t, db, px, nil)
+	direct, px, proxied := partitionSetup(t)
 
 	const (
 		lease  = 30 * time.Second
