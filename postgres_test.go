@@ -143,6 +143,7 @@ func poolWithIsolation(t *testing.T, db *pgtest.DB, level string, configure func
 // test if that takes longer than timeout.
 func waitUntil(t *testing.T, timeout, interval time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = sharedtest.Scale(t, timeout) // a bound, not an assertion
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(interval)

@@ -119,6 +119,7 @@ func rowByID(t *testing.T, pool *pgxpool.Pool, id int64) row {
 // locks), which no channel can announce.
 func eventually(t *testing.T, timeout, tick time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
+	timeout = sharedtest.Scale(t, timeout) // a bound, not an assertion
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	ticker := time.NewTicker(tick)

@@ -112,9 +112,9 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// EnvTimeScale names the environment variable that multiplies the real
-// time the tests that wait on it allow for the machine's slowness: their
-// bounds on waits and their slack, never what they assert. It is a
+// EnvTimeScale names the environment variable that multiplies the bounds
+// of the tests' waits for something that should happen (through Scale),
+// for a slow machine: never a lease, never what a test asserts. It is a
 // positive number; the default, 1, holds on a two-core machine with every
 // core busy (see .ci/load-test).
 const EnvTimeScale = "RUNCLAIM_TEST_TIME_SCALE"
