@@ -67,7 +67,7 @@ func majorOf(dir string) int {
 
 // needBinaries returns the binaries' directory, or skips (fails with
 // PGTEST_REQUIRED=1) the test.
-func needBinaries(t *testing.T) string {
+func needBinaries(t testing.TB) string {
 	t.Helper()
 	dir, err := binDir()
 	if err != nil {
@@ -81,7 +81,7 @@ func needBinaries(t *testing.T) string {
 
 // runAs is the user the servers run as: this process's own, or, as root,
 // postgres or else nobody.
-func runAs(t *testing.T) *syscall.Credential {
+func runAs(t testing.TB) *syscall.Credential {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		return nil
@@ -112,7 +112,7 @@ type server struct {
 // cluster is a primary, a standby streaming from it through proxy, and
 // what they need.
 type cluster struct {
-	t        *testing.T
+	t        testing.TB
 	bin      string
 	cred     *syscall.Credential
 	root     string
@@ -128,11 +128,13 @@ type clusterOptions struct {
 	sync bool
 	// settings are further primary settings, as name=value.
 	settings []string
+	// direct has the standby stream from the primary without the proxy.
+	direct bool
 }
 
 // newCluster starts a primary and a standby streaming from it through a
 // proxy, and stops both and removes their files when the test ends.
-func newCluster(t *testing.T, opts clusterOptions) *cluster {
+func newCluster(t testing.TB, opts clusterOptions) *cluster {
 	t.Helper()
 	c := &cluster{t: t, bin: needBinaries(t), cred: runAs(t), syncName: "standby1"}
 	root, err := os.MkdirTemp("", "runclaim-failover-")
@@ -187,8 +189,12 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 	c.standby = &server{name: "standby", dir: filepath.Join(root, "standby"), port: freePort(t)}
 	c.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.primary.port), "-U", "postgres",
 		"-D", c.standby.dir, "-X", "stream", "--no-sync", "-c", "fast")
+	upstream := c.proxy.Addr().Port
+	if opts.direct {
+		upstream = c.primary.port
+	}
 	c.appendConf(c.standby.dir, []string{
-		fmt.Sprintf("primary_conninfo = 'host=127.0.0.1 port=%d user=postgres application_name=%s connect_timeout=2'", c.proxy.Addr().Port, c.syncName),
+		fmt.Sprintf("primary_conninfo = 'host=127.0.0.1 port=%d user=postgres application_name=%s connect_timeout=2'", upstream, c.syncName),
 		// The old primary's synchronous standby setting would make the
 		// promoted standby wait for a standby of its own.
 		"synchronous_standby_names = ''",
@@ -379,7 +385,7 @@ func (c *cluster) chown(path string) {
 }
 
 // freePort returns a free TCP port on 127.0.0.1.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

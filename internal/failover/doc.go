@@ -7,7 +7,9 @@
 //
 // The servers are started from the binaries in PGTEST_BINDIR, or else the
 // newest /usr/lib/postgresql/*/bin holding postgres, initdb and
-// pg_basebackup (Debian's postgresql-NN package). PostgreSQL refuses to run
+// pg_basebackup (Debian's postgresql-NN package), whatever
+// PGTEST_SERVER_MAJOR says: CI installs postgresql-15 for them, while its
+// containers run other versions. PostgreSQL refuses to run
 // as root, so a test running as root starts them as the user postgres (or
 // nobody). Without binaries the tests are skipped with a message saying how
 // to run them, or fail when PGTEST_REQUIRED=1, as internal/pgtest's are.

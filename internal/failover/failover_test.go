@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,8 +144,8 @@ func TestAsyncFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Fence(t.Context(), tx, first.run); err == nil {
-		t.Errorf("Fence of the lost run %d on the new primary succeeded", first.run.ID)
+	if err := store.Fence(t.Context(), tx, first.run); err == nil || !strings.Contains(err.Error(), "failed over") {
+		t.Errorf("Fence of the lost run %d on the new primary: %v, want an error that names a failover", first.run.ID, err)
 	} else {
 		t.Logf("Fence of the lost run %d on the new primary: %v", first.run.ID, err)
 	}

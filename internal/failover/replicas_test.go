@@ -97,7 +97,7 @@ type replicas struct {
 // newPool returns a pool on dsn that finds a new primary quickly: a dead
 // connection is dropped by the health check, and no connection lives long
 // enough to stay on a server that has become a standby.
-func newPool(t *testing.T, dsn string) *pgxpool.Pool {
+func newPool(t testing.TB, dsn string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
