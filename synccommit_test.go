@@ -3,6 +3,7 @@ package runclaim_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,9 @@ func TestSynchronousCommit(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE seen (n bigserial, op text, level text);
 CREATE FUNCTION see() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+	IF TG_OP = 'INSERT' AND NEW.source = 'slow' THEN
+		PERFORM pg_catalog.pg_sleep(0.2); -- until the test has cancelled the claim
+	END IF;
 	INSERT INTO public.seen (op, level) VALUES (TG_OP, pg_catalog.current_setting('synchronous_commit'));
 	RETURN NULL;
 END $$;
@@ -101,14 +105,28 @@ CREATE TRIGGER see AFTER INSERT OR UPDATE OR DELETE ON `+plain.Table()+` FOR EAC
 			t.Fatal(err)
 		}
 		check(t, "prune", seen(t), want)
-		// A claim given up after it won deletes its run in a transaction
-		// of its own.
+		// A claim given up while the server runs it, and won, deletes its
+		// run in a transaction of its own.
 		cctx, cancel := context.WithCancel(ctx)
-		cancel()
-		if _, err := c.Claim(cctx, "c"); !errors.Is(err, context.Canceled) {
-			t.Fatalf("Claim with a cancelled context = %v, want context.Canceled", err)
+		defer cancel()
+		go func() {
+			for cctx.Err() == nil {
+				var n int
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE wait_event = 'PgSleep'`).Scan(&n); err != nil || n > 0 {
+					cancel()
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		if _, err := c.Claim(cctx, "slow"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Claim cancelled in flight = %v, want context.Canceled", err)
 		}
-		seen(t) // nothing, or the claim and its deletion
+		got := seen(t)
+		if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "DELETE ") }) {
+			t.Errorf("a claim given up after it won: the trigger saw %q, want its run deleted", got)
+		}
+		check(t, "claim given up, and its deletion", got, want)
 	}
 
 	t.Run("without", func(t *testing.T) {
