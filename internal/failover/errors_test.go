@@ -185,37 +185,48 @@ func TestFailoverErrors(t *testing.T) {
 
 	t.Run("admin shutdown", func(t *testing.T) {
 		cl := newClaimer(t, newPool(t, c.primary.dsn()+"&application_name=victim"), "victim")
-		tx, err := admin.Begin(ctx)
-		if err != nil {
+		// A claim of source "slow" stays in the server until its session
+		// is ended: its insert sleeps.
+		if _, err := admin.Exec(ctx, `CREATE FUNCTION public.slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.source = 'slow' THEN
+		PERFORM pg_catalog.pg_sleep(600);
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER slow BEFORE INSERT ON runclaim_runs FOR EACH ROW EXECUTE FUNCTION public.slow()`); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE runclaim_runs IN ACCESS EXCLUSIVE MODE`); err != nil {
-			t.Fatal(err)
-		}
+		defer func() {
+			if _, err := admin.Exec(context.Background(), `DROP TRIGGER slow ON runclaim_runs; DROP FUNCTION public.slow()`); err != nil {
+				t.Error(err)
+			}
+		}()
 		claimErr := make(chan error, 1)
 		go func() {
-			_, err := cl.Claim(ctx, "a")
+			_, err := cl.Claim(ctx, "slow")
 			claimErr <- err
 		}()
-		// The claim waits for the table lock (for at most the store's
-		// one-second lock bound): end its session as a fast shutdown would.
+		// End its session as a fast shutdown would.
 		var terminated bool
 		deadline := time.After(wait)
 		for !terminated {
 			err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) > 0 FROM pg_stat_activity
-WHERE application_name = 'victim' AND wait_event_type = 'Lock'`).Scan(&terminated)
+WHERE application_name = 'victim' AND wait_event = 'PgSleep'`).Scan(&terminated)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if terminated {
+				break
 			}
 			select {
 			case err := <-claimErr:
 				t.Fatalf("the claim ended before it could be terminated: %v", err)
 			case <-deadline:
-				t.Fatal("the claim never waited for the lock")
-			default:
+				t.Fatal("the claim never reached the server")
+			case <-time.After(5 * time.Millisecond):
 			}
 		}
-		tx.Rollback(ctx)
 		checkClaimError(t, "claim terminated by an administrator", <-claimErr, "57P01")
 		fault("heartbeat sessions terminated", func() {
 			if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'faulty'`); err != nil {

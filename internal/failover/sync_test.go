@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,7 +118,7 @@ func TestSyncFailover(t *testing.T) {
 	c.proxy.Cut()
 	rs.schedule("x")
 	waitSyncRep(t, c, primary, rs, "x")
-	c.stop(c.primary, 3)
+	c.stop(c.primary, syscall.SIGQUIT) // an immediate shutdown
 	stopped := time.Now()
 	c.promote()
 
