@@ -19,15 +19,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"github.com/runclaim/runclaim/internal/sharedtest"
 	"github.com/runclaim/runclaim/internal/tcpproxy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// wait bounds every wait for something that should happen promptly (a
+// baseWait bounds every wait for something that should happen promptly (a
 // server start, a promotion, a standby catching up). It is generous on
-// purpose: a failure to happen at all is what it catches.
-const wait = 30 * time.Second
+// purpose: a failure to happen at all is what it catches. wait is it
+// multiplied by RUNCLAIM_TEST_TIME_SCALE (see internal/sharedtest), set by
+// newCluster; the tests of this package never run in parallel.
+const baseWait = 30 * time.Second
+
+var wait = baseWait
 
 const howToRun = "to run the failover tests, install the PostgreSQL server binaries " +
 	"(Debian: apt-get install postgresql-15) or set PGTEST_BINDIR to a directory holding postgres, initdb and pg_basebackup; " +
@@ -136,6 +141,7 @@ type clusterOptions struct {
 // proxy, and stops both and removes their files when the test ends.
 func newCluster(t testing.TB, opts clusterOptions) *cluster {
 	t.Helper()
+	wait = sharedtest.Scale(t, baseWait)
 	c := &cluster{t: t, bin: needBinaries(t), cred: runAs(t), syncName: "standby1"}
 	root, err := os.MkdirTemp("", "runclaim-failover-")
 	if err != nil {
