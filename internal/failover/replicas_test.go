@@ -16,9 +16,9 @@ import (
 // the failover (an immediate shutdown, a promotion, the replicas' pools
 // finding the new primary) and, in the synchronous test, a standby cut for
 // one claim's bound (its context plus the 5 s the store gives a claim on
-// the wire) to fit well inside the time Do gives a run without a
-// successful heartbeat, (lease - 2*interval)*3/4 = 10.5 s, on a loaded
-// machine. A healthy run that is lost all the same fails the test.
+// the wire) to fit well inside the outage Do lets a run survive,
+// (3*lease - 2*interval)/4 = 10.75 s, on a loaded machine. A healthy run
+// that is lost all the same fails the test.
 const (
 	lease     = 15 * time.Second
 	heartbeat = time.Second
