@@ -52,3 +52,15 @@ func (c *Claimer) Logger() *slog.Logger { return c.cfg.logger }
 func (c *Claimer) ExpiryMargin() time.Duration {
 	return (&Run{claimer: c}).expiryMargin()
 }
+
+// HeartbeatTimeout returns how long Do and KeepAlive wait for one heartbeat
+// attempt before they abandon it and retry.
+func (c *Claimer) HeartbeatTimeout() time.Duration {
+	return (&Run{claimer: c}).attemptTimeout()
+}
+
+// RetryDelay returns how long Do and KeepAlive wait after a failed or
+// abandoned heartbeat attempt before the next.
+func (c *Claimer) RetryDelay() time.Duration {
+	return (&Run{claimer: c}).retryDelay()
+}

@@ -159,24 +159,29 @@ func (r *Run) finishedEvent(status Status, jobErr error) {
 	}
 }
 
-// failed reports an error from Heartbeat or Finish: a lost lease once, any
-// other error as a failed heartbeat (heartbeat true) or not at all.
+// lostEvent reports, once per run, that the run is lost.
+func (r *Run) lostEvent(err error) {
+	c := r.claimer
+	if c.cfg.logger != nil {
+		c.cfg.logger.LogAttrs(context.Background(), slog.LevelError, "runclaim: lease lost",
+			slog.String("source", r.Source), slog.Int64("run_id", r.ID), slog.String("cause", err.Error()))
+	}
+	if f := c.cfg.hooks.LeaseLost; f != nil {
+		f(LeaseLostEvent{Run: r, Cause: err})
+	}
+}
+
+// failed reports an error from Heartbeat or Finish: a lost lease once
+// (closing Lost), any other error as a failed heartbeat (heartbeat true)
+// or not at all.
 func (r *Run) failed(err error, heartbeat bool) {
 	c := r.claimer
 	if errors.Is(err, ErrLeaseLost) {
 		r.mu.Lock()
-		first := !r.lost
-		r.lost = true
+		first := r.setLostLocked(err)
 		r.mu.Unlock()
-		if !first {
-			return
-		}
-		if c.cfg.logger != nil {
-			c.cfg.logger.LogAttrs(context.Background(), slog.LevelError, "runclaim: lease lost",
-				slog.String("source", r.Source), slog.Int64("run_id", r.ID), slog.String("cause", err.Error()))
-		}
-		if f := c.cfg.hooks.LeaseLost; f != nil {
-			f(LeaseLostEvent{Run: r, Cause: err})
+		if first {
+			r.lostEvent(err)
 		}
 		return
 	}
