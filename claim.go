@@ -19,6 +19,7 @@ const FinishTimeout = 10 * time.Second
 type Claimer struct {
 	store Store
 	cfg   config
+	sched schedule // derived from cfg
 }
 
 // New returns a Claimer that claims sources in store. It returns an error,
@@ -27,11 +28,18 @@ func New(store Store, opts ...Option) (*Claimer, error) {
 	if isNil(store) {
 		return nil, errors.New("runclaim: New: nil Store")
 	}
-	cfg, err := buildConfig(opts)
+	cfg, err := applyOptions(config{lease: DefaultLease}, opts, "New")
 	if err != nil {
 		return nil, err
 	}
-	return &Claimer{store: store, cfg: cfg}, nil
+	sched, err := newSchedule(cfg.lease, cfg.heartbeat)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.owner == "" {
+		cfg.owner = defaultOwner()
+	}
+	return &Claimer{store: store, cfg: cfg, sched: sched}, nil
 }
 
 // Owner returns the holder name recorded with this Claimer's runs.
@@ -54,7 +62,7 @@ func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
-	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.cfg.lease, MinInterval: c.cfg.minInterval}
+	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval}
 	if err := req.Validate(); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
@@ -74,7 +82,7 @@ func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
 		claimer:     c,
 		leaseUntil:  info.LeaseUntil,
 		claimedAt:   sent,
-		localExpiry: sent.Add(c.cfg.lease),
+		localExpiry: c.sched.localEnd(sent),
 	}
 	c.claimed(run, time.Since(sent))
 	return run, nil
@@ -107,7 +115,8 @@ type Run struct {
 	leaseUntil  time.Time  // current lease end, database clock
 	localExpiry time.Time  // lease end by this process's monotonic clock
 	finished    *FinishRequest
-	finishing   chan struct{} // closed when the Finish call in flight returns; nil if none
+	finishing   bool          // a Finish call is in flight
+	finishWait  chan struct{} // closed when it returns; made by a heartbeat that waits for it
 	lostErr     error         // why the run is lost; nil until it is known lost
 	lostCh      chan struct{} // closed once lostErr is set; made by Lost
 	watch       *time.Timer   // sets lostErr by the local clock; armed by Lost
@@ -119,14 +128,6 @@ func (r *Run) Deadline() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.leaseUntil
-}
-
-// localDeadline is the end of the lease by this process's own clock: the
-// time the last successful claim or heartbeat was sent, plus the lease.
-func (r *Run) localDeadline() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.localExpiry
 }
 
 // Heartbeat extends the run's lease to a full lease from now. It returns an
@@ -147,7 +148,7 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("runclaim: heartbeat run %d: %w", r.ID, ErrFinished)
 	}
 	sent := time.Now()
-	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: r.claimer.cfg.lease})
+	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: r.claimer.sched.lease})
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			if ferr := r.finishedMeanwhile(ctx); ferr != nil {
@@ -161,7 +162,7 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	r.leaseUntil = until
-	if exp := sent.Add(r.claimer.cfg.lease); exp.After(r.localExpiry) {
+	if exp := r.claimer.sched.localEnd(sent); exp.After(r.localExpiry) {
 		r.localExpiry = exp
 	}
 	r.mu.Unlock()
@@ -174,7 +175,13 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 // nil if it is not, and ctx's error if ctx ended first.
 func (r *Run) finishedMeanwhile(ctx context.Context) error {
 	r.mu.Lock()
-	inFlight := r.finishing
+	var inFlight chan struct{}
+	if r.finishing {
+		if r.finishWait == nil {
+			r.finishWait = make(chan struct{})
+		}
+		inFlight = r.finishWait
+	}
 	r.mu.Unlock()
 	if inFlight != nil {
 		select {
@@ -229,7 +236,7 @@ func (r *Run) Lost() <-chan struct{} {
 		}
 	}
 	if r.watch == nil && r.lostErr == nil && r.finished == nil {
-		r.watch = time.AfterFunc(time.Until(r.localExpiry.Add(-r.expiryMargin())), r.checkExpiry)
+		r.watch = time.AfterFunc(time.Until(r.claimer.sched.lostAt(r.localExpiry)), r.checkExpiry)
 	}
 	return r.lostCh
 }
@@ -243,7 +250,7 @@ func (r *Run) checkExpiry() {
 		r.mu.Unlock()
 		return
 	}
-	if d := time.Until(r.localExpiry.Add(-r.expiryMargin())); d > 0 {
+	if d := time.Until(r.claimer.sched.lostAt(r.localExpiry)); d > 0 {
 		r.watch.Reset(d)
 		r.mu.Unlock()
 		return
@@ -324,9 +331,8 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 	}
 	fctx, cancel := finishContext(ctx)
 	defer cancel()
-	inFlight := make(chan struct{})
 	r.mu.Lock()
-	r.finishing = inFlight
+	r.finishing = true
 	r.mu.Unlock()
 	err := r.claimer.store.Finish(fctx, req)
 	r.mu.Lock()
@@ -334,8 +340,11 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 		r.finished = &req
 		r.stopWatchLocked()
 	}
-	r.finishing = nil
-	close(inFlight)
+	r.finishing = false
+	if r.finishWait != nil {
+		close(r.finishWait)
+		r.finishWait = nil
+	}
 	r.mu.Unlock()
 	if err != nil {
 		r.failed(err, false)

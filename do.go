@@ -136,13 +136,14 @@ type hbResult struct {
 
 // keepAlive heartbeats until stop is closed, whatever becomes of ctx, and
 // cancels ctx with ErrLeaseLost when the run is gone or its lease is about
-// to end by the local clock. Each attempt is bounded by attemptTimeout: a
+// to end by the local clock (Lost closes). It stops quietly once the run is
+// finished. Each attempt is bounded by the schedule's attempt bound: a
 // late one is abandoned (its context cancelled, which makes pgx drop the
-// connection) and retried after retryDelay, as is a failed one. When it
-// returns, every attempt it started has returned.
+// connection) and retried after the schedule's retry delay, as is a failed
+// one. When it returns, every attempt it started has returned.
 func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}) {
-	interval := r.claimer.cfg.heartbeat
-	timeout, retry := r.attemptTimeout(), r.retryDelay()
+	sched := r.claimer.sched
+	interval, timeout, retry := sched.heartbeat, sched.attempt, sched.retry
 
 	// The attempts' parent: not ended by ctx (the run outlives a cancelled
 	// ctx while fn winds down), only by keepAlive's return.
@@ -215,33 +216,6 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 	}
 }
 
-// attemptTimeout bounds one heartbeat attempt: a third of what the lease
-// leaves after the heartbeat interval and the expiry margin, so that an
-// attempt that hangs is given up in time for two more before the run is
-// cancelled.
-func (r *Run) attemptTimeout() time.Duration {
-	cfg := r.claimer.cfg
-	return (cfg.lease - r.expiryMargin() - cfg.heartbeat) / 3
-}
-
-// retryDelay is how long keepAlive waits after a failed or abandoned
-// attempt before the next: a quarter of the heartbeat interval.
-func (r *Run) retryDelay() time.Duration {
-	return r.claimer.cfg.heartbeat / 4
-}
-
-// expiryMargin is how long before the lease's end by the local clock
-// keepAlive gives up on a run without a successful heartbeat. Cancelling
-// at the end itself would be too late: the store's lease ends only as much
-// later as the claim or heartbeat took to reach it, so fn could still be
-// running when another replica takes the source over. The margin is a
-// quarter of the slack the heartbeat schedule leaves (positive, since the
-// interval is below lease/2), so one failed heartbeat still does not lose
-// the run.
-func (r *Run) expiryMargin() time.Duration {
-	return (r.claimer.cfg.lease - 2*r.claimer.cfg.heartbeat) / 4
-}
-
 // KeepAlive heartbeats the run in the background, as Do does, for callers
 // that claim with Claim and hand the run to code that Do cannot wrap (such
 // as a scheduler's lock). The returned context is derived from ctx: it ends
@@ -292,9 +266,3 @@ func (r *Run) startKeepAlive(ctx context.Context) (runCtx context.Context, cance
 		<-stopped
 	}
 }
-
-// Lease returns the lease of this Claimer's runs.
-func (c *Claimer) Lease() time.Duration { return c.cfg.lease }
-
-// HeartbeatInterval returns how often Do and KeepAlive extend a lease.
-func (c *Claimer) HeartbeatInterval() time.Duration { return c.cfg.heartbeat }

@@ -79,7 +79,10 @@ type LeaseLostEvent struct {
 
 // WithHooks sets functions called on the events of a run's life.
 func WithHooks(h Hooks) Option {
-	return func(c *config) { c.hooks = h }
+	return func(c *config) error {
+		c.hooks = h
+		return nil
+	}
 }
 
 // WithLogger makes the Claimer log what happens to its runs: claims and
@@ -88,7 +91,10 @@ func WithHooks(h Hooks) Option {
 // Warn when the caller's context had ended (a shutdown), and lost leases
 // at Error. Without it nothing is logged.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
+	return func(c *config) error {
+		c.logger = l
+		return nil
+	}
 }
 
 func (c *Claimer) claimed(run *Run, d time.Duration) {
