@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -142,4 +143,39 @@ func awaitValue[T any](t *testing.T, ch <-chan T, what string) T {
 		t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
 		panic("unreachable")
 	}
+}
+
+// TestElectorRunLost: a job of the leading scheduler reaches the
+// leadership run through Elector.Run, and its Lost channel closes once the
+// leader's heartbeats have failed for all but the expiry margin of a
+// lease: exactly then, in a synctest bubble on the memory store.
+func TestElectorRunLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &partitionable{Store: runclaim.NewMemoryStore()}
+		c := newClaimer(t, store)
+		e := newElector(t, c, "leader")
+		if r := e.Run(); r != nil {
+			t.Fatalf("Run before IsLeader = run %d, want nil", r.ID)
+		}
+		t0 := time.Now()
+		if err := e.IsLeader(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		run := e.Run()
+		if run == nil || run.Source != "leader" {
+			t.Fatalf("Run while leading = %v, want the leadership run", run)
+		}
+		store.cut.Store(true)
+		<-run.Lost()
+		if got, want := time.Since(t0), c.Lease()-c.ExpiryMargin(); got != want {
+			t.Errorf("Lost closed at t0+%v, want t0+%v", got, want)
+		}
+		if err := e.IsLeader(t.Context()); err == nil {
+			t.Error("IsLeader = nil for a leader cut off from the store")
+		}
+		if r := e.Run(); r != nil {
+			t.Errorf("Run after leadership was lost and not won back = run %d, want nil", r.ID)
+		}
+		store.cut.Store(false)
+	})
 }
