@@ -120,7 +120,7 @@ func TestLockerRunUnknownContext(t *testing.T) {
 		t.Errorf("Locker.Run(another context) = run %d, want nil", r.ID)
 	}
 	//lint:ignore SA1012 nil is the case under test
-	if r := locker.Run(nil); r != nil { //nolint:staticcheck
+	if r := locker.Run(nil); r != nil {
 		t.Errorf("Locker.Run(nil) = run %d, want nil", r.ID)
 	}
 	if err := lk.Unlock(t.Context()); err != nil {
