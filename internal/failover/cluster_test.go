@@ -1,3 +1,5 @@
+//go:build linux
+
 package failover
 
 import (
@@ -249,7 +251,9 @@ func (c *cluster) start(s *server) {
 	defer logf.Close()
 	s.cmd = exec.Command(filepath.Join(c.bin, "postgres"), "-D", s.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(s.port), "-c", "unix_socket_directories=")
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
+	// Pdeathsig: should the test binary die (a timeout, a crash) before its
+	// cleanups run, the kernel shuts the server down at once.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		c.t.Fatalf("start %s: %v", s.name, err)

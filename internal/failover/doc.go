@@ -13,4 +13,5 @@
 // as root, so a test running as root starts them as the user postgres (or
 // nobody). Without binaries the tests are skipped with a message saying how
 // to run them, or fail when PGTEST_REQUIRED=1, as internal/pgtest's are.
+// They run on Linux only.
 package failover
