@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"time"
 
@@ -12,7 +13,7 @@ func init() {
 	register(&command{
 		name:       "status",
 		summary:    "list the running runs, with owner, age and lease left",
-		usage:      "status [source]",
+		usage:      "status [source] | status --overdue D",
 		positional: 1,
 		help: `Lists the running runs of every source, or of one source, with their owner,
 age, time since the last heartbeat and lease left. Ages and leases are
@@ -22,9 +23,13 @@ A lease left of "EXPIRED (-12.3s)" means the holder stopped heartbeating: the
 next claim of the source marks the run expired and takes over. To free the
 source sooner, see 'runclaim release'.
 
+With --overdue D it lists instead every source whose newest succeeded run
+started more than D ago, or that never succeeded (see 'runclaim check').
+
 Examples:
   runclaim status
   runclaim status nightly-report
+  runclaim status --overdue 26h
   runclaim status --json | jq -r '.[] | select(.expired) | .source'
 
 JSON output: an array of
@@ -32,7 +37,11 @@ JSON output: an array of
    "heartbeat_at", "checked_at", "age_seconds", "heartbeat_age_seconds",
    "lease_left_seconds", "expired"}
 where checked_at is the database time the ages are measured at and
-lease_left_seconds is negative once the lease has passed.`,
+lease_left_seconds is negative once the lease has passed. With --overdue:
+an array of check's JSON objects (see 'runclaim check --help').`,
+		flags: func(fs *flag.FlagSet) any {
+			return fs.String("overdue", "", "list the sources without a success within `D` instead (e.g. 26h or 1d)")
+		},
 		run: runStatus,
 	})
 }
@@ -53,7 +62,10 @@ type statusJSON struct {
 	Expired             bool       `json:"expired"`
 }
 
-func runStatus(ctx context.Context, c *cli, _ any, args []string) int {
+func runStatus(ctx context.Context, c *cli, opts any, args []string) int {
+	if overdue := *opts.(*string); overdue != "" {
+		return runOverdue(ctx, c, overdue, args)
+	}
 	var source string
 	if len(args) == 1 {
 		source = args[0]
