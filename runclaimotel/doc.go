@@ -19,7 +19,9 @@
 // whose error.type is "panic") and records it as an exception event. A
 // failed heartbeat is an event on the run's span. A lost lease is an event
 // too, and ends the span with status Error: from that moment the run is no
-// longer this holder's, and no outcome will be recorded for it.
+// longer this holder's, and no outcome will be recorded for it. A run that
+// is never finished (a caller that forgets Finish) keeps its span open, and
+// counted in runclaim.active_runs, for the life of the process.
 //
 // A skip or a failed claim starts no run, so each is a span of its own,
 // "skip SOURCE" or "claim SOURCE", as long as the claim took.
