@@ -93,7 +93,10 @@ func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
 type Run struct {
 	// ID identifies the run. IDs strictly increase in a store, so ID is a
 	// fencing token: pass it to downstream writes and have them refuse a
-	// token lower than the highest they have seen.
+	// token lower than the highest they have seen. After a failover to an
+	// asynchronous standby, IDs that the old primary handed out can be
+	// handed out again: see docs/failover.md for what ID promises under
+	// each kind of replication.
 	ID int64
 	// Source is the claimed source.
 	Source string
