@@ -1,11 +1,14 @@
 package runclaim
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Schema version 3 adds the claim as one PL/pgSQL function in the runs
@@ -142,17 +145,22 @@ func (s *PostgresStore) claimFuncSQL() string {
 }
 
 // The store learns the schema version it claims on without a round trip
-// of its own: until it knows it, or while it knows a version without the
-// function and the knowledge is older than schemaRecheck, a claim sent as
-// a batch reads the version too, in the same batch. From version 3 on the
-// store calls the function; when a call finds no function (42883
-// undefined_function: a step undone, or a table replaced), the store
-// forgets the version and sends that claim again as a batch. Migrate and
-// SchemaVersion record what they find.
+// of its own. A new store, which does not know it yet, calls the function:
+// a call sets the claim's lock-wait bound before anything touches the
+// table, so even a first claim on a locked table waits at most that long,
+// and on a current table it is the claim. When a call finds no function,
+// in any of the forms a missing function takes (missingFunc), the store
+// goes by version 2: it sends that claim again as the batch, and sends the
+// batch, without calling the function, until schemaRecheck has passed.
+// Then a batch claim reads the schema state too, in the same batch: the
+// objects of each version, from the catalogs, not only the table's
+// comment, so that a table whose comment says version 3 but whose function
+// is missing keeps the store on the batch instead of sending it back to a
+// failed call on every claim. Migrate and SchemaVersion record what they
+// find.
 //
-// schemaRecheck bounds how long a store that started on a table without
-// the function goes on sending the batch after another replica's Migrate
-// added it.
+// schemaRecheck bounds how long a store that found no function goes on
+// sending the batch after another replica's Migrate added it.
 const schemaRecheck = 30 * time.Second
 
 // claimFuncVersion is the first schema version with the claim function.
@@ -166,17 +174,17 @@ type schemaCache struct {
 	checked atomic.Int64  // when version was read, as nanoseconds since base
 }
 
-// useFunc reports whether claims should call the function.
-func (c *schemaCache) useFunc() bool { return c.version.Load() >= claimFuncVersion }
-
-// stale reports whether a batch claim should read the version too.
-func (c *schemaCache) stale() bool {
+// useFunc reports whether claims should call the function: when the
+// version is not known yet, or has it.
+func (c *schemaCache) useFunc() bool {
 	v := c.version.Load()
-	switch {
-	case v >= claimFuncVersion:
-		return false
-	case v == 0:
-		return true
+	return v == 0 || v >= claimFuncVersion
+}
+
+// stale reports whether a batch claim should read the schema state too.
+func (c *schemaCache) stale() bool {
+	if v := c.version.Load(); v == 0 || v >= claimFuncVersion {
+		return v == 0
 	}
 	return time.Duration(int64(time.Since(c.base))-c.checked.Load()) >= c.recheck
 }
@@ -187,5 +195,24 @@ func (c *schemaCache) set(v int) {
 	c.version.Store(int64(v))
 }
 
-// forget makes the next claim read the version again.
-func (c *schemaCache) forget() { c.version.Store(0) }
+// noFunc records that a call found the function missing: claims go by the
+// version before it until the next recheck.
+func (c *schemaCache) noFunc() { c.set(claimFuncVersion - 1) }
+
+// missingFunc reports whether err says the claim function is missing: 42883
+// undefined_function when the call is parsed, or, for a call planned just
+// before a concurrent DROP FUNCTION committed (a step 3 Down under load),
+// XX000 "cache lookup failed for function".
+func missingFunc(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "42883": // undefined_function
+		return true
+	case "XX000": // internal_error
+		return strings.HasPrefix(pgErr.Message, "cache lookup failed for function")
+	}
+	return false
+}

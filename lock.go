@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -110,6 +113,91 @@ FROM st LEFT JOIN ins ON true LEFT JOIN cur ON true LEFT JOIN last ON true`
 	commitSQL = `COMMIT`
 )
 
+// boundedPrepare prepares the batch's statements that touch the runs
+// table on a connection before the batch's first use there, inside a
+// transaction whose lock_timeout is the claim's bound. It is a
+// pgx.QueryRewriter queued with the batch's first statement: pgx calls it
+// with the connection before it sends anything. Without it, pgx's default
+// mode would prepare them in a round trip of its own before the batch, and
+// parsing a statement waits for a lock on the table it reads, with no
+// bound, before the batch's first statement has set one. In the modes that
+// parse each statement in the batch's own transaction, in order (exec and
+// simple protocol), there is nothing to do. pgx uses a statement prepared
+// under its own SQL as its name in a batch in every other mode.
+type boundedPrepare struct {
+	stmts []string // the statements to prepare
+
+	mu    sync.RWMutex                        // protects conns
+	conns map[weak.Pointer[pgx.Conn]]struct{} // the connections that have them
+}
+
+// RewriteQuery implements pgx.QueryRewriter, changing nothing of the query.
+func (p *boundedPrepare) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string, args []any) (string, []any, error) {
+	w := weak.Make(conn)
+	p.mu.RLock()
+	_, done := p.conns[w]
+	p.mu.RUnlock()
+	if done {
+		return sql, args, nil
+	}
+	switch conn.Config().DefaultQueryExecMode {
+	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+	default:
+		if err := p.prepare(ctx, conn); err != nil {
+			return "", nil, err
+		}
+	}
+	p.mu.Lock()
+	if p.conns == nil {
+		p.conns = make(map[weak.Pointer[pgx.Conn]]struct{})
+	}
+	if _, ok := p.conns[w]; !ok {
+		p.conns[w] = struct{}{}
+		runtime.AddCleanup(conn, p.forget, w)
+	}
+	p.mu.Unlock()
+	return sql, args, nil
+}
+
+// forget drops a connection that has been garbage collected.
+func (p *boundedPrepare) forget(w weak.Pointer[pgx.Conn]) {
+	p.mu.Lock()
+	delete(p.conns, w)
+	p.mu.Unlock()
+}
+
+// prepareBeginSQL opens the transaction that prepares the batch's
+// statements, with lockSQL's lock_timeout.
+const prepareBeginSQL = `BEGIN ISOLATION LEVEL READ COMMITTED;
+SELECT pg_catalog.set_config('lock_timeout', CASE
+	WHEN pg_catalog.current_setting('lock_timeout')::interval > interval '0'
+	 AND pg_catalog.current_setting('lock_timeout')::interval < %[1]d * interval '1 millisecond'
+	THEN pg_catalog.current_setting('lock_timeout')
+	ELSE '%[1]d' END, true)`
+
+// prepare prepares p's statements on conn under the claim's lock bound.
+// Prepared statements outlive the transaction.
+func (p *boundedPrepare) prepare(ctx context.Context, conn *pgx.Conn) (err error) {
+	if _, err := conn.Exec(ctx, fmt.Sprintf(prepareBeginSQL, claimLockTimeout.Milliseconds())); err != nil {
+		return err
+	}
+	defer func() {
+		end := "COMMIT"
+		if err != nil {
+			end = "ROLLBACK"
+		}
+		if _, eerr := conn.Exec(ctx, end); err == nil {
+			err = eerr
+		}
+	}()
+	for _, q := range p.stmts {
+		if _, err := conn.Prepare(ctx, q, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // claimLockTimeout bounds how long a claim waits for a lock on the runs
 // table (DDL, VACUUM FULL, an explicit LOCK TABLE): it then fails with
 // SQLSTATE 55P03. It is shorter than claimGrace, so that a claim whose
@@ -138,10 +226,9 @@ type claimResult struct {
 	curStarted, curLease pgtype.Timestamptz
 	retryAfter           pgtype.Timestamptz
 
-	// The schema version read with the claim, when probe is set.
-	probe                     bool
-	schemaExists, tableExists bool
-	comment                   string
+	// The schema state read with the claim, when probe is set.
+	probe bool
+	state schemaState
 
 	// What the function form sends and scans into, kept here so that they
 	// cost no allocations of their own.
@@ -163,8 +250,11 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	var err error
 	if s.schemaVer.useFunc() {
 		err = s.callClaim(ctx, req, explicit, r)
-		if err != nil && pgCode(err) == "42883" { // undefined_function: the table has lost its function
-			s.schemaVer.forget()
+		if err != nil && missingFunc(err) {
+			// No function: a table at version 2, or one that lost it (a
+			// step undone, under load too; a table moved or restored
+			// without it). The call wrote nothing; the batch decides.
+			s.schemaVer.noFunc()
 			*r = claimResult{}
 			err = s.batchClaim(ctx, req, explicit, r)
 		}
@@ -186,11 +276,7 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		return RunInfo{}, s.wrap(ctx, "claim "+quoteForError(req.Source), err)
 	}
 	if r.probe {
-		v := 0
-		if r.tableExists {
-			v = parseSchemaVersion(r.comment)
-		}
-		s.schemaVer.set(v)
+		s.schemaVer.set(r.state.version())
 	}
 	return r.outcome(req, explicit)
 }
@@ -237,13 +323,15 @@ func (s *PostgresStore) batchClaim(ctx context.Context, req ClaimRequest, explic
 	}
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
 	if explicit {
-		b.Queue(beginSQL)
+		b.Queue(beginSQL, &s.prepared)
+		b.Queue(lockSQL, key, claimLockTimeout.Milliseconds())
+	} else {
+		b.Queue(lockSQL, &s.prepared, key, claimLockTimeout.Milliseconds())
 	}
-	b.Queue(lockSQL, key, claimLockTimeout.Milliseconds())
 	b.Queue(s.sql.expire, req.Source, minInterval)
 	b.Queue(s.sql.claim, req.Source, req.Owner, lease, minInterval)
 	if r.probe {
-		b.Queue(schemaStateSQL, s.schema, s.table)
+		b.Queue(schemaStateSQL, s.schemaStateArgs()...)
 	}
 	if explicit {
 		b.Queue(commitSQL)
@@ -267,7 +355,7 @@ func (s *PostgresStore) batchClaim(ctx context.Context, req ClaimRequest, explic
 			return err
 		}
 		if r.probe {
-			if err := br.QueryRow().Scan(&r.schemaExists, &r.tableExists, &r.comment); err != nil {
+			if err := br.QueryRow().Scan(r.state.dest()...); err != nil {
 				return err
 			}
 		}

@@ -96,6 +96,9 @@ type PostgresStore struct {
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
 	schemaVer schemaCache
+	// prepared prepares the batch's statements on each connection under
+	// the claim's lock bound.
+	prepared boundedPrepare
 	// explicit is set once a session is seen whose default isolation level
 	// is not READ COMMITTED; from then on claims, heartbeats and finishes
 	// use the explicit BEGIN ISOLATION LEVEL READ COMMITTED form.
@@ -137,6 +140,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	t := s.Table()
 	s.sql.expire = fmt.Sprintf(expireSQL, t)
 	s.sql.claim = fmt.Sprintf(claimSQL, t)
+	s.prepared.stmts = []string{s.sql.expire, s.sql.claim}
 	s.sql.call = fmt.Sprintf(claimCallSQL, s.claimFunc())
 	s.sql.heartbeat = fmt.Sprintf(heartbeatSQL, t)
 	s.sql.finish = fmt.Sprintf(finishSQL, t)
