@@ -37,78 +37,19 @@ func AdvisoryKey(namespace, source string) int64 {
 
 // On a table with the claim function (schema version 3, claimfunc.go) a
 // claim is one call of it. On a table without it (version 2: this release
-// starting before Migrate has run, or a step undone) the claim is the batch
-// below, as the previous release sends it: one pgx.Batch, one network
-// write, one round trip, one implicit transaction that ends at the batch's
-// Sync.
-//
-//  1. lockSQL takes the advisory lock, only under READ COMMITTED, and
-//     records in a transaction-local setting whether it did. Under another
-//     isolation level the snapshot of the re-check would predate the lock,
-//     so the statement refuses and reports the level; the store then
-//     switches to the explicit form, which wraps the same statements in
-//     BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT. It also bounds how
-//     long the later statements may wait for a table lock (claimLockTimeout,
-//     or the session's own lock_timeout if that is shorter): a claim waits
-//     for nothing but DDL or maintenance on the runs table, and for that
-//     only so long.
-//  2. expireSQL, a later statement and so a fresh snapshot, marks a running
-//     run whose lease has ended as expired, but only when the claim will go
-//     on to insert: not when the minimum interval has not passed, so that a
-//     skip writes nothing. It is a separate statement so that the unique
-//     index on running runs no longer holds the old row when 3 inserts. It
-//     skips a row that another transaction has locked (its holder's late
-//     finish, an operator's release, a fenced transaction): the claim then
-//     reports the source as running instead of waiting.
-//  3. claimSQL re-checks under the lock and inserts the run, or returns why
-//     not. The minimum interval is the longer of the claimer's and the one
-//     recorded with the source's latest run, so an interval binds every
-//     later claimer. Every time is clock_timestamp(), the database's clock
-//     when the statement runs.
-//
-// A lost claim updates and inserts nothing, so it assigns no transaction ID
-// and its commit flushes no WAL.
+// starting before Migrate has run, or a step undone) the claim is the
+// batch of sql/claim_batch.sql, as the previous release sends it: one
+// pgx.Batch, one network write, one round trip, one implicit transaction
+// that ends at the batch's Sync. Its lock statement takes the advisory
+// lock under READ COMMITTED only and bounds the wait for a table lock;
+// expire frees the source of a lapsed run, only when the claim will go on;
+// claim re-checks under the lock and inserts the run, or returns why not.
+// A lost claim updates and inserts nothing, so it assigns no transaction
+// ID and its commit flushes no WAL.
+
+// The explicit form's transaction control, around the claim's statements
+// and the other one-row statements (see queryRow).
 const (
-	lockSQL = `SELECT pg_catalog.set_config('runclaim.locked',
-	CASE WHEN pg_catalog.current_setting('transaction_isolation') = 'read committed'
-	     THEN pg_catalog.pg_try_advisory_xact_lock($1::bigint)::text
-	     ELSE 'false' END, true)::bool,
-	pg_catalog.current_setting('transaction_isolation'),
-	pg_catalog.set_config('lock_timeout', CASE
-		WHEN pg_catalog.current_setting('lock_timeout')::interval > interval '0'
-		 AND pg_catalog.current_setting('lock_timeout')::interval < $2::bigint * interval '1 millisecond'
-		THEN pg_catalog.current_setting('lock_timeout')
-		ELSE $2::bigint::text END, true)`
-
-	expireSQL = `UPDATE %[1]s SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
-WHERE id IN (
-	SELECT id FROM %[1]s
-	WHERE source = $1 AND status = 'running' AND lease_until <= pg_catalog.clock_timestamp()
-	  AND pg_catalog.current_setting('runclaim.locked')::bool
-	  AND NOT EXISTS (
-		SELECT FROM (SELECT started_at, min_interval FROM %[1]s WHERE source = $1 ORDER BY started_at DESC LIMIT 1) AS last
-		WHERE last.started_at + greatest(last.min_interval, $2::bigint * interval '1 microsecond') > pg_catalog.clock_timestamp())
-	FOR UPDATE SKIP LOCKED)`
-
-	claimSQL = `WITH st AS MATERIALIZED (
-	SELECT pg_catalog.current_setting('runclaim.locked')::bool AS locked, pg_catalog.clock_timestamp() AS now
-), cur AS MATERIALIZED (
-	SELECT id, owner, started_at, lease_until FROM %[1]s WHERE source = $1 AND status = 'running'
-), last AS MATERIALIZED (
-	SELECT started_at + greatest(min_interval, $4::bigint * interval '1 microsecond') AS next
-	FROM %[1]s WHERE source = $1 ORDER BY started_at DESC LIMIT 1
-), ins AS (
-	INSERT INTO %[1]s (source, status, owner, started_at, lease_until, heartbeat_at, min_interval)
-	SELECT $1, 'running', $2, st.now, st.now + $3::bigint * interval '1 microsecond', st.now, $4::bigint * interval '1 microsecond' FROM st
-	WHERE st.locked
-	  AND NOT EXISTS (SELECT FROM cur)
-	  AND NOT EXISTS (SELECT FROM last WHERE last.next > st.now)
-	RETURNING id, started_at, lease_until
-)
-SELECT st.now, ins.id, ins.started_at, ins.lease_until,
-	cur.id, cur.owner, cur.started_at, cur.lease_until, last.next
-FROM st LEFT JOIN ins ON true LEFT JOIN cur ON true LEFT JOIN last ON true`
-
 	beginSQL  = `BEGIN ISOLATION LEVEL READ COMMITTED`
 	commitSQL = `COMMIT`
 )
@@ -166,19 +107,10 @@ func (p *boundedPrepare) forget(w weak.Pointer[pgx.Conn]) {
 	p.mu.Unlock()
 }
 
-// prepareBeginSQL opens the transaction that prepares the batch's
-// statements, with lockSQL's lock_timeout.
-const prepareBeginSQL = `BEGIN ISOLATION LEVEL READ COMMITTED;
-SELECT pg_catalog.set_config('lock_timeout', CASE
-	WHEN pg_catalog.current_setting('lock_timeout')::interval > interval '0'
-	 AND pg_catalog.current_setting('lock_timeout')::interval < %[1]d * interval '1 millisecond'
-	THEN pg_catalog.current_setting('lock_timeout')
-	ELSE '%[1]d' END, true)`
-
 // prepare prepares p's statements on conn under the claim's lock bound.
 // Prepared statements outlive the transaction.
 func (p *boundedPrepare) prepare(ctx context.Context, conn *pgx.Conn) (err error) {
-	if _, err := conn.Exec(ctx, fmt.Sprintf(prepareBeginSQL, claimLockTimeout.Milliseconds())); err != nil {
+	if _, err := conn.Exec(ctx, statements["prepare_begin"]); err != nil {
 		return err
 	}
 	defer func() {
@@ -306,8 +238,8 @@ func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explici
 	return err
 }
 
-// batchClaim sends the claim as the batch of lockSQL, expireSQL and
-// claimSQL, with the schema probe when the store's knowledge of the
+// batchClaim sends the claim as the batch of lock, expire and claim
+// (sql/claim_batch.sql), with the schema probe when the store's knowledge of the
 // version is missing or stale.
 func (s *PostgresStore) batchClaim(ctx context.Context, req ClaimRequest, explicit bool, r *claimResult) error {
 	key := AdvisoryKey(s.namespace, req.Source)
@@ -324,9 +256,9 @@ func (s *PostgresStore) batchClaim(ctx context.Context, req ClaimRequest, explic
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
 	if explicit {
 		b.Queue(beginSQL, &s.prepared)
-		b.Queue(lockSQL, key, claimLockTimeout.Milliseconds())
+		b.Queue(s.sql.lock, key, claimLockTimeout.Milliseconds())
 	} else {
-		b.Queue(lockSQL, &s.prepared, key, claimLockTimeout.Milliseconds())
+		b.Queue(s.sql.lock, &s.prepared, key, claimLockTimeout.Milliseconds())
 	}
 	b.Queue(s.sql.expire, req.Source, minInterval)
 	b.Queue(s.sql.claim, req.Source, req.Owner, lease, minInterval)

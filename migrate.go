@@ -52,43 +52,58 @@ const versionComment = "runclaim schema version "
 
 var versionCommentRE = regexp.MustCompile("^" + versionComment + "([0-9]+)$")
 
+// migrations are the schema's steps, oldest first. Each is two files of
+// sql/, NNN_<file>.up.sql and .down.sql, with the table's names as their
+// only placeholders (see sql.go). A released step never changes
+// (TestMigrationsGolden compares them with testdata/migrations): a new
+// function body or index is a new version. To add version N, add
+// sql/00N_<what>.up.sql and .down.sql, one entry here, and raise
+// LatestSchemaVersion; the objects it adds belong in schemaStateSQL and
+// stepGuard, so that Migrate can tell that they are missing.
+var migrations = []struct {
+	version int
+	file    string // the files' names without the extensions
+	name    string // Migration.Name
+}{
+	// The table as the first release created it, and its two indexes.
+	{1, "001_create_table", "create the runs table and its indexes"},
+	// A constant default makes ADD COLUMN a change of the catalog only: no
+	// rewrite of the table, and the previous release's inserts, which do
+	// not name the column, record 0.
+	{2, "002_min_interval", "record each run's minimum interval"},
+	// Creating a function takes no lock on the table; only the comment
+	// does, briefly. A store of this release that meets a table without
+	// the function sends the batch instead.
+	{3, "003_claim_function", "add the claim function"},
+}
+
 // Migrations returns the steps of the schema, oldest first, written for the
 // store's table and schema (see WithTable). Applying every Up in order is
 // what Migrate does.
 func (s *PostgresStore) Migrations() []Migration {
-	t := s.Table()
-	comment := s.versionCommentSQL
-	v1 := s.tableSQL() + comment(1)
-	if s.schema != DefaultSchema {
-		v1 = fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize()) + v1
+	out := make([]Migration, 0, len(migrations))
+	for _, m := range migrations {
+		up := s.renderStep(m.file + ".up.sql")
+		if m.version == 1 && s.schema != DefaultSchema {
+			up = fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize()) + up
+		}
+		out = append(out, Migration{Version: m.version, Name: m.name, Up: up, Down: s.renderStep(m.file + ".down.sql")})
 	}
-	return []Migration{
-		{
-			Version: 1,
-			Name:    "create the runs table and its indexes",
-			Up:      v1,
-			Down:    fmt.Sprintf("DROP TABLE IF EXISTS %s;\n", t),
-		},
-		{
-			Version: 2,
-			Name:    "record each run's minimum interval",
-			// A constant default makes ADD COLUMN a change of the catalog
-			// only: no rewrite of the table, and the previous release's
-			// inserts, which do not name the column, record 0.
-			Up: fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS min_interval interval NOT NULL DEFAULT '0';\n", t) +
-				comment(2),
-			Down: fmt.Sprintf("ALTER TABLE %s DROP COLUMN IF EXISTS min_interval;\n", t) + comment(1),
-		},
-		{
-			Version: 3,
-			Name:    "add the claim function",
-			// Creating a function takes no lock on the table; only the
-			// comment does, briefly. A store of this release that meets a
-			// table without the function sends the batch instead.
-			Up:   s.claimFuncSQL() + comment(3),
-			Down: fmt.Sprintf("DROP FUNCTION IF EXISTS %s%s;\n", s.claimFunc(), claimFuncArgs) + comment(2),
-		},
+	return out
+}
+
+// renderStep fills the store's names into a step's file. A function body
+// in the file is dollar-quoted with the tag $q$; should the names filled
+// into it end the literal early, the body gets a tag that they do not.
+func (s *PostgresStore) renderStep(file string) string {
+	q := s.fillNames(readSQL("sql/" + file))
+	const open, closing = "AS $q$", "$q$;\n"
+	i, j := strings.Index(q, open), strings.LastIndex(q, closing)
+	if i < 0 || j < i+len(open) {
+		return q
 	}
+	body := q[i+len(open) : j]
+	return q[:i] + "AS " + dollarQuote(body) + q[j+len("$q$"):]
 }
 
 // SchemaSQL returns the DDL of every step of the schema (see Migrations),
@@ -108,40 +123,16 @@ func (s *PostgresStore) versionCommentSQL(v int) string {
 	return fmt.Sprintf("COMMENT ON TABLE %s IS '%s%d';\n", s.Table(), versionComment, v)
 }
 
-// tableSQL is the DDL of version 1 without the CREATE SCHEMA statement.
+// tableSQL is the DDL of version 1 without the CREATE SCHEMA statement
+// and the version comment.
 func (s *PostgresStore) tableSQL() string {
-	t := s.Table()
-	running := pgx.Identifier{s.table + runningSuffix}.Sanitize()
-	history := pgx.Identifier{s.table + historySuffix}.Sanitize()
-	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	source       text NOT NULL,
-	status       text NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'expired', 'released')),
-	owner        text NOT NULL,
-	started_at   timestamptz NOT NULL,
-	lease_until  timestamptz NOT NULL,
-	heartbeat_at timestamptz NOT NULL,
-	finished_at  timestamptz,
-	error        text
-);
-CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s (source) WHERE status = 'running';
-CREATE INDEX IF NOT EXISTS %s ON %s (source, started_at DESC);
-`, t, running, t, history, t)
+	return strings.TrimSuffix(s.renderStep(migrations[0].file+".up.sql"), s.versionCommentSQL(1))
 }
 
 // schemaStateSQL reads, from the catalogs only, whether the schema and the
 // table exist, the table's comment, and whether the objects each version
-// adds are there: the two indexes (version 1), the min_interval column
-// (2), the claim function (3). It takes no lock on the table. $1 and $2
-// are the schema's and the table's names, $3 and $4 the indexes' and $5
-// the function's signature, quoted and qualified (schemaStateArgs).
-const schemaStateSQL = `SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), ''),
-	pg_catalog.to_regclass($3) IS NOT NULL AND pg_catalog.to_regclass($4) IS NOT NULL,
-	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'min_interval' AND NOT a.attisdropped),
-	pg_catalog.to_regprocedure($5) IS NOT NULL
-FROM (SELECT) AS one
-LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = $1
-LEFT JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = $2 AND c.relkind IN ('r', 'p')`
+// adds are there (sql/schema_state.sql). It takes no lock on the table.
+var schemaStateSQL = statements["schema_state"]
 
 // schemaState is schemaStateSQL's row.
 type schemaState struct {

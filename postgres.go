@@ -90,8 +90,11 @@ type PostgresStore struct {
 	schema    string
 	table     string
 	namespace string
-	sql       struct {
-		expire, claim, call, heartbeat, finish, unclaim, readRun string
+	// sql holds the statements of sql/, filled in for the store's table.
+	sql struct {
+		lock, expire, claim, call, heartbeat, finish, unclaim, readRun string
+		fenceLock, fenceCheck                                          string
+		clock, running, history, releaseLockTimeout, release, prune    string
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
@@ -137,15 +140,23 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 			return nil, err
 		}
 	}
-	t := s.Table()
-	s.sql.expire = fmt.Sprintf(expireSQL, t)
-	s.sql.claim = fmt.Sprintf(claimSQL, t)
+	s.sql.lock = s.statement("lock")
+	s.sql.expire = s.statement("expire")
+	s.sql.claim = s.statement("claim")
 	s.prepared.stmts = []string{s.sql.expire, s.sql.claim}
-	s.sql.call = fmt.Sprintf(claimCallSQL, s.claimFunc())
-	s.sql.heartbeat = fmt.Sprintf(heartbeatSQL, t)
-	s.sql.finish = fmt.Sprintf(finishSQL, t)
-	s.sql.unclaim = fmt.Sprintf(unclaimSQL, t)
-	s.sql.readRun = fmt.Sprintf(readRunSQL, t)
+	s.sql.call = s.statement("call")
+	s.sql.heartbeat = s.statement("heartbeat")
+	s.sql.finish = s.statement("finish")
+	s.sql.unclaim = s.statement("unclaim")
+	s.sql.readRun = s.statement("read_run")
+	s.sql.fenceLock = s.statement("fence_lock")
+	s.sql.fenceCheck = s.statement("fence_check")
+	s.sql.clock = s.statement("clock")
+	s.sql.running = s.statement("running")
+	s.sql.history = s.statement("history")
+	s.sql.releaseLockTimeout = s.statement("release_lock_timeout")
+	s.sql.release = s.statement("release")
+	s.sql.prune = s.statement("prune")
 	return s, nil
 }
 
@@ -211,22 +222,6 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 // context ends, to learn whether it won (see Claim).
 const claimGrace = 5 * time.Second
 
-// unclaimSQL deletes a run its claimer won after giving up on the claim, so
-// that a failed claim leaves no row (G8). This is why the service role needs
-// DELETE on the runs table, besides Prune.
-const unclaimSQL = `DELETE FROM %[1]s WHERE id = $1 AND status = 'running' RETURNING id`
-
-// heartbeatSQL reads the clock once, so that lease_until - heartbeat_at is
-// exactly the lease. It finds the row by its ID and its source, which the
-// partial index on running runs answers in one probe whatever the
-// statistics say, and extends only a lease that has not ended: a lapsed
-// lease is lost (G2), whether or not a claim has expired the run yet.
-const heartbeatSQL = `UPDATE %[1]s
-SET lease_until = c.now + $3::bigint * interval '1 microsecond', heartbeat_at = c.now
-FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
-WHERE id = $1 AND source = $2 AND status = 'running' AND lease_until > c.now
-RETURNING lease_until`
-
 // Heartbeat implements Store in one statement.
 func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (time.Time, error) {
 	if err := checkContext(ctx); err != nil {
@@ -245,35 +240,6 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (ti
 	}
 	return until.Time, nil
 }
-
-// finishSQL records the outcome of a running run, or marks it expired if
-// its lease has ended by the database clock, and reports the row as it was
-// before, so that a repeated Finish can be told from a lost run in one
-// statement. The two clock readings of a row are one: the CTE reads it
-// once. The old row is found by its ID alone (a primary-key probe whatever
-// the statistics), then checked for the source: a planner that used the
-// source's history index for "id = $1 AND source = $2" would read the
-// source's whole history.
-const finishSQL = `WITH c AS MATERIALIZED (
-	SELECT pg_catalog.clock_timestamp() AS now
-), byid AS MATERIALIZED (
-	SELECT status, error, source FROM %[1]s WHERE id = $1
-), old AS (
-	SELECT status, error FROM byid WHERE source = $2
-), upd AS (
-	UPDATE %[1]s AS r SET
-		status = CASE WHEN r.lease_until > c.now THEN $3 ELSE 'expired' END,
-		error = $4, finished_at = c.now
-	FROM c
-	WHERE r.id = $1 AND r.source = $2 AND r.status = 'running'
-	RETURNING r.status
-)
-SELECT (SELECT status FROM upd), old.status, old.error
-FROM (SELECT) AS one LEFT JOIN old ON true`
-
-// readRunSQL reads a run's status and error text, found by its ID alone
-// (see finishSQL) and checked for its source.
-const readRunSQL = `SELECT status, error FROM (SELECT status, error, source FROM %[1]s WHERE id = $1 OFFSET 0) AS r WHERE source = $2`
 
 // Finish implements Store in one statement; two when it raced another
 // Finish of the same run (see below).
