@@ -183,18 +183,12 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 	// One transaction: the lock timeout is local to it.
 	var records []RunRecord
 	err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
+		records = nil // a retry in the explicit form reads them again
 		b.Queue(s.sql.releaseLockTimeout)
-		b.Queue(s.sql.release, id, source)
-	}, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
+		b.Queue(s.sql.release, id, source).Query(func(rows pgx.Rows) (err error) {
+			records, err = scanRecords(rows)
 			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		records, err = scanRecords(rows)
-		return err
+		})
 	})
 	var pgErr *pgconn.PgError
 	switch {

@@ -1,6 +1,7 @@
 package runclaim
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Schema version 3 adds the claim as one PL/pgSQL function in the runs
@@ -63,6 +65,44 @@ const claimFuncSuffix = "_claim"
 // the source, the owner, the lease and the minimum interval in
 // microseconds, and the lock timeout in milliseconds.
 const claimFuncArgs = "(bigint, text, text, bigint, bigint, bigint)"
+
+// funcClaim is what a call of the claim function sends and returns, in
+// one allocation: its arguments, its row, and the decision made of it.
+type funcClaim struct {
+	claimDecision
+	isolationText        pgtype.Text
+	won                  bool
+	runID                pgtype.Int8
+	runOwner             pgtype.Text
+	runStarted, runLease pgtype.Timestamptz
+	args                 [6]any
+	dest                 [9]any
+}
+
+// callClaim sends one call of the claim function.
+func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explicit bool, r *funcClaim) error {
+	r.args = [6]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds()}
+	r.dest = [9]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter}
+	var err error
+	if !explicit {
+		err = s.db.QueryRow(ctx, s.sql.call, r.args[:]...).Scan(r.dest[:]...)
+	} else {
+		err = s.explicitQueryRow(ctx, s.sql.call, r.args[:], r.dest[:]...)
+	}
+	// The function names the level only when it refuses to claim under it,
+	// and returns one run: the one it inserted, or the source's running one.
+	r.isolation = "read committed"
+	if r.isolationText.Valid {
+		r.isolation = r.isolationText.String
+	}
+	if r.won {
+		r.insID, r.insStarted, r.insLease = r.runID, r.runStarted, r.runLease
+	} else {
+		r.curID, r.curOwner, r.curStarted, r.curLease = r.runID, r.runOwner, r.runStarted, r.runLease
+	}
+	return err
+}
 
 // claimFunc returns the quoted, schema-qualified name of the claim
 // function.

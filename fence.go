@@ -122,43 +122,22 @@ func (s *PostgresStore) Fence(ctx context.Context, tx pgx.Tx, run *Run) error {
 		return fmt.Errorf("runclaim: %s: %w", what, err)
 	}
 
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 5)}
-	b.Queue(s.sql.fenceLock, run.ID, run.Source, run.Owner, run.StartedAt)
-	b.Queue(fenceSavepointSQL)
-	b.Queue(s.sql.fenceCheck, run.ID, run.Source)
-	b.Queue(fenceRollbackSQL)
-	b.Queue(fenceReleaseSQL)
-	br := tx.SendBatch(ctx, b)
 	var (
 		locked bool
 		r      fenceResult
 	)
-	err := func() error {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 5)}
+	b.Queue(s.sql.fenceLock, run.ID, run.Source, run.Owner, run.StartedAt).Query(func(rows pgx.Rows) error {
 		locked = rows.Next()
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if err := br.QueryRow().Scan(&r.source, &r.owner, &r.startedAt, &r.status, &r.leaseUntil, &r.now, &r.isolation, &r.newer); err != nil {
-			return err
-		}
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
 		return nil
-	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	})
+	b.Queue(fenceSavepointSQL)
+	b.Queue(s.sql.fenceCheck, run.ID, run.Source).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&r.source, &r.owner, &r.startedAt, &r.status, &r.leaseUntil, &r.now, &r.isolation, &r.newer)
+	})
+	b.Queue(fenceRollbackSQL)
+	b.Queue(fenceReleaseSQL)
+	err := tx.SendBatch(ctx, b).Close()
 	if err != nil {
 		return s.fenceError(ctx, what, err)
 	}

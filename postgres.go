@@ -256,7 +256,7 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 	}
 	what := "finish run " + strconv.FormatInt(req.ID, 10)
 	// One allocation for all scan targets; pgtype.Text rather than *string
-	// spares pgx an allocation per column (see claimResult).
+	// spares pgx an allocation per column (see claimDecision).
 	var r struct {
 		newStatus, oldStatus, oldError pgtype.Text
 	}
@@ -281,33 +281,31 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 	return finishConflict(req, textPtr(r.oldStatus), textPtr(r.oldError))
 }
 
-// batchReadCommitted sends the statements that queue adds as one batch, one
-// transaction: implicit, or inside BEGIN ISOLATION LEVEL READ COMMITTED ...
-// COMMIT under the same rule as queryRow; read reads their results.
-func (s *PostgresStore) batchReadCommitted(ctx context.Context, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
+// sendBatch sends the statements queue adds as one batch, one
+// transaction: implicit, or, with explicit, inside BEGIN ISOLATION LEVEL
+// READ COMMITTED ... COMMIT. Each statement's result is read by the
+// callback queue set on it (pgx.QueuedQuery), in the order queued; a
+// statement without one is only checked for an error.
+func (s *PostgresStore) sendBatch(ctx context.Context, explicit bool, queue func(*pgx.Batch)) error {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 6)}
+	if explicit {
+		b.Queue(beginSQL)
+	}
+	queue(b)
+	if explicit {
+		b.Queue(commitSQL)
+	}
+	return s.db.SendBatch(ctx, b).Close()
+}
+
+// batchReadCommitted sends the statements that queue adds as sendBatch
+// does, in the explicit form under the same rule as queryRow: once the
+// store has seen a session whose default isolation is not READ COMMITTED,
+// or when the implicit form fails with a serialization error.
+func (s *PostgresStore) batchReadCommitted(ctx context.Context, queue func(*pgx.Batch)) error {
 	explicit := s.explicit.Load()
 	for {
-		b := &pgx.Batch{}
-		if explicit {
-			b.Queue(beginSQL)
-		}
-		queue(b)
-		if explicit {
-			b.Queue(commitSQL)
-		}
-		br := s.db.SendBatch(ctx, b)
-		err := func() error {
-			if explicit {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-			}
-			return read(br)
-		}()
-		// Close reads the COMMIT's result, if any.
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+		err := s.sendBatch(ctx, explicit, queue)
 		if explicit || pgCode(err) != "40001" {
 			return err
 		}
