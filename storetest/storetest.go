@@ -45,6 +45,7 @@ var cases = []suiteCase{
 	{name: "TooSoonOverLapsedRun", store: testTooSoonOverLapsedRun},
 	{name: "FinishRace", replicas: testFinishRace},
 	{name: "SourceMustMatch", store: testSourceMustMatch},
+	{name: "LostClaimAnswer", store: testLostClaimAnswer},
 }
 
 // RunReplicas runs the whole suite, including the cases that need several replicas:
