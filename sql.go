@@ -15,7 +15,8 @@ import (
 //   - NNN_<what>.up.sql and .down.sql are the schema's steps (see
 //     migrations in migrate.go), frozen once released.
 //   - The other files hold the statements the store sends, each after a
-//     "-- name: <name>" line, with "--" comments beside the clauses they
+//     "-- name: <name>" line (a file without such lines is embedded and
+//     filled by its own code), with "--" comments beside the clauses they
 //     explain. The comments are cut when the files are loaded, so the
 //     server gets the statements as they were before they moved here.
 //
@@ -33,8 +34,9 @@ var sqlFiles embed.FS
 // store-independent placeholders filled.
 var statements = loadStatements()
 
-// loadStatements reads every statement file of sql/ (the files whose names
-// do not start with a digit, which are the migrations).
+// loadStatements reads every statement file of sql/: the files whose names
+// do not start with a digit (those are the migrations) and that name their
+// statements.
 func loadStatements() map[string]string {
 	consts := strings.NewReplacer(
 		"{{lock_timeout_ms}}", strconv.FormatInt(claimLockTimeout.Milliseconds(), 10),
@@ -50,7 +52,11 @@ func loadStatements() map[string]string {
 		if base[0] >= '0' && base[0] <= '9' {
 			continue
 		}
-		for name, q := range parseStatements(base, readSQL(f)) {
+		text := readSQL(f)
+		if !strings.HasPrefix(text, nameMarker) && !strings.Contains(text, "\n"+nameMarker) {
+			continue // a file its own code embeds and fills (check.go's)
+		}
+		for name, q := range parseStatements(base, text) {
 			if _, dup := out[name]; dup {
 				panic("runclaim: statement " + name + " is named twice in sql/")
 			}
@@ -69,10 +75,13 @@ func readSQL(path string) string {
 	return string(b)
 }
 
+// nameMarker starts the line that names the statement after it.
+const nameMarker = "-- name: "
+
 // parseStatements splits a statement file at its "-- name: " lines, and
 // cuts the comments of each statement.
 func parseStatements(file, text string) map[string]string {
-	const marker = "-- name: "
+	const marker = nameMarker
 	out := map[string]string{}
 	var name string
 	var lines []string
