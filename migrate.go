@@ -60,7 +60,7 @@ func (s *PostgresStore) Migrations() []Migration {
 	comment := s.versionCommentSQL
 	v1 := s.tableSQL() + comment(1)
 	if s.schema != DefaultSchema {
-		v1 = fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize()) + v1
+		v1 = s.createSchemaSQL() + v1
 	}
 	return []Migration{
 		{
@@ -89,6 +89,22 @@ func (s *PostgresStore) Migrations() []Migration {
 			Down: fmt.Sprintf("DROP FUNCTION IF EXISTS %s%s;\n", s.claimFunc(), claimFuncArgs) + comment(2),
 		},
 	}
+}
+
+// createSchemaSQL creates the store's schema if it is missing. CREATE
+// SCHEMA IF NOT EXISTS alone would not do: Postgres checks the CREATE
+// privilege on the database before it looks for the schema, so an owner
+// role that owns an existing schema, and may not create schemas, would get
+// 42501 from a script that starts with it. The statement is therefore
+// sent only when the catalog lacks the schema.
+func (s *PostgresStore) createSchemaSQL() string {
+	body := fmt.Sprintf("IF NOT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = '%s') THEN CREATE SCHEMA IF NOT EXISTS %s; END IF;",
+		strings.ReplaceAll(s.schema, "'", "''"), pgx.Identifier{s.schema}.Sanitize())
+	tag := "$runclaim$"
+	for strings.Contains(body, strings.TrimSuffix(tag, "$")) {
+		tag = strings.TrimSuffix(tag, "$") + "_$"
+	}
+	return fmt.Sprintf("DO %s BEGIN %s END %s;\n", tag, body, tag)
 }
 
 // SchemaSQL returns the DDL of every step of the schema (see Migrations),
