@@ -453,7 +453,7 @@ func (x *execution) supervise(ctx context.Context, run *runclaim.Run, p *proc) (
 	case <-ctx.Done():
 		stopCause = context.Cause(ctx)
 		fmt.Fprintf(stderr, "runclaim exec: run %d of %q: %s; sending SIGTERM to the command, SIGKILL in %v\n",
-			run.ID, run.Source, x.c.redact(stopCause.Error()), grace)
+			run.ID, run.Source, x.c.redact(stopReason(run, stopCause)), grace)
 		x.fw.signal(syscall.SIGTERM)
 	case <-p.leftover():
 		fmt.Fprintf(stderr, "runclaim exec: %s, but processes of its group still run; sending SIGTERM to them, SIGKILL in %v\n",
@@ -472,6 +472,16 @@ func (x *execution) supervise(ctx context.Context, run *runclaim.Run, p *proc) (
 	x.fw.signal(syscall.SIGKILL)
 	<-p.ended()
 	return stopCause
+}
+
+// stopReason is why run's context ended, for a line that already names
+// the run: without the library's "runclaim: " prefixes and the run's ID
+// again, so that "heartbeat run 11: runclaim: lease lost" reads
+// "heartbeat: lease lost".
+func stopReason(run *runclaim.Run, cause error) string {
+	msg := strings.ReplaceAll(cause.Error(), "runclaim: ", "")
+	msg = strings.ReplaceAll(msg, fmt.Sprintf("heartbeat run %d: ", run.ID), "heartbeat: ")
+	return strings.ReplaceAll(msg, fmt.Sprintf("run %d's lease", run.ID), "its lease")
 }
 
 // exitCode reports how the execution went and returns exec's exit code.

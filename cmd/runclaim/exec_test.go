@@ -264,6 +264,12 @@ func TestExecLeaseLost(t *testing.T) {
 					t.Errorf("stderr lacks %q:\n%s", want, msgs)
 				}
 			}
+			// Said once: not "run 11 of ...: runclaim: heartbeat run 11:
+			// runclaim: lease lost".
+			if want := fmt.Sprintf(`runclaim exec: run %d of %q: heartbeat: lease lost;`, released.ID, source); !strings.Contains(msgs, want) ||
+				strings.Contains(msgs, "runclaim: ") || strings.Contains(msgs, fmt.Sprintf("heartbeat run %d", released.ID)) {
+				t.Errorf("stderr lacks %q, or repeats a prefix:\n%s", want, msgs)
+			}
 			if got := strings.Contains(msgs, "sending SIGKILL\n"); got != tc.sigkill {
 				t.Errorf("SIGKILL sent: %v, want %v:\n%s", got, tc.sigkill, msgs)
 			}
