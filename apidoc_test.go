@@ -80,3 +80,22 @@ func valueAt(vs *ast.ValueSpec, i int) ast.Expr {
 	}
 	return nil
 }
+
+// TestPackageDocTickerLink: the package doc shows one claim and links to
+// the ticker loop, which lives in one example, instead of repeating it.
+func TestPackageDocTickerLink(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("examples_ticker_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "ExampleClaimer_Do_ticker") || !strings.Contains(string(example), "func ExampleClaimer_Do_ticker()") {
+		t.Error("the package doc does not link to ExampleClaimer_Do_ticker, or the example is gone")
+	}
+	if strings.Contains(string(doc), "time.Until(") {
+		t.Error("the package doc repeats the ticker loop")
+	}
+}
