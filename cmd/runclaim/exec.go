@@ -505,10 +505,10 @@ func (x *execution) exitCode(ctx, claimCtx context.Context, err error, lost, rec
 		case errors.As(x.startErr, &kErr):
 			return c.failCode("exec", fmt.Errorf("cannot run %s: %w", x.path, kErr), o.errorCode)
 		case x.startErr != nil:
+			// Found and executable before the claim, so 126 even for
+			// ENOENT (a script whose interpreter is missing): 127 means
+			// "not found, nothing recorded".
 			fmt.Fprintf(c.stderr, "runclaim exec: cannot run %s: %v\n", x.path, x.startErr)
-			if errors.Is(x.startErr, fs.ErrNotExist) {
-				return exitNotFound
-			}
 			return exitCannotRun
 		case err == nil:
 			err = errors.New("the command did not start")

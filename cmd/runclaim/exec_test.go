@@ -103,6 +103,23 @@ func TestExec(t *testing.T) {
 		}
 	})
 
+	t.Run("interpreter missing", func(t *testing.T) {
+		// Executable, so claimed; the kernel's ENOENT for the missing
+		// interpreter comes at start: a failed run, and 126, not 127,
+		// which says that nothing was recorded.
+		path := filepath.Join(t.TempDir(), "script")
+		if err := os.WriteFile(path, []byte("#!/no/such/interpreter\necho ran\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r := runCLI(t, db, nil, "exec", "--source", "badinterp", "--", path)
+		if r.code != exitCannotRun || r.stdout != "" {
+			t.Errorf("%+v, want exit 126", r)
+		}
+		if runs := history(t, store, "badinterp"); len(runs) != 1 || runs[0].Status != runclaim.StatusFailed {
+			t.Errorf("history %+v, want a failed run", runs)
+		}
+	})
+
 	t.Run("usage", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"exec", "--", "true"},
