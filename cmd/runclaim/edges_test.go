@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/url"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
@@ -184,4 +186,16 @@ func TestPruneAsks(t *testing.T) {
 	}
 	// An hour or more does not ask: a crontab's prune runs unattended.
 	mustRun(t, db, exitOK, "prune", "--older-than", "1h")
+}
+
+// TestMigrateHelpVersion: the JSON examples of 'migrate --help' name this
+// release's schema version, so that a new schema step updates them.
+func TestMigrateHelpVersion(t *testing.T) {
+	r := runCLI(t, nil, nil, "migrate", "--help")
+	v := runclaim.LatestSchemaVersion
+	for _, want := range []string{fmt.Sprintf(`"version": %d}`, v), fmt.Sprintf(`"want": %d,`, v)} {
+		if r.code != exitOK || !strings.Contains(r.stdout, want) {
+			t.Errorf("migrate --help lacks %q:\n%s", want, r.stdout)
+		}
+	}
 }
