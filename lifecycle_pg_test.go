@@ -25,10 +25,14 @@ import (
 // connection, a single connection as the store's pool, and two stores that
 // disagree on the namespace.
 
+// TestPostgresKeepsRunAliveThroughShutdown: a lease of 2 s, heartbeats
+// every 667 ms: the run is lost only if no heartbeat gets through for about
+// 1.8 s, which a busy machine does not cause, while heartbeats that stop at
+// the cancel lose it within the wind-down of three leases.
 func TestPostgresKeepsRunAliveThroughShutdown(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	shutdownWhileWindingDown(t, migratedStore(t, db.Pool), time.Second)
+	shutdownWhileWindingDown(t, migratedStore(t, db.Pool), 2*time.Second)
 }
 
 func TestPostgresRunFinishConcurrent(t *testing.T) {
@@ -461,5 +465,50 @@ func TestClaimTableLockBounded(t *testing.T) {
 				t.Errorf("the claim changed the table from %+v to %+v", before, after)
 			}
 		})
+	}
+}
+
+// Rule: on Postgres, a run that an operator releases while fn winds down
+// after a shutdown closes Run.Lost, although the shutdown cancelled fn's
+// context first, and another replica can then claim the source. The lease
+// is 3 s, so the heartbeat after the release comes within a second;
+// doWait only bounds a wait that a working Lost ends then.
+func TestPostgresLostAfterShutdown(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	const lease = 3 * time.Second
+	c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("old-replica"))
+	other := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("new-replica"))
+	ctx, sigterm := context.WithCancel(t.Context())
+	defer sigterm()
+	var sawLost bool
+	err := c.Do(ctx, "released", func(ctx context.Context, run *runclaim.Run) error {
+		sigterm()
+		<-ctx.Done()
+		if _, err := store.Release(t.Context(), run.ID, ""); err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		timeout := time.NewTimer(doWait)
+		defer timeout.Stop()
+		select { // winding down
+		case <-run.Lost():
+			sawLost = true
+		case <-timeout.C:
+		}
+		return ctx.Err()
+	})
+	if !sawLost {
+		t.Fatal("fn never saw run.Lost() close after its run was released")
+	}
+	if !errors.Is(err, runclaim.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Do = %v, want the shutdown and ErrLeaseLost", err)
+	}
+	next, err := other.Claim(t.Context(), "released")
+	if err != nil {
+		t.Fatalf("claim after the release: %v", err)
+	}
+	if err := next.Finish(t.Context(), nil); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -21,6 +21,11 @@
 //	}
 //	_, err = c.AddJob("*/5 * * * *", job)
 //
+// Job's function gets the run itself, and with it run.Lost(), which closes
+// once the run is lost, also after a shutdown has cancelled ctx: a job that
+// goes on working after ctx.Done() selects on it (see runclaim.Claimer.Do).
+// A job wrapped by SkipUnlessClaimed has no context and cannot learn it.
+//
 // A chain wraps every job of its Cron, and all of them would then claim the
 // one source; to give each job a source of its own, wrap it when adding it:
 //
@@ -129,7 +134,7 @@ func prepare(fn string, claimer *runclaim.Claimer, source string, opts []Option)
 // returns. A panic in the job is recorded as a failed run and then
 // re-panicked, for cron.Recover to catch. The job cannot be stopped when its
 // lease is lost; the Claimer's hooks and logger report it (use Job for a job
-// that can stop).
+// that can stop: its function gets the run's context and run.Lost()).
 //
 // Skips are logged to logger at Info with the message "skip" and the keys
 // "source" and "reason", plus "holder" and "run" when the holder is known.
@@ -166,6 +171,11 @@ func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Log
 // means cron.DefaultLogger. It returns an error if ctx, claimer, fn or an
 // option is nil, an option is invalid, or source is not a valid source
 // (runclaim.ErrInvalidSource).
+//
+// When ctx is cancelled, fn's context is cancelled too, and the run is kept
+// alive until fn returns. A run lost while fn winds down after that shows
+// in run.Lost() only, since fn's context was already cancelled: a fn that
+// goes on working after its context ends selects on run.Lost() as well.
 func Job(ctx context.Context, claimer *runclaim.Claimer, source string, logger cron.Logger, fn func(ctx context.Context, run *runclaim.Run) error, opts ...Option) (cron.Job, error) {
 	switch {
 	case ctx == nil:

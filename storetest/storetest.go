@@ -45,6 +45,7 @@ var cases = []suiteCase{
 	{name: "TooSoonOverLapsedRun", store: testTooSoonOverLapsedRun},
 	{name: "FinishRace", replicas: testFinishRace},
 	{name: "SourceMustMatch", store: testSourceMustMatch},
+	{name: "LostClaimAnswer", store: testLostClaimAnswer},
 }
 
 // RunReplicas runs the whole suite, each check as a subtest of t, the cases
