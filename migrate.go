@@ -95,16 +95,19 @@ func (s *PostgresStore) Migrations() []Migration {
 // SCHEMA IF NOT EXISTS alone would not do: Postgres checks the CREATE
 // privilege on the database before it looks for the schema, so an owner
 // role that owns an existing schema, and may not create schemas, would get
-// 42501 from a script that starts with it. The statement is therefore
-// sent only when the catalog lacks the schema.
+// 42501 from a script that starts with it. The statement is therefore run
+// in a block that ignores that refusal: if the schema is missing, the
+// CREATE TABLE that follows fails with 3F000, schema does not exist. The
+// schema is named only as a quoted identifier, and the block's dollar-quote
+// tag is one that the name does not hold.
 func (s *PostgresStore) createSchemaSQL() string {
-	body := fmt.Sprintf("IF NOT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = '%s') THEN CREATE SCHEMA IF NOT EXISTS %s; END IF;",
-		strings.ReplaceAll(s.schema, "'", "''"), pgx.Identifier{s.schema}.Sanitize())
+	body := fmt.Sprintf("BEGIN CREATE SCHEMA IF NOT EXISTS %s; EXCEPTION WHEN insufficient_privilege THEN NULL; END",
+		pgx.Identifier{s.schema}.Sanitize())
 	tag := "$runclaim$"
 	for strings.Contains(body, strings.TrimSuffix(tag, "$")) {
 		tag = strings.TrimSuffix(tag, "$") + "_$"
 	}
-	return fmt.Sprintf("DO %s BEGIN %s END %s;\n", tag, body, tag)
+	return fmt.Sprintf("DO %s %s %s;\n", tag, body, tag)
 }
 
 // SchemaSQL returns the DDL of every step of the schema (see Migrations),

@@ -339,8 +339,8 @@ func TestClaimFunctionExecute(t *testing.T) {
 //     works, and so does the script of SchemaSQL ('runclaim migrate
 //     --sql'), applied as it is, twice: CREATE SCHEMA IF NOT EXISTS alone
 //     would be refused with 42501 "permission denied for database" before
-//     Postgres finds the schema, so the script sends it only when the
-//     schema is missing.
+//     Postgres finds the schema, so the script runs it in a block that
+//     ignores that refusal.
 //   - USAGE only on someone else's schema: 42501, wrapped.
 func TestMigrateOwnerPrivileges(t *testing.T) {
 	t.Parallel()
