@@ -388,6 +388,15 @@ func TestMigrateOwnerPrivileges(t *testing.T) {
 	if have, _, err := scriptStore.SchemaVersion(ctx); err != nil || have != runclaim.LatestSchemaVersion {
 		t.Errorf("after SchemaSQL: version %d, %v; want %d", have, err, runclaim.LatestSchemaVersion)
 	}
+	// A schema that is missing, without CREATE on the database: the refusal
+	// is ignored, and the CREATE TABLE says the schema does not exist.
+	missingStore, err := runclaim.NewPostgresStore(pool, runclaim.WithTable("missing_"+sfx, runclaim.DefaultTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, missingStore.SchemaSQL()); pgCode(err) != "3F000" {
+		t.Errorf("SchemaSQL for a missing schema, without CREATE on the database: %v, want 3F000 (schema does not exist)", err)
+	}
 
 	other := "other_" + sfx
 	admin(t, e.db, "CREATE SCHEMA "+other)
