@@ -199,3 +199,20 @@ func TestMigrateHelpVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageErrorsSayRunclaimOnce: a usage error whose text comes from the
+// library does not repeat its "runclaim: " prefix after the command's.
+func TestUsageErrorsSayRunclaimOnce(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", ""},
+		{"history", "bad\x00source"},
+		{"release", "--source", "tab\tsource", "--yes"},
+		{"exec", "--source", "s", "--lease", "1ms", "--", "true"},
+	} {
+		r := runCLI(t, nil, nil, args...)
+		first, _, _ := strings.Cut(r.stderr, "\n")
+		if r.code != exitUsage || doubledPrefix(first) != "" || strings.Contains(first, ": runclaim: ") {
+			t.Errorf("%q: %+v, want a usage error that says runclaim once", args, r)
+		}
+	}
+}

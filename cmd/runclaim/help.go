@@ -20,12 +20,15 @@ func (c *cli) badUsage(format string, args ...any) int {
 // usageError reports a bad command line for cmd and returns exitUsage. The
 // message is made printable: it may quote what the operator typed.
 func (c *cli) usageError(cmd *command, format string, args ...any) int {
+	// The library's "runclaim: " prefix (from ValidateSource, say) after
+	// "runclaim <command>: " would say it twice.
+	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "runclaim: ")
 	if c.json {
-		c.jsonError(cmd.name, fmt.Sprintf(format, args...), "usage: runclaim "+cmd.usage+"; run 'runclaim "+cmd.name+" --help' for details")
+		c.jsonError(cmd.name, msg, "usage: runclaim "+cmd.usage+"; run 'runclaim "+cmd.name+" --help' for details")
 		return exitUsage
 	}
 	fmt.Fprintf(c.stderr, "runclaim %s: %s\nusage: runclaim %s\nRun 'runclaim %s --help' for details.\n",
-		cmd.name, visible(fmt.Sprintf(format, args...)), cmd.usage, cmd.name)
+		cmd.name, visible(msg), cmd.usage, cmd.name)
 	return exitUsage
 }
 
