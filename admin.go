@@ -21,8 +21,6 @@ type RunRecord struct {
 	Error       string    // the failure's text, if any
 }
 
-const recordColumns = `id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, '')`
-
 func scanRecords(rows pgx.Rows) ([]RunRecord, error) {
 	defer rows.Close()
 	var out []RunRecord
@@ -59,11 +57,10 @@ func (s *PostgresStore) Running(ctx context.Context, source string) ([]RunRecord
 	}
 	var now time.Time
 	records, err := func() ([]RunRecord, error) {
-		if err := s.db.QueryRow(ctx, `SELECT pg_catalog.clock_timestamp()`).Scan(&now); err != nil {
+		if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {
 			return nil, err
 		}
-		rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM `+s.Table()+
-			` WHERE status = 'running' AND ($1 = '' OR source = $1) ORDER BY source`, source)
+		rows, err := s.db.Query(ctx, s.sql.running, source)
 		if err != nil {
 			return nil, err
 		}
@@ -110,8 +107,7 @@ func (s *PostgresStore) HistoryFunc(ctx context.Context, source string, limit in
 		return errors.New("runclaim: history: nil function")
 	}
 	what := "history of " + quoteForError(source)
-	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM `+s.Table()+
-		` WHERE source = $1 ORDER BY started_at DESC, id DESC LIMIT $2`, source, limit)
+	rows, err := s.db.Query(ctx, s.sql.history, source, limit)
 	if err != nil {
 		return s.wrap(ctx, what, err)
 	}
@@ -131,7 +127,8 @@ func (s *PostgresStore) HistoryFunc(ctx context.Context, source string, limit in
 	return nil
 }
 
-// scanRecord reads the row rows is on, selected as recordColumns.
+// scanRecord reads the row rows is on, selected as the nine columns of
+// sql/admin.sql.
 func scanRecord(rows pgx.Rows) (RunRecord, error) {
 	var (
 		r        RunRecord
@@ -157,20 +154,6 @@ var ErrNotRunning = errors.New("runclaim: no such running run")
 // that row for milliseconds; a fenced transaction, for as long as it is
 // open.
 const releaseLockWait = time.Second
-
-// releaseSQL locks the run's row FOR UPDATE before it updates it. The lock
-// conflicts with the key-share lock of a fenced transaction (see Fence), so
-// Release waits for it instead of freeing the source under it; and
-// Postgres records a locked-then-updated row as an update of its key, so a
-// fence that meets the release sees it (READ COMMITTED) or fails with a
-// serialization error (REPEATABLE READ, SERIALIZABLE), rather than locking
-// the row as it was before.
-const releaseSQL = `UPDATE %[1]s SET status = 'released', finished_at = pg_catalog.clock_timestamp(),
-	error = 'released by an operator'
-WHERE id IN (
-	SELECT id FROM %[1]s WHERE status = 'running' AND (id = $1 OR $1 = 0 AND source = $2)
-	FOR UPDATE)
-RETURNING ` + recordColumns
 
 // Release ends a running run as released, for an operator freeing a stuck
 // source before its lease ends. The run's holder learns it at its next
@@ -200,18 +183,12 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 	// One transaction: the lock timeout is local to it.
 	var records []RunRecord
 	err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
-		b.Queue(fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true)`, releaseLockWait.Milliseconds()))
-		b.Queue(fmt.Sprintf(releaseSQL, s.Table()), id, source)
-	}, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
+		records = nil // a retry in the explicit form reads them again
+		b.Queue(s.sql.releaseLockTimeout)
+		b.Queue(s.sql.release, id, source).Query(func(rows pgx.Rows) (err error) {
+			records, err = scanRecords(rows)
 			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		records, err = scanRecords(rows)
-		return err
+		})
 	})
 	var pgErr *pgconn.PgError
 	switch {
@@ -246,25 +223,13 @@ func (s *PostgresStore) Prune(ctx context.Context, olderThan time.Duration) (int
 	if olderThan < 0 {
 		return 0, fmt.Errorf("runclaim: prune: olderThan must not be negative, got %v", olderThan)
 	}
-	t := s.Table()
-	q := `WITH batch AS (
-	SELECT id FROM ` + t + ` AS r
-	WHERE id > $1 AND status <> 'running'
-	  AND finished_at < pg_catalog.clock_timestamp() - $2::bigint * interval '1 microsecond'
-	  AND EXISTS (SELECT FROM ` + t + ` AS newer WHERE newer.source = r.source AND newer.started_at > r.started_at)
-	ORDER BY id LIMIT $3
-	FOR UPDATE OF r SKIP LOCKED
-), del AS (
-	DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM batch) RETURNING id
-)
-SELECT (SELECT count(*) FROM del), count(*), coalesce(max(id), 0) FROM batch`
 	var total, after int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("runclaim: prune: %w", err)
 		}
 		var deleted, picked, last int64
-		if err := s.queryRow(ctx, q, []any{after, olderThan.Microseconds(), PruneBatchSize}, &deleted, &picked, &last); err != nil {
+		if err := s.queryRow(ctx, s.sql.prune, []any{after, olderThan.Microseconds(), PruneBatchSize}, &deleted, &picked, &last); err != nil {
 			return total, s.wrap(ctx, "prune", err)
 		}
 		total += deleted
