@@ -100,11 +100,12 @@ default it is half of the time between the stop and the lease's end,
 --heartbeat). A longer --kill-grace is refused; lengthen --lease or
 shorten --heartbeat to allow one.
 
-Each heartbeat attempt may take a third of what the lease leaves after the
-heartbeat interval and that stop: (lease - margin - heartbeat)/3, where
-margin is (lease - 2*heartbeat)/4. exec refuses a --lease and --heartbeat
-that give it less than 500ms, room for a new connection on a slow link:
-with the default --heartbeat, a --lease under 2.6s.
+Each heartbeat attempt may take a part of what the lease leaves after the
+heartbeat interval and that stop (the library's Claimer.HeartbeatTimeout:
+(lease - margin - heartbeat)/3, margin being (lease - 2*heartbeat)/4). exec
+refuses a --lease and --heartbeat that give it less than 500ms, room for a
+new connection on a slow link: with the default --heartbeat, a --lease
+under 2.6s.
 
 The command should not read from the terminal: it is not in the terminal's
 foreground process group.
@@ -206,17 +207,25 @@ func (o *execOptions) Validate() error {
 }
 
 // minHeartbeatAttempt is the least time exec lets one heartbeat attempt
-// take, (lease - ExpiryMargin - heartbeat)/3 (a run is given up ExpiryMargin
-// before its lease ends, and an attempt that hangs is abandoned in time
-// for two more). A heartbeat is one short UPDATE, but it may need a new
-// connection first (TCP, TLS, authentication), and a loaded host or link
-// can hold that up for a few hundred milliseconds. With the default
-// --heartbeat (a third of the lease) an attempt gets 7/36 of the lease,
-// so the shortest --lease is 36/7 of this: 2.6s, rounded up to 100ms.
+// take (Claimer.HeartbeatTimeout: a run is given up ExpiryMargin before its
+// lease ends, and an attempt that hangs is abandoned in time for two more).
+// A heartbeat is one short UPDATE, but it may need a new connection first
+// (TCP, TLS, authentication), and a loaded host or link can hold that up
+// for a few hundred milliseconds. With the default --heartbeat (a third of
+// the lease) an attempt gets 7/36 of the lease, so the shortest --lease is
+// about 36/7 of this: 2.6s, in steps of 100ms (minDefaultLease).
 const minHeartbeatAttempt = 500 * time.Millisecond
 
-// minDefaultLease is the shortest --lease with the default --heartbeat.
-var minDefaultLease = (36*minHeartbeatAttempt/7 + 99*time.Millisecond).Truncate(100 * time.Millisecond)
+// minDefaultLease is the shortest --lease, in steps of 100ms, that the
+// default --heartbeat allows, as the library computes the attempt's bound.
+var minDefaultLease = func() time.Duration {
+	for lease := 100 * time.Millisecond; ; lease += 100 * time.Millisecond {
+		c, err := runclaim.New(runclaim.NewMemoryStore(), runclaim.WithLease(lease))
+		if err == nil && c.HeartbeatTimeout() >= minHeartbeatAttempt {
+			return lease
+		}
+	}
+}()
 
 // checkHeartbeatRoom refuses a --lease and --heartbeat that leave a
 // heartbeat attempt less than minHeartbeatAttempt: with such a lease a
@@ -224,7 +233,7 @@ var minDefaultLease = (36*minHeartbeatAttempt/7 + 99*time.Millisecond).Truncate(
 // kill grace is a few milliseconds.
 func checkHeartbeatRoom(claimer *runclaim.Claimer) error {
 	lease, hb := claimer.Lease(), claimer.HeartbeatInterval()
-	if attempt := (lease - claimer.ExpiryMargin() - hb) / 3; attempt < minHeartbeatAttempt {
+	if attempt := claimer.HeartbeatTimeout(); attempt < minHeartbeatAttempt {
 		return fmt.Errorf("--lease %v with --heartbeat %v leaves a heartbeat attempt %v, under the %v exec needs; "+
 			"lengthen --lease (at least %v with the default --heartbeat) or shorten --heartbeat",
 			lease, hb.Round(time.Millisecond), attempt.Round(time.Millisecond), minHeartbeatAttempt, minDefaultLease)
