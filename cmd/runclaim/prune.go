@@ -17,7 +17,7 @@ import (
 var pruneCommand = command{
 	name:    "prune",
 	summary: "delete finished runs older than a given age, or all but the last N of each source",
-	usage:   "prune [--older-than D] [--keep-last N]",
+	usage:   "prune [--older-than D] [--keep-last N] [--yes]",
 	help: `Deletes finished runs (succeeded, failed, expired, released): with
 --older-than D, those that finished more than D ago; with --keep-last N,
 all but the N runs of each source that started last, whatever their age;
@@ -29,6 +29,10 @@ batches.
 
 D is a Go duration (90m, 720h) or a number of days (30d), or both (1d12h).
 N is between 1 and 100000.
+Under an hour of age and without a --keep-last above 1 (so that only each
+source's newest run is sure to stay; 0 deletes every finished run but
+those), prune asks first, as release does: it reads the answer from stdin,
+and refuses when stdin is not a terminal; --yes prunes without asking.
 
 Examples:
   runclaim prune --older-than 30d
@@ -36,6 +40,7 @@ Examples:
   # a month of history, and never fewer than the last 10 runs of a source
   runclaim prune --older-than 30d --keep-last 10
   runclaim prune --older-than 720h --json
+  runclaim prune --older-than 0 --yes
 
 JSON output: {"deleted": 123, "older_than_seconds": 2592000, "keep_last": 10}
 (older_than_seconds is 0 without --older-than; keep_last is 1 without
@@ -47,12 +52,18 @@ type pruneOptions struct {
 	noArgs
 	olderThanArg string // as given
 	keepLast     int
+	yes          bool
 	opts         runclaim.PruneOptions // set by Validate
 }
+
+// pruneAskBelow is the age under which prune asks before deleting: such a
+// prune removes the history of runs that have only just finished.
+const pruneAskBelow = time.Hour
 
 func (o *pruneOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.olderThanArg, "older-than", "", "delete runs that finished more than `D` ago (e.g. 720h or 30d)")
 	fs.IntVar(&o.keepLast, "keep-last", 0, "keep the last `N` runs of each source, whatever their age")
+	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation when D is under an hour (or not given) and --keep-last is not above 1")
 }
 
 // Validate checks and parses --older-than and --keep-last; at least one is
@@ -76,9 +87,27 @@ func (o *pruneOptions) Validate() error {
 }
 
 func runPrune(ctx context.Context, c *cli, o *pruneOptions) int {
+	arg := o.olderThanArg
+	if arg == "" {
+		arg = "0s"
+	}
+	ask := o.opts.OlderThan < pruneAskBelow && o.opts.KeepLast <= 1 && !o.yes
+	if ask && !isTerminal(c.stdin) {
+		return c.badUsage("--older-than %s deletes the runs that have just finished, and stdin is not a terminal, so there is no one to confirm; add --yes to prune without asking", arg)
+	}
 	store, err := c.store(ctx)
 	if err != nil {
 		return c.fail("prune", err)
+	}
+	if ask {
+		ok, err := c.confirm(fmt.Sprintf("Delete every finished run that finished more than %s ago (but each source's newest) from %s? [y/N] ", arg, store.Table()))
+		if err != nil {
+			return c.fail("prune", fmt.Errorf("read the answer: %w", err))
+		}
+		if !ok {
+			fmt.Fprintf(c.stderr, "runclaim prune: nothing deleted\n")
+			return exitError
+		}
 	}
 	ctx, stop := interruptible(ctx)
 	defer stop()

@@ -23,7 +23,7 @@ func TestPrune(t *testing.T) {
 
 	// Everything finished is old enough, but each source keeps its newest
 	// run and running runs stay: a's two older runs and c's finished one go.
-	r = mustRun(t, db, exitOK, "prune", "--older-than", "0s", "--json")
+	r = mustRun(t, db, exitOK, "prune", "--older-than", "0s", "--json", "--yes")
 	obj := decodeObject(t, r.stdout, "deleted", "older_than_seconds", "keep_last")
 	if num(t, obj["deleted"]) != 3 || num(t, obj["older_than_seconds"]) != 0 {
 		t.Errorf("JSON %v, want 3 deleted", obj)
@@ -36,7 +36,7 @@ func TestPrune(t *testing.T) {
 	if got := history(t, store, "c"); got[0].Status != "running" {
 		t.Errorf("c's run left is %s, want the running one", got[0].Status)
 	}
-	if r := mustRun(t, db, exitOK, "prune", "--older-than=0s", "--json"); num(t, decodeObject(t, r.stdout, "deleted", "older_than_seconds", "keep_last")["deleted"]) != 0 {
+	if r := mustRun(t, db, exitOK, "prune", "--older-than=0s", "--json", "--yes"); num(t, decodeObject(t, r.stdout, "deleted", "older_than_seconds", "keep_last")["deleted"]) != 0 {
 		t.Errorf("second prune: %s", r.stdout)
 	}
 
@@ -65,6 +65,10 @@ func TestPrune(t *testing.T) {
 		{"prune", "--keep-last", "100001"},
 		{"prune", "--keep-last", "x"},
 		{"prune", "--older-than", "1h", "--keep-last", "-1"},
+		// Only each source's newest run is sure to stay, and there is no
+		// terminal to confirm: refused.
+		{"prune", "--keep-last", "1"},
+		{"prune", "--older-than", "59m", "--keep-last", "1"},
 		{"prune", "--older-than", "soon"},
 		{"prune", "--older-than", "-1h"},
 		{"prune", "--older-than", "NaNd"},
