@@ -22,6 +22,12 @@ var ErrAlreadyRunning = newSkip("runclaim: source is already running")
 // not passed. It matches ErrNotClaimed too.
 var ErrTooSoon = newSkip("runclaim: too soon since the last run")
 
+// ErrPaused means an operator paused the source (see Controller.Pause):
+// every claim of it is skipped until the pause ends or the source is
+// resumed. It matches ErrNotClaimed too; the *NotClaimedError carries the
+// pause's end as RetryAfter (zero for a pause until Resume) and its note.
+var ErrPaused error = &skipError{"runclaim: source is paused"}
+
 // ErrLeaseLost means the run is no longer this holder's: its lease ended and
 // another claim expired it, or an operator released it. Heartbeat and Finish
 // return it (use errors.Is), and Do cancels its function's context with it as
@@ -68,7 +74,7 @@ func (e *skipError) Is(target error) bool { return target == ErrNotClaimed }
 type NotClaimedError struct {
 	// Source is the source that was not claimed.
 	Source string
-	// Reason is ErrAlreadyRunning or ErrTooSoon.
+	// Reason is ErrAlreadyRunning, ErrTooSoon or ErrPaused.
 	Reason error
 	// Holder is the run that holds the source, when Reason is
 	// ErrAlreadyRunning and the holder is known. It is nil when another claim
@@ -76,8 +82,12 @@ type NotClaimedError struct {
 	Holder *RunInfo
 	// RetryAfter is, for ErrTooSoon, the earliest time at which a claim can
 	// succeed (the last start plus the minimum interval); for
-	// ErrAlreadyRunning with a known holder, the end of the holder's lease.
+	// ErrAlreadyRunning with a known holder, the end of the holder's lease;
+	// for ErrPaused, the end of the pause, or zero for a pause that lasts
+	// until Resume.
 	RetryAfter time.Time
+	// Note is, for ErrPaused, the note the operator gave with the pause.
+	Note string
 }
 
 // RunInfo describes a run recorded in a store.
@@ -94,6 +104,16 @@ func (e *NotClaimedError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "runclaim: source %q not claimed: ", e.Source)
 	switch {
+	case e.Reason == ErrPaused:
+		b.WriteString("paused ")
+		if e.RetryAfter.IsZero() {
+			b.WriteString("until resumed")
+		} else {
+			fmt.Fprintf(&b, "until %s", e.RetryAfter.Format(time.RFC3339Nano))
+		}
+		if e.Note != "" {
+			fmt.Fprintf(&b, ": %q", e.Note)
+		}
 	case e.Reason == ErrTooSoon:
 		fmt.Fprintf(&b, "too soon since the last run; a claim can succeed after %s", e.RetryAfter.Format(time.RFC3339Nano))
 	case e.Holder != nil:

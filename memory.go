@@ -14,12 +14,24 @@ import (
 type MemoryStore struct {
 	now func() time.Time // the store's clock
 
-	mu      sync.Mutex // protects the fields below
-	lastID  int64
-	runs    map[int64]*memRun
-	running map[string]*memRun // by source
-	latest  map[string]*memRun // by source: the run that started last
+	mu       sync.Mutex // protects the fields below
+	lastID   int64
+	runs     map[int64]*memRun
+	running  map[string]*memRun   // by source
+	latest   map[string]*memRun   // by source: the run that started last
+	pauses   map[string]memPause  // by source
+	triggers map[string]time.Time // by source: when the pending trigger was made
 }
+
+// memPause is a source's pause.
+type memPause struct {
+	at    time.Time // when it was made
+	until time.Time // zero: until Resume
+	note  string
+}
+
+// holds reports whether the pause skips a claim at now.
+func (p memPause) holds(now time.Time) bool { return p.until.IsZero() || p.until.After(now) }
 
 type memRun struct {
 	info        RunInfo
@@ -29,7 +41,7 @@ type memRun struct {
 	finished    time.Time
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ Controller = (*MemoryStore)(nil)
 
 // A MemoryOption configures a MemoryStore.
 type MemoryOption func(*MemoryStore)
@@ -48,10 +60,12 @@ func WithClock(now func() time.Time) MemoryOption {
 // NewMemoryStore returns an empty in-memory Store.
 func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	s := &MemoryStore{
-		now:     time.Now,
-		runs:    make(map[int64]*memRun),
-		running: make(map[string]*memRun),
-		latest:  make(map[string]*memRun),
+		now:      time.Now,
+		runs:     make(map[int64]*memRun),
+		running:  make(map[string]*memRun),
+		latest:   make(map[string]*memRun),
+		pauses:   make(map[string]memPause),
+		triggers: make(map[string]time.Time),
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -75,14 +89,18 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
+	if p, ok := s.pauses[req.Source]; ok && p.holds(now) {
+		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrPaused, RetryAfter: p.until, Note: p.note}
+	}
 	cur := s.running[req.Source]
 	if cur != nil && cur.info.LeaseUntil.After(now) {
 		holder := cur.info
 		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
 	}
 	// Too soon is decided before a lapsed run is expired: a skip writes
-	// nothing.
-	if last := s.latest[req.Source]; last != nil {
+	// nothing. A pending trigger lets the claim in despite the interval.
+	_, triggered := s.triggers[req.Source]
+	if last := s.latest[req.Source]; last != nil && !triggered {
 		if next := last.info.StartedAt.Add(max(last.minInterval, req.MinInterval)); next.After(now) {
 			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTooSoon, RetryAfter: next}
 		}
@@ -100,7 +118,56 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 	s.runs[r.info.ID] = r
 	s.running[req.Source] = r
 	s.latest[req.Source] = r
+	delete(s.triggers, req.Source) // the claim that wins uses the trigger up
 	return r.info, nil
+}
+
+// Pause implements Controller.
+func (s *MemoryStore) Pause(ctx context.Context, source string, until time.Time, note string) error {
+	if err := checkPause(ctx, source, note); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: pause %s: %w", quoteForError(source), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if !until.IsZero() && !until.After(now) {
+		return pastUntil(source, until, now)
+	}
+	s.pauses[source] = memPause{at: now, until: until, note: note}
+	return nil
+}
+
+// Resume implements Controller.
+func (s *MemoryStore) Resume(ctx context.Context, source string) error {
+	if err := checkSourceCall(ctx, source); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: resume %s: %w", quoteForError(source), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pauses, source)
+	return nil
+}
+
+// Trigger implements Controller.
+func (s *MemoryStore) Trigger(ctx context.Context, source string) error {
+	if err := checkSourceCall(ctx, source); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: trigger %s: %w", quoteForError(source), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.triggers[source]; !ok {
+		s.triggers[source] = s.now()
+	}
+	return nil
 }
 
 // Heartbeat implements Store.

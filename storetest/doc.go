@@ -100,6 +100,17 @@
 //     complete or return an error matching context.Canceled: a claim that
 //     returned it wrote nothing, a heartbeat left the run held, and a
 //     finish can be sent again.
+//   - Control, for a Store that is also a runclaim.Controller (the cases
+//     are skipped, and say so, for one that is not): a pause skips every
+//     claim with runclaim.ErrPaused, its end as RetryAfter and its note,
+//     and leaves a running run alone; a timed pause ends by the store's
+//     clock and no run starts before its end; a pause until a time that
+//     has passed is refused; Resume frees the source and is nil on one
+//     not paused; a trigger lets exactly one claim in despite the minimum
+//     interval, waits while a run holds the source or a pause does, and
+//     is not used up by a skipped claim; Pause, Resume and Trigger refuse
+//     an invalid source, a note too long, not UTF-8 or with a NUL byte,
+//     and an ended context, and change nothing.
 //
 // The suite's own tests prove its power: each of a set of deliberately
 // wrong Stores, one bug each, fails the subtest meant to catch it.

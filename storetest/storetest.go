@@ -46,6 +46,12 @@ var cases = []suiteCase{
 	{name: "FinishRace", replicas: testFinishRace},
 	{name: "SourceMustMatch", store: testSourceMustMatch},
 	{name: "LostClaimAnswer", store: testLostClaimAnswer},
+	{name: "Pause", store: testPause},
+	{name: "TimedPause", store: testTimedPause},
+	{name: "TriggerOnce", store: testTriggerOnce},
+	{name: "TriggerNotOverRunning", store: testTriggerNotOverRunning},
+	{name: "TriggerNotOverPause", store: testTriggerNotOverPause},
+	{name: "ControlBadInput", store: testControlBadInput},
 }
 
 // RunReplicas runs the whole suite, each check as a subtest of t, the cases

@@ -52,6 +52,27 @@ const (
 	bugFinishReadThenWrite
 	// Heartbeat and Finish find the run by its ID alone.
 	bugSourceIgnored
+	// Claims ignore pauses.
+	bugPauseIgnored
+	// A pause's end is ignored: every pause lasts until Resume.
+	bugPauseUntilIgnored
+	// A pause until a time that has passed is taken as a pause until
+	// Resume.
+	bugPastUntilAccepted
+	// A pause ends the source's running run as a release would.
+	bugPauseStopsRun
+	// Resume does nothing.
+	bugResumeIgnored
+	// A claim that uses a trigger leaves it in place.
+	bugTriggerKept
+	// A trigger lets a claim in over a running run.
+	bugTriggerOverRunning
+	// A claim skipped because the source is running uses up the trigger.
+	bugSkipUsesTrigger
+	// A trigger lets a claim in over a pause.
+	bugTriggerOverPause
+	// A pause's note is stored unchecked.
+	bugNoteUnchecked
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -68,8 +89,11 @@ type memBackend struct {
 	mu        sync.Mutex // protects the fields below
 	lastID    int64
 	runs      map[int64]*memRun
-	running   map[string]*memRun // by source
-	lastStart map[string]lastRun // by source: the latest start that counts
+	running   map[string]*memRun   // by source
+	lastStart map[string]lastRun   // by source: the latest start that counts
+	pauses    map[string]time.Time // by source: the pause's end, zero for until Resume
+	notes     map[string]string    // by source: the pause's note
+	triggers  map[string]bool      // by source: a trigger waits
 }
 
 // lastRun is the start of a source's latest run and the interval its
@@ -87,7 +111,8 @@ type memRun struct {
 }
 
 func newMemBackend() *memBackend {
-	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun)}
+	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun),
+		pauses: make(map[string]time.Time), notes: make(map[string]string), triggers: make(map[string]bool)}
 }
 
 // copyStore is one Store value on a memBackend.
@@ -112,7 +137,7 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		fallthrough
 	case bugCheckThenAct:
 		b.mu.Lock()
-		lapsed, err := b.check(req, true)
+		lapsed, err := b.check(req, true, s.bug)
 		b.mu.Unlock()
 		if err != nil {
 			return runclaim.RunInfo{}, err
@@ -123,7 +148,7 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		return b.act(req, lapsed, s.bug), nil
 	case bugLapsedTakeover:
 		b.mu.Lock()
-		lapsed, err := b.check(req, true)
+		lapsed, err := b.check(req, true, s.bug)
 		if err != nil || lapsed == nil {
 			defer b.mu.Unlock()
 			if err != nil {
@@ -146,7 +171,7 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		gap()
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		lapsed, err := b.check(req, false)
+		lapsed, err := b.check(req, false, s.bug)
 		if err != nil {
 			return runclaim.RunInfo{}, err
 		}
@@ -154,7 +179,7 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 	default:
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		lapsed, err := b.check(req, true)
+		lapsed, err := b.check(req, true, s.bug)
 		if err != nil {
 			return runclaim.RunInfo{}, err
 		}
@@ -164,16 +189,24 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 
 // check decides a claim, with b.mu held: a skip, or a claim that takes over
 // lapsed (nil if the source is free). It checks the interval if interval.
-func (b *memBackend) check(req runclaim.ClaimRequest, interval bool) (lapsed *memRun, err error) {
+func (b *memBackend) check(req runclaim.ClaimRequest, interval bool, bug bug) (lapsed *memRun, err error) {
 	now := time.Now()
+	triggered := b.triggers[req.Source]
+	if until, ok := b.pauses[req.Source]; ok && bug != bugPauseIgnored && !(triggered && bug == bugTriggerOverPause) &&
+		(until.IsZero() || until.After(now) || bug == bugPauseUntilIgnored) {
+		return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrPaused, RetryAfter: until, Note: b.notes[req.Source]}
+	}
 	if cur := b.running[req.Source]; cur != nil {
-		if cur.info.LeaseUntil.After(now) {
+		if cur.info.LeaseUntil.After(now) && !(triggered && bug == bugTriggerOverRunning) {
+			if bug == bugSkipUsesTrigger {
+				delete(b.triggers, req.Source)
+			}
 			holder := cur.info
 			return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
 		}
 		lapsed = cur
 	}
-	if interval {
+	if interval && !triggered {
 		last, ok := b.lastStart[req.Source]
 		if err := tooSoon(req, last, ok, now); err != nil {
 			return nil, err
@@ -206,6 +239,9 @@ func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) run
 	}
 	b.runs[r.info.ID] = r
 	b.running[req.Source] = r
+	if bug != bugTriggerKept {
+		delete(b.triggers, req.Source)
+	}
 	if bug != bugIntervalSucceededOnly {
 		b.lastStart[req.Source] = lastRun{now, req.MinInterval}
 	}
@@ -279,6 +315,60 @@ func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) erro
 		s.b.lastStart[r.info.Source] = lastRun{r.info.StartedAt, r.interval}
 	}
 	delete(s.b.running, r.info.Source)
+	return nil
+}
+
+func (s *copyStore) Pause(ctx context.Context, source string, until time.Time, note string) error {
+	if err := runclaim.ValidateSource(source); err != nil {
+		return err
+	}
+	if err := runclaim.ValidatePauseNote(note); err != nil && s.bug != bugNoteUnchecked {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pause %q: %w", source, err)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if !until.IsZero() && !until.After(time.Now()) {
+		if s.bug != bugPastUntilAccepted {
+			return fmt.Errorf("pause %q: until %v has passed", source, until)
+		}
+		until = time.Time{}
+	}
+	s.b.pauses[source], s.b.notes[source] = until, note
+	if r := s.b.running[source]; r != nil && s.bug == bugPauseStopsRun {
+		r.status = runclaim.StatusReleased
+		delete(s.b.running, source)
+	}
+	return nil
+}
+
+func (s *copyStore) Resume(ctx context.Context, source string) error {
+	if err := runclaim.ValidateSource(source); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("resume %q: %w", source, err)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.bug != bugResumeIgnored {
+		delete(s.b.pauses, source)
+	}
+	return nil
+}
+
+func (s *copyStore) Trigger(ctx context.Context, source string) error {
+	if err := runclaim.ValidateSource(source); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("trigger %q: %w", source, err)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	s.b.triggers[source] = true
 	return nil
 }
 
@@ -446,6 +536,26 @@ var wrongStores = []wrongStore{
 		"FinishRace", copyBackend(bugFinishReadThenWrite)},
 	{"source-ignored", "heartbeats and finishes find the run by its ID alone",
 		"SourceMustMatch", copyBackend(bugSourceIgnored)},
+	{"pause-ignored", "claims ignore pauses",
+		"Pause", copyBackend(bugPauseIgnored)},
+	{"pause-until-ignored", "every pause lasts until Resume, whatever its end",
+		"TimedPause", copyBackend(bugPauseUntilIgnored)},
+	{"past-until-accepted", "a pause until a time that has passed pauses until Resume",
+		"TimedPause", copyBackend(bugPastUntilAccepted)},
+	{"pause-stops-run", "a pause releases the running run",
+		"Pause", copyBackend(bugPauseStopsRun)},
+	{"resume-ignored", "Resume does nothing",
+		"Pause", copyBackend(bugResumeIgnored)},
+	{"trigger-kept", "a claim that uses a trigger leaves it in place",
+		"TriggerOnce", copyBackend(bugTriggerKept)},
+	{"trigger-over-running", "a trigger lets a claim in over a running run",
+		"TriggerNotOverRunning", copyBackend(bugTriggerOverRunning)},
+	{"skip-uses-trigger", "a claim skipped for a running run uses the trigger up",
+		"TriggerNotOverRunning", copyBackend(bugSkipUsesTrigger)},
+	{"trigger-over-pause", "a trigger lets a claim in over a pause",
+		"TriggerNotOverPause", copyBackend(bugTriggerOverPause)},
+	{"note-unchecked", "a pause's note is stored unchecked",
+		"ControlBadInput", copyBackend(bugNoteUnchecked)},
 	{"case-insensitive", "sources compared without regard to case",
 		"LookalikeSources", func() func() runclaim.Store {
 			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)
