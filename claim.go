@@ -47,7 +47,7 @@ func (c *Claimer) Owner() string { return c.cfg.owner }
 
 // Claim starts a run of source if no other run holds it. It never waits for
 // another holder: when the source is taken it returns an error matching
-// ErrNotClaimed (and ErrAlreadyRunning or ErrTooSoon) at once. Any other
+// ErrNotClaimed (and ErrAlreadyRunning, ErrTooSoon or ErrPaused) at once. Any other
 // error is a real failure, such as an invalid source (ErrInvalidSource) or an
 // unreachable database; the store's error is wrapped. ctx bounds the claim
 // only, not the run; if ctx ends first, its error is returned, wrapped. (The

@@ -9,9 +9,10 @@ import (
 
 // ErrNotClaimed matches, with errors.Is, every error that means "this tick was
 // skipped": the source is held by another run, another claim for it is in
-// flight, or the minimum interval has not passed. Nothing was written and no
-// lock is held. Use errors.Is(err, ErrAlreadyRunning) or errors.Is(err,
-// ErrTooSoon) to tell which, and errors.As with *NotClaimedError for details.
+// flight, the minimum interval has not passed, or the source is paused.
+// Nothing was written and no lock is held. Use errors.Is(err,
+// ErrAlreadyRunning), errors.Is(err, ErrTooSoon) or errors.Is(err, ErrPaused)
+// to tell which, and errors.As with *NotClaimedError for details.
 var ErrNotClaimed = errors.New("runclaim: not claimed")
 
 // ErrAlreadyRunning means another run holds the source, or another claim for
@@ -71,6 +72,7 @@ func (e *skipError) Is(target error) bool { return target == ErrNotClaimed }
 // NotClaimedError carries the details of a skipped claim. It matches
 // ErrNotClaimed and its Reason (ErrAlreadyRunning or ErrTooSoon) with
 // errors.Is; use errors.As to read it. All times are the database's.
+// A paused skip's text includes the pause's note, quoted.
 type NotClaimedError struct {
 	// Source is the source that was not claimed.
 	Source string

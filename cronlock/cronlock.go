@@ -226,6 +226,8 @@ func reason(nc *runclaim.NotClaimedError) string {
 	switch {
 	case errors.Is(nc.Reason, runclaim.ErrTooSoon):
 		return "too soon"
+	case errors.Is(nc.Reason, runclaim.ErrPaused):
+		return "paused"
 	case nc.Holder == nil:
 		return "claim in flight"
 	default:

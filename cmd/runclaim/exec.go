@@ -581,6 +581,15 @@ func (c *cli) failCode(cmd string, err error, code int) int {
 // skipReason says, in a line, why a claim was skipped.
 func skipReason(nc *runclaim.NotClaimedError, minInterval time.Duration) string {
 	switch {
+	case errors.Is(nc, runclaim.ErrPaused):
+		until := "until resumed ('runclaim resume')"
+		if !nc.RetryAfter.IsZero() {
+			until = "until " + formatTime(nc.RetryAfter)
+		}
+		if nc.Note != "" {
+			until += ": " + visible(nc.Note)
+		}
+		return fmt.Sprintf("%q is paused %s", nc.Source, until)
 	case errors.Is(nc, runclaim.ErrTooSoon):
 		return fmt.Sprintf("too soon: the minimum interval since the last run of %q started has not passed (the longer of --min-interval, %v, and the one that run recorded); a claim can succeed after %s",
 			nc.Source, minInterval, formatTime(nc.RetryAfter))

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/runclaim/runclaim"
+)
+
+// The operator's controls of a source: pause, resume and trigger, each in
+// a file of its own, share what is here.
+
+// controlTarget is the store the control commands act on, and its clock,
+// which a pause's relative --until counts from.
+type controlTarget struct {
+	ctl runclaim.Controller
+	now func(ctx context.Context) (time.Time, error)
+}
+
+// openControl opens the control commands' store. Tests replace it.
+var openControl = (*cli).postgresControl
+
+// postgresControl is the runs table's store as a Controller, with the
+// database's clock.
+func (c *cli) postgresControl(ctx context.Context) (controlTarget, error) {
+	store, err := c.store(ctx)
+	if err != nil {
+		return controlTarget{}, err
+	}
+	ctl, ok := any(store).(runclaim.Controller)
+	if !ok {
+		return controlTarget{}, errors.New("this build's Postgres store cannot pause, resume or trigger sources (it needs the schema version that adds pauses)")
+	}
+	return controlTarget{ctl: ctl, now: func(ctx context.Context) (time.Time, error) {
+		var now time.Time
+		err := c.pool.QueryRow(ctx, `SELECT pg_catalog.clock_timestamp()`).Scan(&now)
+		return now, err
+	}}, nil
+}
+
+// untilArg is a pause's --until: a duration from now (2h, 1d12h) or a
+// time (RFC 3339, 2026-12-24T18:00:00Z). The zero value is "until
+// resumed".
+type untilArg struct {
+	given    string
+	relative time.Duration // for a duration
+	at       time.Time     // for a time
+}
+
+// parseUntil parses --until.
+func parseUntil(s string) (untilArg, error) {
+	u := untilArg{given: s}
+	if s == "" {
+		return u, errors.New("empty --until: leave it out to pause until 'runclaim resume'")
+	}
+	if strings.Contains(s, "T") || strings.Count(s, "-") >= 2 {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return u, fmt.Errorf("--until %s: want a duration (90m, 2h, 1d) or an RFC 3339 time (2026-12-24T18:00:00Z)", s)
+		}
+		u.at = t
+		return u, nil
+	}
+	d, err := parseAge(s)
+	if err != nil {
+		return u, fmt.Errorf("--until: %w", err)
+	}
+	if d <= 0 {
+		return u, fmt.Errorf("--until %s: a pause must last longer than that", s)
+	}
+	u.relative = d
+	return u, nil
+}
+
+// resolve returns the pause's end: the time given, or the duration from
+// the store's clock now; zero for until resumed.
+func (u untilArg) resolve(ctx context.Context, t controlTarget) (time.Time, error) {
+	switch {
+	case u.relative > 0:
+		now, err := t.now(ctx)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
+		}
+		return now.Add(u.relative), nil
+	default:
+		return u.at, nil
+	}
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/runclaim/runclaim"
+)
+
+// pauseCommand pauses a source.
+var pauseCommand = command{
+	name:       "pause",
+	summary:    "skip every claim of a source until it is resumed, or for a while",
+	usage:      "pause <source> [--until DURATION|TIME] [--note TEXT]",
+	positional: 1,
+	help: `Pauses a source on every replica at once, without a deploy: every claim of
+it is skipped (runclaim.ErrPaused; 'runclaim exec' exits with its
+--skip-exit-code) until 'runclaim resume', or until the pause's end. The
+note is shown with every skip and in 'runclaim status'. Pausing a paused
+source replaces its pause, note included.
+
+A pause never stops a running run: it goes on, heartbeats and records its
+outcome. To stop it now, 'runclaim release' it as well: its holder's
+context is cancelled at its next heartbeat.
+
+--until is a duration from now by the database's clock (90m, 2h, 1d12h) or
+a time (RFC 3339: 2026-12-24T18:00:00Z). A time that has passed is refused.
+Without --until the pause lasts until 'runclaim resume'.
+
+The note is at most 1024 bytes of UTF-8 without NUL bytes.
+
+Examples:
+  runclaim pause scraper-avito --note "banned; ticket 42"
+  runclaim pause nightly-report --until 6h --note "db maintenance"
+  runclaim pause sync --until 2026-12-27T08:00:00Z --json
+
+JSON output: {"source", "paused_until" (null: until resumed), "note"}`,
+}
+
+// pauseOptions are pause's: the source, --until and --note.
+type pauseOptions struct {
+	source    string
+	untilArg  string
+	untilSet  bool // --until was given, perhaps empty
+	note      string
+	hasSource bool
+	until     untilArg // parsed by Validate
+}
+
+func (o *pauseOptions) flags(fs *flag.FlagSet) {
+	fs.Func("until", "pause for `DURATION` (2h, 1d) or until a TIME (RFC 3339); default: until resumed", func(s string) error {
+		o.untilArg, o.untilSet = s, true
+		return nil
+	})
+	fs.StringVar(&o.note, "note", "", "why the source is paused, shown with every skip (at most 1024 bytes)")
+}
+
+func (o *pauseOptions) args(args []string) {
+	if len(args) == 1 {
+		o.source, o.hasSource = args[0], true
+	}
+}
+
+// Validate checks the source, the note and --until.
+func (o *pauseOptions) Validate() error {
+	if !o.hasSource {
+		return errors.New("give the source to pause")
+	}
+	if err := runclaim.ValidateSource(o.source); err != nil {
+		return err
+	}
+	if err := runclaim.ValidatePauseNote(o.note); err != nil {
+		return fmt.Errorf("--note: %w", err)
+	}
+	if o.untilSet {
+		u, err := parseUntil(o.untilArg)
+		if err != nil {
+			return err
+		}
+		o.until = u
+	}
+	return nil
+}
+
+func runPause(ctx context.Context, c *cli, o *pauseOptions) int {
+	target, err := openControl(c, ctx)
+	if err != nil {
+		return c.fail("pause", err)
+	}
+	until, err := o.until.resolve(ctx, target)
+	if err != nil {
+		return c.fail("pause", err)
+	}
+	if err := target.ctl.Pause(ctx, o.source, until, o.note); err != nil {
+		return c.fail("pause", err)
+	}
+	if c.json {
+		var end *time.Time
+		if !until.IsZero() {
+			end = &until
+		}
+		err = writeJSON(c.stdout, struct {
+			Source      string     `json:"source"`
+			PausedUntil *time.Time `json:"paused_until"`
+			Note        string     `json:"note"`
+		}{o.source, end, o.note})
+	} else {
+		end := "until 'runclaim resume'"
+		if !until.IsZero() {
+			end = "until " + formatTime(until)
+		}
+		note := ""
+		if o.note != "" {
+			note = " (note: " + visible(o.note) + ")"
+		}
+		_, err = fmt.Fprintf(c.stdout, "paused %q %s%s; a running run goes on (see 'runclaim release')\n", o.source, end, note)
+	}
+	if err != nil {
+		return c.fail("pause", err)
+	}
+	return exitOK
+}

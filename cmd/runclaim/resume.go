@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/runclaim/runclaim"
+)
+
+// resumeCommand ends a source's pause.
+var resumeCommand = command{
+	name:       "resume",
+	summary:    "end a source's pause",
+	usage:      "resume <source>",
+	positional: 1,
+	help: `Ends the pause of a source that 'runclaim pause' paused: its next claim
+goes ahead as usual (the minimum interval still applies; see 'runclaim
+trigger'). A source that is not paused is left as it is, and resume
+succeeds.
+
+Examples:
+  runclaim resume scraper-avito
+  runclaim resume scraper-avito && runclaim trigger scraper-avito
+
+JSON output: {"source"}`,
+}
+
+// resumeOptions are resume's: the source.
+type resumeOptions struct {
+	sourceArg
+}
+
+func runResume(ctx context.Context, c *cli, o *resumeOptions) int {
+	target, err := openControl(c, ctx)
+	if err != nil {
+		return c.fail("resume", err)
+	}
+	if err := target.ctl.Resume(ctx, o.source); err != nil {
+		return c.fail("resume", err)
+	}
+	if c.json {
+		err = writeJSON(c.stdout, struct {
+			Source string `json:"source"`
+		}{o.source})
+	} else {
+		_, err = fmt.Fprintf(c.stdout, "resumed %q: it is not paused\n", o.source)
+	}
+	if err != nil {
+		return c.fail("resume", err)
+	}
+	return exitOK
+}
+
+// sourceArg is the options of a command whose one argument is a source.
+type sourceArg struct {
+	source    string
+	hasSource bool
+}
+
+func (o *sourceArg) flags(*flag.FlagSet) {}
+
+func (o *sourceArg) args(args []string) {
+	if len(args) == 1 {
+		o.source, o.hasSource = args[0], true
+	}
+}
+
+// Validate checks the source.
+func (o *sourceArg) Validate() error {
+	if !o.hasSource {
+		return errors.New("give a source")
+	}
+	return runclaim.ValidateSource(o.source)
+}

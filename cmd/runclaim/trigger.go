@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"fmt"
+)
+
+// triggerCommand lets a source's next claim in.
+var triggerCommand = command{
+	name:       "trigger",
+	summary:    "let a source's next claim win despite its minimum interval, once",
+	usage:      "trigger <source>",
+	positional: 1,
+	help: `Starts one run of a source by hand, as soon as a replica next claims it: that
+claim wins despite the minimum interval since the last run. The trigger is
+used by that one claim; triggering again before it changes nothing.
+
+It does not break in: while a run holds the source, or the source is
+paused, claims are skipped as usual and the trigger waits, to be used by
+the first claim after the run ends or the pause does. 'runclaim status'
+shows the triggers that wait.
+
+Examples:
+  # check by hand that a ban has lifted, then let the schedule go on
+  runclaim resume scraper-avito
+  runclaim trigger scraper-avito
+
+JSON output: {"source"}`,
+}
+
+// triggerOptions are trigger's: the source.
+type triggerOptions struct {
+	sourceArg
+}
+
+func runTrigger(ctx context.Context, c *cli, o *triggerOptions) int {
+	target, err := openControl(c, ctx)
+	if err != nil {
+		return c.fail("trigger", err)
+	}
+	if err := target.ctl.Trigger(ctx, o.source); err != nil {
+		return c.fail("trigger", err)
+	}
+	if c.json {
+		err = writeJSON(c.stdout, struct {
+			Source string `json:"source"`
+		}{o.source})
+	} else {
+		_, err = fmt.Fprintf(c.stdout, "triggered %q: its next claim wins despite the minimum interval, once no run holds it and it is not paused\n", o.source)
+	}
+	if err != nil {
+		return c.fail("trigger", err)
+	}
+	return exitOK
+}
