@@ -45,6 +45,7 @@ const (
 
 	ReasonAlreadyRunning = "already_running"
 	ReasonTooSoon        = "too_soon"
+	ReasonPaused         = "paused"
 
 	ErrorTypePanic         = "panic"
 	ErrorTypeLeaseLost     = "runclaim.lease_lost"
@@ -268,8 +269,11 @@ func (t *Telemetry) skipped(e runclaim.SkippedEvent) {
 	source := SourceKey.String(e.Source)
 	outcome := ClaimOutcomeKey.String(OutcomeSkipped)
 	reason := SkipReasonKey.String(ReasonAlreadyRunning)
-	if errors.Is(e.Err, runclaim.ErrTooSoon) {
+	switch {
+	case errors.Is(e.Err, runclaim.ErrTooSoon):
 		reason = SkipReasonKey.String(ReasonTooSoon)
+	case errors.Is(e.Err, runclaim.ErrPaused):
+		reason = SkipReasonKey.String(ReasonPaused)
 	}
 	attrs := []attribute.KeyValue{source, outcome, reason}
 	if h := e.Err.Holder; h != nil {

@@ -527,3 +527,21 @@ func TestConcurrentRuns(t *testing.T) {
 		t.Errorf("active runs %d, run durations %d; want 0 and %d", active, runs, workers*rounds)
 	}
 }
+
+// TestSkipReasonPaused: a claim of a paused source is a skip whose reason
+// is paused, in its span and its metric.
+func TestSkipReasonPaused(t *testing.T) {
+	b := setup(t)
+	store := runclaim.NewMemoryStore()
+	if err := store.Pause(t.Context(), "nightly", time.Time{}, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.claimer(t, store, "pod-a").Claim(t.Context(), "nightly"); !errors.Is(err, runclaim.ErrPaused) {
+		t.Fatalf("claim of a paused source: %v, want ErrPaused", err)
+	}
+	skip := spanNamed(t, b.spans.Ended(), "skip nightly")
+	equalAttrs(t, "skip nightly", skip.Attributes(), map[string]string{
+		"runclaim.source": "nightly", "runclaim.claim.outcome": "skipped", "runclaim.skip.reason": "paused"})
+	wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
+		"map[runclaim.claim.outcome:skipped runclaim.skip.reason:paused runclaim.source:nightly]=1")
+}
