@@ -111,6 +111,10 @@
 // in memory, for tests and single-instance tools. Another backend implements
 // Store and proves itself with package storetest.
 //
+// A store that is also a Controller lets operators steer a source without
+// a deploy: Pause skips every claim of it with ErrPaused, Resume ends the
+// pause, and Trigger lets its next claim in despite the minimum interval.
+//
 // # Absence
 //
 // Hooks and logs report what happened; PostgresStore.Check reports what did
