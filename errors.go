@@ -27,7 +27,7 @@ var ErrTooSoon = newSkip("runclaim: too soon since the last run")
 // every claim of it is skipped until the pause ends or the source is
 // resumed. It matches ErrNotClaimed too; the *NotClaimedError carries the
 // pause's end as RetryAfter (zero for a pause until Resume) and its note.
-var ErrPaused error = &skipError{"runclaim: source is paused"}
+var ErrPaused = newSkip("runclaim: source is paused")
 
 // ErrLeaseLost means the run is no longer this holder's: its lease ended and
 // another claim expired it, or an operator released it. Heartbeat and Finish
