@@ -117,7 +117,7 @@ func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err er
 			quoteForError(req.Source), s.Table(), s.namespace, err)
 	case "42501": // insufficient_privilege
 		if function {
-			return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s; see Least privilege in the README)",
+			return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)",
 				quoteForError(req.Source), err, s.claimFunc(), claimFuncArgs, s.Table())
 		}
 	}
