@@ -60,24 +60,17 @@
 //	if err != nil {
 //		return err
 //	}
-//	for {
-//		// Every replica ticks at the same wall-clock minute; a
-//		// time.Ticker would count from each replica's start.
-//		select {
-//		case <-ctx.Done():
-//			return ctx.Err()
-//		case <-time.After(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute))):
-//		}
-//		err := claimer.Do(ctx, "avito", func(ctx context.Context, run *runclaim.Run) error {
-//			return sweep(ctx, run.ID) // pass run.ID on as a fencing token
-//		})
-//		switch {
-//		case errors.Is(err, runclaim.ErrNotClaimed):
-//			// another replica runs this tick
-//		case err != nil:
-//			log.Printf("sweep: %v", err)
-//		}
+//	// On each tick of the scheduler, on every replica:
+//	err = claimer.Do(ctx, "avito", func(ctx context.Context, run *runclaim.Run) error {
+//		return sweep(ctx, run.ID) // pass run.ID on as a fencing token
+//	})
+//	if errors.Is(err, runclaim.ErrNotClaimed) {
+//		// another replica runs this tick
 //	}
+//
+// The loop that ticks every replica on the same wall-clock minute is
+// ExampleClaimer_Do_ticker, explained in docs/schedulers.md ("A plain
+// ticker"); examples/ticker runs it on three replicas.
 //
 // Do heartbeats while the function runs and, once the run can no longer be
 // trusted to be this holder's, closes Run.Lost and cancels the function's

@@ -42,12 +42,12 @@ func TestSplayWindow(t *testing.T) {
 						t.Fatal(err)
 					}
 					if variant == "Job" {
-						return cronlock.Job(t.Context(), claimer, "job", log, func(context.Context, *runclaim.Run) error {
+						return must[cron.Job](t)(cronlock.Job(t.Context(), claimer, "job", log, func(context.Context, *runclaim.Run) error {
 							ran[name]++
 							return nil
-						}, tc.opts...)
+						}, tc.opts...))
 					}
-					return cronlock.SkipUnlessClaimed(claimer, "job", log, tc.opts...)(cron.FuncJob(func() { ran[name]++ }))
+					return must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "job", log, tc.opts...))(cron.FuncJob(func() { ran[name]++ }))
 				}
 				early, late := replica("early"), replica("late")
 
@@ -95,7 +95,7 @@ func TestJobKeepsRunAliveAfterCancel(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			var overlaps []string
-			job := cronlock.Job(ctx, claimer, "wind-down", cron.DiscardLogger, func(runCtx context.Context, _ *runclaim.Run) error {
+			job := must[cron.Job](t)(cronlock.Job(ctx, claimer, "wind-down", cron.DiscardLogger, func(runCtx context.Context, _ *runclaim.Run) error {
 				cancel() // the service shuts down
 				<-runCtx.Done()
 				// Wind down past the claim's own lease end (the claim ran
@@ -112,7 +112,7 @@ func TestJobKeepsRunAliveAfterCancel(t *testing.T) {
 					}
 				}
 				return runCtx.Err()
-			})
+			}))
 			job.Run()
 			if len(overlaps) > 0 {
 				t.Errorf("another replica started the source %d times while fn wound down (at %v after the cancel)", len(overlaps), overlaps)
