@@ -205,31 +205,81 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 	return records[0], nil
 }
 
-// PruneBatchSize is how many rows Prune deletes per statement.
+// PruneBatchSize is how many rows Prune and PruneRuns look at per
+// statement; they delete those of them that may go.
 const PruneBatchSize = 1000
 
-// Prune deletes finished runs that finished more than olderThan ago, in
-// batches of PruneBatchSize rows, each its own short transaction, so that it
-// never holds locks a claim waits for. It never deletes a running run, nor
-// the newest run of any source (which the minimum interval is measured
-// from). It skips, without waiting, a row another transaction has locked,
-// such as a run finished while a transaction fenced on it was still open
-// (see Fence); a later Prune deletes it. It returns how many runs it deleted; when ctx ends it stops between
-// batches and returns the count so far with ctx's error.
+// MaxKeepLast is the largest PruneOptions.KeepLast: each batch of PruneRuns
+// reads up to that many index entries per run it looks at.
+const MaxKeepLast = 100_000
+
+// PruneOptions says which finished runs PruneRuns deletes: those that
+// finished more than OlderThan ago and are not among the KeepLast newest
+// runs of their source. Running runs and the newest run of each source are
+// never deleted.
+type PruneOptions struct {
+	// OlderThan keeps every run that finished less than this long ago, by
+	// the database clock. 0 keeps none for its age. It must not be
+	// negative.
+	OlderThan time.Duration
+	// KeepLast keeps the KeepLast runs of each source that started last,
+	// whatever their age or status (as Kubernetes' successfulJobsHistoryLimit
+	// does). 0 and 1 both keep the newest run only, which the minimum
+	// interval is measured from. It must be between 0 and MaxKeepLast.
+	KeepLast int
+}
+
+// Validate returns an error if the options are out of range.
+func (o PruneOptions) Validate() error {
+	if o.OlderThan < 0 {
+		return fmt.Errorf("runclaim: prune: OlderThan must not be negative, got %v", o.OlderThan)
+	}
+	if o.KeepLast < 0 || o.KeepLast > MaxKeepLast {
+		return fmt.Errorf("runclaim: prune: KeepLast must be between 0 and %d, got %d", MaxKeepLast, o.KeepLast)
+	}
+	return nil
+}
+
+// Prune deletes finished runs that finished more than olderThan ago, except
+// the newest run of each source: PruneRuns with PruneOptions{OlderThan:
+// olderThan}.
 func (s *PostgresStore) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
+	return s.PruneRuns(ctx, PruneOptions{OlderThan: olderThan})
+}
+
+// PruneRuns deletes the finished runs that opts select. It goes through
+// the runs in the order of their IDs, PruneBatchSize rows at a time,
+// whatever it deletes of them, each batch one statement and its own short
+// transaction, so that it never holds locks a
+// claim waits for. It never deletes a running run, nor the newest run of
+// any source (which the minimum interval is measured from), nor, with
+// opts.KeepLast, any of the KeepLast runs of a source that started last
+// (runs that started at the same instant count as one). It skips, without
+// waiting, a row another transaction has locked, such as a run finished
+// while a transaction fenced on it was still open (see Fence); a later
+// prune deletes it. It returns how many runs it deleted; when ctx ends it
+// stops between batches and returns the count so far with ctx's error.
+//
+// Each batch looks at up to PruneBatchSize runs and, for each, reads up to
+// KeepLast entries of the index on (source, started_at), so its cost is
+// bounded whatever the history's size.
+func (s *PostgresStore) PruneRuns(ctx context.Context, opts PruneOptions) (int64, error) {
 	if err := checkContext(ctx); err != nil {
 		return 0, err
 	}
-	if olderThan < 0 {
-		return 0, fmt.Errorf("runclaim: prune: olderThan must not be negative, got %v", olderThan)
+	if err := opts.Validate(); err != nil {
+		return 0, err
 	}
+	// A run is not among its source's n newest when n runs of its source
+	// started after it: see the prune statement.
+	skip := max(opts.KeepLast, 1) - 1
 	var total, after int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("runclaim: prune: %w", err)
 		}
 		var deleted, picked, last int64
-		if err := s.queryRow(ctx, s.sql.prune, []any{after, olderThan.Microseconds(), PruneBatchSize}, &deleted, &picked, &last); err != nil {
+		if err := s.queryRow(ctx, s.sql.prune, []any{after, opts.OlderThan.Microseconds(), PruneBatchSize, skip}, &deleted, &picked, &last); err != nil {
 			return total, s.wrap(ctx, "prune", err)
 		}
 		total += deleted

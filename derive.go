@@ -32,6 +32,10 @@ func (c *Claimer) With(opts ...Option) (*Claimer, error) {
 // the starts of two runs of a source (see WithMinInterval); 0 means none.
 func (c *Claimer) MinInterval() time.Duration { return c.cfg.minInterval }
 
+// MaxRunTime returns how long Do lets a function run before it cancels it
+// with ErrRunTimeout (see WithMaxRunTime); 0 means no limit.
+func (c *Claimer) MaxRunTime() time.Duration { return c.cfg.maxRunTime }
+
 // Logger returns the logger set with WithLogger, or nil if there is none.
 // Adapters that wrap a Claimer log through it.
 func (c *Claimer) Logger() *slog.Logger { return c.cfg.logger }

@@ -53,6 +53,13 @@ import (
 // To make fn's writes to the runs table's database commit only while the
 // run holds its source, see PostgresStore.Fence.
 //
+// With WithMaxRunTime, once the maximum run time has passed since the
+// claim, Do cancels fn's context with a cause matching ErrRunTimeout (unless
+// it was cancelled already, by ctx or a lost lease) and keeps the run alive
+// until fn returns, as after a shutdown. The run is then recorded as
+// failed with the timeout's text, joined to fn's error if fn returned one,
+// even if fn returned nil, and Do's error matches ErrRunTimeout.
+//
 // If the claim is skipped, Do returns the ErrNotClaimed error without calling
 // fn. Otherwise it returns fn's error wrapped (errors.Is finds it and, after
 // a run lost while fn ran, ErrLeaseLost, also when a shutdown came first),
@@ -71,6 +78,8 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 	}
 	runCtx, cancel, halt := run.startKeepAlive(ctx)
 	defer cancel(nil)
+	stopLimit := run.limitRunTime(cancel)
+	defer stopLimit()
 
 	returned := false
 	defer func() {
@@ -93,13 +102,20 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 	}()
 	fnErr := fn(runCtx, run)
 	returned = true
+	stopLimit() // a function that returned in time did not time out
 	halt()
 	lostErr := run.lostCause() // while fn ran, perhaps after a shutdown
 
 	outcome := fnErr
+	cause := context.Cause(runCtx)
 	switch {
+	case errors.Is(cause, ErrRunTimeout) && fnErr == nil:
+		// Past the maximum run time, a run fails whatever fn returns.
+		outcome = cause
+	case errors.Is(cause, ErrRunTimeout) && !errors.Is(fnErr, ErrRunTimeout):
+		outcome = fmt.Errorf("%w (cause: %w)", fnErr, cause)
 	case fnErr != nil:
-		if cause := context.Cause(runCtx); cause != nil && !errors.Is(fnErr, cause) && errors.Is(fnErr, runCtx.Err()) {
+		if cause != nil && !errors.Is(fnErr, cause) && errors.Is(fnErr, runCtx.Err()) {
 			outcome = fmt.Errorf("%w (cause: %w)", fnErr, cause)
 		}
 	case ctx.Err() != nil:
@@ -118,6 +134,34 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 		return errors.Join(result, finishErr)
 	}
 	return result
+}
+
+// limitRunTime cancels the run's context with ErrRunTimeout once the
+// claimer's maximum run time has passed since the claim, unless stop is
+// called first. Once stop has returned, the timeout has either cancelled
+// the context already or never will. stop is safe to call more than once.
+func (r *Run) limitRunTime(cancel context.CancelCauseFunc) (stop func()) {
+	d := r.claimer.cfg.maxRunTime
+	if d <= 0 {
+		return func() {}
+	}
+	var (
+		mu      sync.Mutex // protects stopped; held while the timeout cancels
+		stopped bool
+	)
+	t := time.AfterFunc(time.Until(r.claimedAt.Add(d)), func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			cancel(fmt.Errorf("%w: run %d of %s ran longer than %v", ErrRunTimeout, r.ID, quoteForError(r.Source), d))
+		}
+	})
+	return func() {
+		t.Stop()
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}
 }
 
 // panicError is the outcome recorded for a panic with val.

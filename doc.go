@@ -96,7 +96,9 @@
 // lease by default), HeartbeatTimeout (the bound on one heartbeat
 // attempt), RetryDelay (the wait after a failed attempt) and ExpiryMargin
 // (how long before the lease ends by the local clock a run without a
-// successful heartbeat is given up as lost).
+// successful heartbeat is given up as lost). WithMaxRunTime bounds a run:
+// past it, Do cancels fn's context with ErrRunTimeout and records the run
+// as failed.
 //
 // # Concurrency
 //

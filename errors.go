@@ -28,6 +28,12 @@ var ErrTooSoon = newSkip("runclaim: too soon since the last run")
 // the cause (see context.Cause).
 var ErrLeaseLost = errors.New("runclaim: lease lost")
 
+// ErrRunTimeout means the run lasted longer than WithMaxRunTime allows. Do
+// cancels fn's context with a cause matching it (see context.Cause),
+// records the run as failed with its text, and returns an error matching
+// it (use errors.Is).
+var ErrRunTimeout = errors.New("runclaim: maximum run time exceeded")
+
 // ErrInvalidSource is returned, wrapped with the reason, for a source name that
 // is empty, longer than MaxSourceLen bytes, not valid UTF-8, or contains a NUL
 // byte, another control character or an invisible one (see ValidateSource).

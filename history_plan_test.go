@@ -83,6 +83,8 @@ func sqlLiteral(v any) (string, error) {
 		return "NULL", nil
 	case int64:
 		return strconv.FormatInt(v, 10), nil
+	case int:
+		return strconv.Itoa(v), nil
 	case string:
 		return "'" + strings.ReplaceAll(v, "'", "''") + "'", nil
 	case *string:

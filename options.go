@@ -33,6 +33,7 @@ type config struct {
 	lease       time.Duration
 	minInterval time.Duration
 	heartbeat   time.Duration // as WithHeartbeat set it; 0: the default, lease/3
+	maxRunTime  time.Duration // 0: no limit
 	owner       string
 	hooks       Hooks
 	logger      *slog.Logger
@@ -76,6 +77,27 @@ func WithHeartbeat(d time.Duration) Option {
 			return fmt.Errorf("runclaim: WithHeartbeat: interval must be positive, got %v", d)
 		}
 		c.heartbeat = d
+		return nil
+	}
+}
+
+// WithMaxRunTime bounds how long Do lets fn run: once d has passed since
+// the claim was sent, by this process's clock, Do cancels fn's context with
+// a cause matching ErrRunTimeout, and the run is recorded as failed with
+// that text, whatever fn then returns (see Do). 0, the default, means no
+// limit; d must not be negative.
+//
+// Like a lost lease, the limit does not end the run by itself: Do keeps
+// the run alive until fn returns, so that no other replica starts the
+// source while fn winds down. A function that ignores its context still
+// holds its source; runclaim exec --max-run-time kills the command's
+// process group.
+func WithMaxRunTime(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("runclaim: WithMaxRunTime: maximum run time must not be negative, got %v", d)
+		}
+		c.maxRunTime = d
 		return nil
 	}
 }

@@ -32,22 +32,30 @@ WHERE id IN (
 RETURNING id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, '')
 
 -- name: prune
--- One batch of Prune: at most $3 finished runs with IDs above $1 that
--- finished more than $2 microseconds ago. Returns how many it deleted, how
--- many it picked, and the last ID it picked.
-WITH batch AS (
+-- One batch of PruneRuns: of the next $3 runs by ID after $1, deletes the
+-- finished ones that finished more than $2 microseconds ago and are not
+-- among the $4 + 1 newest runs of their source. Returns how many it
+-- deleted, how many it looked at, and the last ID it looked at. A batch
+-- looks at $3 rows however many it deletes, so its cost does not grow
+-- with the table.
+WITH scope AS (
+	SELECT id FROM {{table}} WHERE id > $1 ORDER BY id LIMIT $3
+), batch AS (
 	SELECT id FROM {{table}} AS r
-	WHERE id > $1 AND status <> 'running'
+	-- An array, not IN (SELECT ...): the plan is a probe of the primary
+	-- key per ID, never a hash join over the whole table.
+	WHERE id = ANY (ARRAY(SELECT id FROM scope)) AND status <> 'running'
 	  AND finished_at < pg_catalog.clock_timestamp() - $2::bigint * interval '1 microsecond'
-	  -- Never the newest run of a source, which the minimum interval is
-	  -- measured from.
-	  AND EXISTS (SELECT FROM {{table}} AS newer WHERE newer.source = r.source AND newer.started_at > r.started_at)
-	ORDER BY id LIMIT $3
+	  -- Not among the newest $4 + 1 runs of its source: $4 + 1 runs of it
+	  -- started later. The subquery stops there, so it reads at most
+	  -- $4 + 1 entries of the history index. With $4 = 0, never the newest
+	  -- run of a source, which the minimum interval is measured from.
+	  AND EXISTS (SELECT FROM {{table}} AS newer WHERE newer.source = r.source AND newer.started_at > r.started_at OFFSET $4::int)
 	-- Skips, without waiting, a row another transaction has locked (a run
-	-- finished while a fenced transaction was open); a later Prune deletes
+	-- finished while a fenced transaction was open); a later prune deletes
 	-- it.
 	FOR UPDATE OF r SKIP LOCKED
 ), del AS (
-	DELETE FROM {{table}} WHERE id IN (SELECT id FROM batch) RETURNING id
+	DELETE FROM {{table}} WHERE id = ANY (ARRAY(SELECT id FROM batch)) RETURNING id
 )
-SELECT (SELECT count(*) FROM del), count(*), coalesce(max(id), 0) FROM batch
+SELECT (SELECT count(*) FROM del), count(*), coalesce(max(id), 0) FROM scope

@@ -26,6 +26,7 @@ const (
 	exitClaimFailed = 69  // EX_UNAVAILABLE: no claim (database error); nothing was run (--error-exit-code)
 	exitLeaseLost   = 70  // EX_SOFTWARE: the run was lost while the command ran (--lost-exit-code)
 	exitUnrecorded  = 74  // EX_IOERR: the command ran; its outcome was not recorded (--unrecorded-exit-code)
+	exitTimedOut    = 124 // the command ran longer than --max-run-time and was stopped, as timeout(1) exits (--timeout-exit-code)
 	exitCannotRun   = 126 // the command was found but could not be started
 	exitNotFound    = 127 // the command was not found
 )
@@ -38,7 +39,7 @@ const defaultKillGraceMax = 10 * time.Second
 var execCommand = command{
 	name:       "exec",
 	summary:    "run a command only if this host claims the source (a distributed flock -n)",
-	usage:      "exec --source S [--lease D] [--min-interval D] [--owner O] [flags] -- command [args...]",
+	usage:      "exec --source S [--lease D] [--min-interval D] [--max-run-time D] [--owner O] [flags] -- command [args...]",
 	positional: -1,
 	noJSON:     true,
 	help: `Runs a command only if it claims the source, so that a crontab line installed
@@ -107,6 +108,14 @@ refuses a --lease and --heartbeat that give it less than 500ms, room for a
 new connection on a slow link: with the default --heartbeat, a --lease
 under 2.6s.
 
+With --max-run-time D, a command still running D after the claim is
+stopped as a lost run's is: SIGTERM to its group, SIGKILL after
+--kill-grace, and exec waits until the group is empty. The lease is kept
+meanwhile, so no other host starts the source while the group winds
+down. The run is recorded as failed, its error saying the maximum run
+time was exceeded, and exec exits with --timeout-exit-code (124, as
+timeout(1) does).
+
 The command should not read from the terminal: it is not in the terminal's
 foreground process group.
 
@@ -118,6 +127,8 @@ Examples:
   runclaim exec --source reindex --lease 2m --heartbeat 10s --kill-grace 10s -- ./reindex.sh --all
   # every 5 minutes on 3 hosts, but at most once per 4 minutes overall
   */5 * * * *  runclaim exec --source sync --min-interval 4m --quiet -- ./sync
+  # a job that hangs now and then: stop it after 2 hours
+  runclaim exec --source import --max-run-time 2h -- ./import.sh
   # a wrapper script that tells "skipped" from "failed"
   runclaim exec --source sync --skip-exit-code 0 --error-exit-code 100 -- ./sync
 
@@ -135,6 +146,8 @@ Exit codes:
           database went away); the run stays "running" until its lease
           passes, and exec prints the command's status (EX_IOERR;
           --unrecorded-exit-code)
+  124     the command ran longer than --max-run-time and was stopped
+          (as timeout(1); --timeout-exit-code)
   126     the command is not executable (permission denied, a directory),
           or could not be started
   127     the command was not found
@@ -151,8 +164,10 @@ history' is exact.`,
 type execOptions struct {
 	source                                        string
 	lease, minInterval, heartbeat, killGrace      time.Duration
+	maxRunTime                                    time.Duration
 	owner                                         string
 	skipCode, errorCode, lostCode, unrecordedCode int
+	timeoutCode                                   int
 	noDBEnv, quiet, verbose                       bool
 	argv                                          []string // the command line, argv[0] first
 }
@@ -162,12 +177,14 @@ func (o *execOptions) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.lease, "lease", runclaim.DefaultLease, "lease: how long the source stays held if exec dies without finishing")
 	fs.DurationVar(&o.minInterval, "min-interval", 0, "skip unless the source's last run started at least this long ago")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "extend the lease this often (default a third of --lease)")
+	fs.DurationVar(&o.maxRunTime, "max-run-time", 0, "stop the command (SIGTERM, then SIGKILL after --kill-grace) once it has run this long (default 0: no limit)")
 	fs.StringVar(&o.owner, "owner", "", "holder name recorded with the run (default host-pid-random)")
 	fs.DurationVar(&o.killGrace, "kill-grace", 0, "when the command's group must stop (run lost, SIGINT/SIGTERM, processes left after the command exits),\nwait this long between SIGTERM and SIGKILL (at most (lease - 2*heartbeat)/8; default that, or 10s if less)")
 	fs.IntVar(&o.skipCode, "skip-exit-code", exitSkipped, "exit `code` when the source is not claimed, as flock's --conflict-exit-code (0..255)")
 	fs.IntVar(&o.errorCode, "error-exit-code", exitClaimFailed, "exit `code` when the source could not be claimed (0..255)")
 	fs.IntVar(&o.lostCode, "lost-exit-code", exitLeaseLost, "exit `code` when the run was lost while the command ran (0..255)")
 	fs.IntVar(&o.unrecordedCode, "unrecorded-exit-code", exitUnrecorded, "exit `code` when the command's outcome could not be recorded (0..255)")
+	fs.IntVar(&o.timeoutCode, "timeout-exit-code", exitTimedOut, "exit `code` when the command ran longer than --max-run-time (0..255)")
 	fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE from the command's environment")
 	fs.BoolVar(&o.quiet, "quiet", false, "print nothing when the source is not claimed")
 	fs.BoolVar(&o.verbose, "verbose", false, "print the claim and the recorded outcome on stderr")
@@ -185,11 +202,13 @@ func (o *execOptions) Validate() error {
 		return errors.New("give the command to run after --")
 	case o.killGrace < 0:
 		return fmt.Errorf("--kill-grace must not be negative, got %v", o.killGrace)
+	case o.maxRunTime < 0:
+		return fmt.Errorf("--max-run-time must not be negative, got %v", o.maxRunTime)
 	}
 	for _, f := range []struct {
 		name string
 		code int
-	}{{"skip", o.skipCode}, {"error", o.errorCode}, {"lost", o.lostCode}, {"unrecorded", o.unrecordedCode}} {
+	}{{"skip", o.skipCode}, {"error", o.errorCode}, {"lost", o.lostCode}, {"unrecorded", o.unrecordedCode}, {"timeout", o.timeoutCode}} {
 		if f.code < 0 || f.code > 255 {
 			return fmt.Errorf("--%s-exit-code must be between 0 and 255, got %d", f.name, f.code)
 		}
@@ -261,6 +280,7 @@ func (o *execOptions) claimOptions(hooks runclaim.Hooks) []runclaim.Option {
 	opts := []runclaim.Option{
 		runclaim.WithLease(o.lease),
 		runclaim.WithMinInterval(o.minInterval),
+		runclaim.WithMaxRunTime(o.maxRunTime),
 		runclaim.WithHooks(hooks),
 	}
 	if o.heartbeat != 0 {
@@ -532,6 +552,14 @@ func (x *execution) exitCode(ctx, claimCtx context.Context, err error, lost, rec
 	if ctx.Err() != nil {
 		fmt.Fprintf(c.stderr, "runclaim exec: stopped: %v; %s\n", context.Cause(ctx), describeExit(x.status))
 		return o.errorCode
+	}
+	if errors.Is(err, runclaim.ErrRunTimeout) {
+		fmt.Fprintf(c.stderr, "runclaim exec: the command ran longer than --max-run-time %v and was stopped; %s\n", o.maxRunTime, describeExit(x.status))
+		if !recorded {
+			fmt.Fprintf(c.stderr, "runclaim exec: the outcome was not recorded, so the run stays running until its lease passes\n")
+			return o.unrecordedCode
+		}
+		return o.timeoutCode
 	}
 	if x.status == nil {
 		return c.failCode("exec", fmt.Errorf("%s: %w", describeExit(nil), err), o.errorCode)

@@ -421,6 +421,7 @@ func TestExecHelpDocumentsExitCodes(t *testing.T) {
 		"error-exit-code":      exitClaimFailed,
 		"lost-exit-code":       exitLeaseLost,
 		"unrecorded-exit-code": exitUnrecorded,
+		"timeout-exit-code":    exitTimedOut,
 	} {
 		if !regexp.MustCompile(`(?m)^  --` + flag + ` code\n.*\(default ` + fmt.Sprint(code) + `\)$`).MatchString(r.stdout) {
 			t.Errorf("--help lacks --%s with its default %d", flag, code)

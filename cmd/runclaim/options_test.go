@@ -48,7 +48,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"release", []string{"--id", "-5"}, "a run ID must be positive, got -5"},
 		{"release", []string{"--", "0"}, "a run ID must be positive, got 0"},
 		{"release", []string{"42"}, ""},
-		{"prune", nil, "--older-than is required"},
+		{"prune", nil, "give --older-than, --keep-last or both"},
 		{"prune", []string{"--older-than", "1x"}, "--older-than: invalid duration"},
 		{"prune", []string{"--older-than", "1d12h"}, ""},
 		{"migrate", []string{"--sql", "--print"}, "--sql, --print and --status exclude each other"},
@@ -108,7 +108,7 @@ func TestOptionsValidate(t *testing.T) {
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := opts.(*pruneOptions).olderThan; got != 36*time.Hour {
+	if got := opts.(*pruneOptions).opts.OlderThan; got != 36*time.Hour {
 		t.Errorf("prune --older-than 1d12h: %v, want 36h", got)
 	}
 }

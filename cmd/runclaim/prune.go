@@ -16,33 +16,44 @@ import (
 // pruneCommand deletes old finished runs.
 var pruneCommand = command{
 	name:    "prune",
-	summary: "delete finished runs older than a given age",
-	usage:   "prune --older-than D",
-	help: `Deletes finished runs (succeeded, failed, expired, released) that finished
-more than D ago. It never deletes a running run, nor the newest run of any
-source, which the minimum interval between runs is measured from. It deletes
-in small batches, each its own short transaction, so it never holds up
-claims; Ctrl-C stops it between batches.
+	summary: "delete finished runs older than a given age, or all but the last N of each source",
+	usage:   "prune [--older-than D] [--keep-last N] [--yes]",
+	help: `Deletes finished runs (succeeded, failed, expired, released): with
+--older-than D, those that finished more than D ago; with --keep-last N,
+all but the N runs of each source that started last, whatever their age;
+with both, only runs that both select. It never deletes a running run, nor
+the newest run of any source, which the minimum interval between runs is
+measured from. It goes through the table in small batches, each its own
+short transaction, so it never holds up claims; Ctrl-C stops it between
+batches.
 
 D is a Go duration (90m, 720h) or a number of days (30d), or both (1d12h).
-Under an hour (0 deletes every finished run but each source's newest), prune
-asks first, as release does: it reads the answer from stdin, and refuses
-when stdin is not a terminal; --yes prunes without asking.
+N is between 1 and 100000.
+Under an hour of age and without a --keep-last above 1 (so that only each
+source's newest run is sure to stay; 0 deletes every finished run but
+those), prune asks first, as release does: it reads the answer from stdin,
+and refuses when stdin is not a terminal; --yes prunes without asking.
 
 Examples:
   runclaim prune --older-than 30d
+  runclaim prune --keep-last 100
+  # a month of history, and never fewer than the last 10 runs of a source
+  runclaim prune --older-than 30d --keep-last 10
   runclaim prune --older-than 720h --json
   runclaim prune --older-than 0 --yes
 
-JSON output: {"deleted": 123, "older_than_seconds": 2592000}`,
+JSON output: {"deleted": 123, "older_than_seconds": 2592000, "keep_last": 10}
+(older_than_seconds is 0 without --older-than; keep_last is 1 without
+--keep-last, since the newest run of each source is always kept).`,
 }
 
-// pruneOptions are prune's: --older-than.
+// pruneOptions are prune's: --older-than and --keep-last.
 type pruneOptions struct {
 	noArgs
-	olderThanArg string        // as given
-	olderThan    time.Duration // parsed by Validate
+	olderThanArg string // as given
+	keepLast     int
 	yes          bool
+	opts         runclaim.PruneOptions // set by Validate
 }
 
 // pruneAskBelow is the age under which prune asks before deleting: such a
@@ -50,26 +61,37 @@ type pruneOptions struct {
 const pruneAskBelow = time.Hour
 
 func (o *pruneOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.olderThanArg, "older-than", "", "delete runs that finished more than `D` ago (required; e.g. 720h or 30d)")
-	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation when D is under an hour")
+	fs.StringVar(&o.olderThanArg, "older-than", "", "delete runs that finished more than `D` ago (e.g. 720h or 30d)")
+	fs.IntVar(&o.keepLast, "keep-last", 0, "keep the last `N` runs of each source, whatever their age")
+	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation when D is under an hour (or not given) and --keep-last is not above 1")
 }
 
-// Validate checks and parses --older-than.
+// Validate checks and parses --older-than and --keep-last; at least one is
+// needed.
 func (o *pruneOptions) Validate() error {
-	if o.olderThanArg == "" {
-		return errors.New("--older-than is required")
+	if o.olderThanArg == "" && o.keepLast == 0 {
+		return errors.New("give --older-than, --keep-last or both")
 	}
-	d, err := parseAge(o.olderThanArg)
-	if err != nil {
-		return fmt.Errorf("--older-than: %w", err)
+	if o.olderThanArg != "" {
+		d, err := parseAge(o.olderThanArg)
+		if err != nil {
+			return fmt.Errorf("--older-than: %w", err)
+		}
+		o.opts.OlderThan = d
 	}
-	o.olderThan = d
+	if o.keepLast < 0 || o.keepLast > runclaim.MaxKeepLast || o.olderThanArg == "" && o.keepLast < 1 {
+		return fmt.Errorf("--keep-last must be between 1 and %d, got %d", runclaim.MaxKeepLast, o.keepLast)
+	}
+	o.opts.KeepLast = o.keepLast
 	return nil
 }
 
 func runPrune(ctx context.Context, c *cli, o *pruneOptions) int {
-	arg, olderThan := o.olderThanArg, o.olderThan
-	ask := olderThan < pruneAskBelow && !o.yes
+	arg := o.olderThanArg
+	if arg == "" {
+		arg = "0s"
+	}
+	ask := o.opts.OlderThan < pruneAskBelow && o.opts.KeepLast <= 1 && !o.yes
 	if ask && !isTerminal(c.stdin) {
 		return c.badUsage("--older-than %s deletes the runs that have just finished, and stdin is not a terminal, so there is no one to confirm; add --yes to prune without asking", arg)
 	}
@@ -89,21 +111,31 @@ func runPrune(ctx context.Context, c *cli, o *pruneOptions) int {
 	}
 	ctx, stop := interruptible(ctx)
 	defer stop()
-	deleted, err := store.Prune(ctx, olderThan)
+	deleted, err := store.PruneRuns(ctx, o.opts)
 	if err != nil {
 		if deleted > 0 {
 			fmt.Fprintf(c.stderr, "runclaim prune: deleted %d runs before stopping\n", deleted)
 		}
 		return c.fail("prune", err)
 	}
+	keepLast := max(o.opts.KeepLast, 1)
 	if c.json {
 		err = writeJSON(c.stdout, struct {
 			Deleted          int64   `json:"deleted"`
 			OlderThanSeconds float64 `json:"older_than_seconds"`
-		}{deleted, seconds(olderThan)})
+			KeepLast         int     `json:"keep_last"`
+		}{deleted, seconds(o.opts.OlderThan), keepLast})
 	} else {
-		_, err = fmt.Fprintf(c.stdout, "deleted %d runs that finished more than %s ago (the newest run of each source is kept)\n",
-			deleted, arg)
+		var what []string
+		if o.olderThanArg != "" {
+			what = append(what, "that finished more than "+o.olderThanArg+" ago")
+		}
+		kept := "the newest run of each source is kept"
+		if keepLast > 1 {
+			what = append(what, fmt.Sprintf("beyond the last %d of their source", keepLast))
+			kept = fmt.Sprintf("the last %d runs of each source are kept", keepLast)
+		}
+		_, err = fmt.Fprintf(c.stdout, "deleted %d runs %s (%s, and running runs)\n", deleted, strings.Join(what, " and "), kept)
 	}
 	if err != nil {
 		return c.fail("prune", err)

@@ -24,7 +24,7 @@ func TestPrune(t *testing.T) {
 	// Everything finished is old enough, but each source keeps its newest
 	// run and running runs stay: a's two older runs and c's finished one go.
 	r = mustRun(t, db, exitOK, "prune", "--older-than", "0s", "--json", "--yes")
-	obj := decodeObject(t, r.stdout, "deleted", "older_than_seconds")
+	obj := decodeObject(t, r.stdout, "deleted", "older_than_seconds", "keep_last")
 	if num(t, obj["deleted"]) != 3 || num(t, obj["older_than_seconds"]) != 0 {
 		t.Errorf("JSON %v, want 3 deleted", obj)
 	}
@@ -36,12 +36,39 @@ func TestPrune(t *testing.T) {
 	if got := history(t, store, "c"); got[0].Status != "running" {
 		t.Errorf("c's run left is %s, want the running one", got[0].Status)
 	}
-	if r := mustRun(t, db, exitOK, "prune", "--older-than=0s", "--json", "--yes"); num(t, decodeObject(t, r.stdout, "deleted", "older_than_seconds")["deleted"]) != 0 {
+	if r := mustRun(t, db, exitOK, "prune", "--older-than=0s", "--json", "--yes"); num(t, decodeObject(t, r.stdout, "deleted", "older_than_seconds", "keep_last")["deleted"]) != 0 {
 		t.Errorf("second prune: %s", r.stdout)
+	}
+
+	// --keep-last: five runs of d; the last two stay, whatever their age.
+	for range 5 {
+		mustRun(t, db, 0, "exec", "--source", "d", "--", "true")
+	}
+	r = mustRun(t, db, exitOK, "prune", "--keep-last", "2")
+	if want := "deleted 3 runs beyond the last 2 of their source (the last 2 runs of each source are kept, and running runs)"; !strings.Contains(r.stdout, want) {
+		t.Errorf("stdout %q, want %q", r.stdout, want)
+	}
+	if got := history(t, store, "d"); len(got) != 2 {
+		t.Errorf("d has %d runs left, want 2", len(got))
+	}
+	// With an age too: nothing is that old.
+	r = mustRun(t, db, exitOK, "prune", "--keep-last", "1", "--older-than", "30d", "--json")
+	obj = decodeObject(t, r.stdout, "deleted", "older_than_seconds", "keep_last")
+	if num(t, obj["deleted"]) != 0 || num(t, obj["keep_last"]) != 1 || num(t, obj["older_than_seconds"]) != 30*24*3600 {
+		t.Errorf("JSON %v, want 0 deleted, keep_last 1, 30 days", obj)
 	}
 
 	for _, args := range [][]string{
 		{"prune"},
+		{"prune", "--keep-last", "0"},
+		{"prune", "--keep-last", "-1"},
+		{"prune", "--keep-last", "100001"},
+		{"prune", "--keep-last", "x"},
+		{"prune", "--older-than", "1h", "--keep-last", "-1"},
+		// Only each source's newest run is sure to stay, and there is no
+		// terminal to confirm: refused.
+		{"prune", "--keep-last", "1"},
+		{"prune", "--older-than", "59m", "--keep-last", "1"},
 		{"prune", "--older-than", "soon"},
 		{"prune", "--older-than", "-1h"},
 		{"prune", "--older-than", "NaNd"},

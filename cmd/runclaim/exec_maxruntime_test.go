@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runclaim/runclaim"
+)
+
+// TestExecMaxRunTime: a command still running at --max-run-time is stopped,
+// SIGTERM then SIGKILL after --kill-grace; the run is recorded as failed
+// with the timeout in its error, and exec exits with --timeout-exit-code.
+// The limits (1 s, 2 s) are far longer than starting a shell takes, so the
+// signal lands once the command runs; what catches a real fault is the
+// exit code, the recorded outcome and the messages, not any duration.
+func TestExecMaxRunTime(t *testing.T) {
+	db, store := setup(t)
+	for _, tc := range []struct {
+		name    string
+		script  string
+		flags   []string
+		code    int
+		sigkill bool
+		ended   string
+	}{
+		{"stops on SIGTERM", `echo started; exec sleep 60`,
+			[]string{"--max-run-time", "1s"}, exitTimedOut, false, "signal: terminated"},
+		{"ignores SIGTERM", `trap '' TERM; echo started; while :; do sleep 0.05; done`,
+			[]string{"--max-run-time", "2s", "--timeout-exit-code", "99"}, 99, true, "signal: killed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			source := "timeout-" + strings.Fields(tc.name)[0]
+			clearEnv(t)
+			t.Setenv(envDatabaseURL, db.DSN)
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pr.Close()
+			out := readLines(pr)
+			var stderr lockedBuffer
+			done := make(chan int, 1)
+			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+			defer cancel()
+			go func() {
+				defer pw.Close()
+				// A lease of 3 s with a heartbeat every 100 ms allows a
+				// kill grace of up to (3s - 2*100ms)/8 = 350ms.
+				args := append([]string{"exec", "--source", source, "--lease", "3s", "--heartbeat", "100ms", "--kill-grace", "300ms"}, tc.flags...)
+				done <- run(ctx, append(args, "--", "sh", "-c", tc.script), nil, pw, &stderr)
+			}()
+			waitLine(t, out, "started", done)
+			var code int
+			select {
+			case code = <-done:
+			case <-time.After(testTimeout):
+				t.Fatal("exec did not stop the command past --max-run-time")
+			}
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
+			}
+			runs := history(t, store, source)
+			if len(runs) != 1 {
+				t.Fatalf("history %+v, want one run", runs)
+			}
+			msgs := stderr.String()
+			for _, want := range []string{
+				fmt.Sprintf(`runclaim exec: run %d of %q: maximum run time exceeded: run %d of %q ran longer than %s; sending SIGTERM to the command, SIGKILL in 300ms`,
+					runs[0].ID, source, runs[0].ID, source, tc.flags[1]),
+				"the command ran longer than --max-run-time " + tc.flags[1] + " and was stopped; the command ended with " + tc.ended,
+			} {
+				if !strings.Contains(msgs, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, msgs)
+				}
+			}
+			if got := strings.Contains(msgs, "sending SIGKILL\n"); got != tc.sigkill {
+				t.Errorf("SIGKILL sent: %v, want %v:\n%s", got, tc.sigkill, msgs)
+			}
+			if want := tc.ended + "; stopped because runclaim: maximum run time exceeded"; runs[0].Status != runclaim.StatusFailed || !strings.HasPrefix(runs[0].Error, want) {
+				t.Errorf("recorded %s with %q, want failed with %q...", runs[0].Status, runs[0].Error, want)
+			}
+		})
+	}
+
+	t.Run("in time", func(t *testing.T) {
+		r := runCLI(t, db, nil, "exec", "--source", "timeout-in-time", "--max-run-time", "1h", "--", "true")
+		runs := history(t, store, "timeout-in-time")
+		if r.code != 0 || len(runs) != 1 || runs[0].Status != runclaim.StatusSucceeded {
+			t.Errorf("%+v, history %+v; want exit 0 and a succeeded run", r, runs)
+		}
+	})
+
+	t.Run("usage", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"exec", "--source", "timeout-usage", "--max-run-time", "-1s", "--", "true"},
+			{"exec", "--source", "timeout-usage", "--timeout-exit-code", "256", "--", "true"},
+		} {
+			if r := runCLI(t, db, nil, args...); r.code != exitUsage {
+				t.Errorf("%q: %+v, want exit 2", args, r)
+			}
+		}
+		if runs := history(t, store, "timeout-usage"); len(runs) != 0 {
+			t.Errorf("a bad command line ran: %+v", runs)
+		}
+	})
+}
