@@ -45,6 +45,13 @@ var cases = []suiteCase{
 	{name: "TooSoonOverLapsedRun", store: testTooSoonOverLapsedRun},
 	{name: "FinishRace", replicas: testFinishRace},
 	{name: "SourceMustMatch", store: testSourceMustMatch},
+	{name: "TickDone", store: testTickDone},
+	{name: "TickLiveRun", store: testTickLiveRun},
+	{name: "TickExpiredReopens", store: testTickExpiredReopens},
+	{name: "TickMinInterval", store: testTickMinInterval},
+	{name: "TickPrecision", store: testTickPrecision},
+	{name: "TickPlainShare", store: testTickPlainShare},
+	{name: "TickUnderContention", replicas: testTickUnderContention},
 }
 
 // RunReplicas runs the whole suite, including the cases that need several replicas:
