@@ -17,8 +17,8 @@ type MemoryStore struct {
 	mu      sync.Mutex // protects the fields below
 	lastID  int64
 	runs    map[int64]*memRun
-	running map[string]*memRun // by source
-	latest  map[string]*memRun // by source: the run that started last
+	running map[string]*memRun   // by source
+	latest  map[string]*memRun   // by source: the run that started last
 	served  map[string]time.Time // by source: the latest tick of a run that succeeded or failed
 }
 

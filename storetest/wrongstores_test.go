@@ -89,8 +89,8 @@ type memBackend struct {
 	mu        sync.Mutex // protects the fields below
 	lastID    int64
 	runs      map[int64]*memRun
-	running   map[string]*memRun // by source
-	lastStart map[string]lastRun // by source: the latest start that counts
+	running   map[string]*memRun   // by source
+	lastStart map[string]lastRun   // by source: the latest start that counts
 	served    map[string]time.Time // by source: the latest tick served
 }
 
