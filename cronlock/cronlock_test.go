@@ -14,6 +14,7 @@ import (
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/cronlock"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/testclock"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -91,8 +92,8 @@ func (l attemptLogger) Error(err error, msg string, kv ...any) {
 // is seen; exactly one of the two must run the job and the other must log a
 // skip because the source is already running. The run must be recorded
 // before the next tick. The test's ticks come milliseconds apart in real
-// time, so the splay window, which is counted by the database clock, is off
-// here (TestSplayHandledByDefault covers it).
+// time, so the wrappers name ticks by a test clock a minute apart
+// (TestEachTickOnceByDefault covers real time).
 func TestTwoCronsOneRunPerTick(t *testing.T) {
 	for _, sc := range stores {
 		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
@@ -112,6 +113,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 	release := make(chan struct{})
 	done := make(chan struct{}) // stops the gates and unblocks a held job
 	var gates []*gate
+	clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 
 	for _, replica := range []string{"replica-a", "replica-b"} {
 		claimer, err := runclaim.New(store, runclaim.WithOwner(replica),
@@ -132,7 +134,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 		switch variant {
 		case "SkipUnlessClaimed":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger),
-				cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep", logger, cronlock.WithSplay(0))))
+				cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep", logger, cronlock.WithClock(clk.Now))))
 			job = cron.FuncJob(hold)
 		case "Job":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger), cron.WithChain(cron.Recover(logger)))
@@ -142,7 +144,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 				}
 				hold()
 				return nil
-			}, cronlock.WithSplay(0))
+			}, cronlock.WithClock(clk.Now))
 		}
 		g := &gate{ticks: make(chan struct{}), done: done}
 		gates = append(gates, g)
@@ -161,6 +163,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 	const ticks = 6
 	wins := map[string]int{}
 	for tick := 1; tick <= ticks; tick++ {
+		clk.Advance(time.Minute)
 		for _, g := range gates {
 			select {
 			case g.ticks <- struct{}{}:
@@ -225,6 +228,12 @@ func (r *recorder) add(s string) {
 	r.lines = append(r.lines, s)
 }
 
+func (r *recorder) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = nil
+}
+
 func (r *recorder) String() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -269,8 +278,12 @@ func TestOutcomes(t *testing.T) {
 	t.Run("TooSoon", func(t *testing.T) {
 		events, log.lines = nil, nil
 		ran := 0
-		job := cronlock.SkipUnlessClaimed(claimer, "fast", log)(cron.FuncJob(func() { ran++ }))
+		// Two ticks a second apart, by the wrapper's clock: the second
+		// comes within the claimer's interval of an hour.
+		clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+		job := cronlock.SkipUnlessClaimed(claimer, "fast", log, cronlock.WithClock(clk.Now))(cron.FuncJob(func() { ran++ }))
 		job.Run()
+		clk.Advance(time.Second)
 		job.Run()
 		if ran != 1 || len(events) != 1 || events[0].Status != runclaim.StatusSucceeded {
 			t.Fatalf("ran %d times with events %+v; want once, succeeded", ran, events)
@@ -342,8 +355,9 @@ func TestNilArgumentsPanic(t *testing.T) {
 		"Job nil ctx":                   func() { cronlock.Job(nilCtx, claimer, "s", nil, fn) },
 		"SkipUnlessClaimed nil option":  func() { cronlock.SkipUnlessClaimed(claimer, "s", nil, nil) },
 		"Job nil option":                func() { cronlock.Job(t.Context(), claimer, "s", nil, fn, nil) },
-		"negative splay":                func() { cronlock.SkipUnlessClaimed(claimer, "s", nil, cronlock.WithSplay(-time.Second)) },
-		"splay over MaxLease":           func() { cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithSplay(runclaim.MaxLease+1)) },
+		"zero starting deadline":        func() { cronlock.SkipUnlessClaimed(claimer, "s", nil, cronlock.WithStartingDeadline(0)) },
+		"nil schedule":                  func() { cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithSchedule(nil)) },
+		"nil clock":                     func() { cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithClock(nil)) },
 	} {
 		func() {
 			defer func() {
