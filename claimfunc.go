@@ -169,6 +169,9 @@ type schemaCache struct {
 // useFunc reports whether claims should call the function.
 func (c *schemaCache) useFunc() bool { return c.version.Load() >= claimFuncVersion }
 
+// useTickFunc reports whether claims should call the function of ticks.
+func (c *schemaCache) useTickFunc() bool { return c.version.Load() >= tickFuncVersion }
+
 // stale reports whether a batch claim should read the version too.
 func (c *schemaCache) stale() bool {
 	v := c.version.Load()

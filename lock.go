@@ -150,8 +150,9 @@ type claimResult struct {
 	runID                pgtype.Int8
 	runOwner             pgtype.Text
 	runStarted, runLease pgtype.Timestamptz
-	args                 [6]any
-	dest                 [9]any
+	tick, doneTick       pgtype.Timestamptz // the tick claimed; the latest tick served, when read
+	args                 [7]any
+	dest                 [10]any
 }
 
 // claim runs the claim protocol once, in the implicit form or, with
@@ -161,8 +162,25 @@ type claimResult struct {
 func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, error) {
 	r := &claimResult{}
 	var err error
-	if s.schemaVer.useFunc() {
-		err = s.callClaim(ctx, req, explicit, r)
+	if !req.Tick.IsZero() || s.schemaVer.useTickFunc() {
+		// A tick claim calls the function of ticks whatever the store
+		// believes of the schema: on an older table it is missing, and
+		// the claim fails with an error that says so.
+		err = s.callClaim(ctx, req, explicit, r, true)
+		switch {
+		case err == nil && !s.schemaVer.useTickFunc():
+			s.schemaVer.set(tickFuncVersion)
+		case err != nil && pgCode(err) == "42883" && !req.Tick.IsZero():
+			s.schemaVer.forget()
+			return RunInfo{}, fmt.Errorf("runclaim: claim %s for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
+				quoteForError(req.Source), s.Table(), tickFuncVersion, err)
+		case err != nil && pgCode(err) == "42883": // the table has lost the function of ticks
+			s.schemaVer.forget()
+			*r = claimResult{}
+			err = s.batchClaim(ctx, req, explicit, r)
+		}
+	} else if s.schemaVer.useFunc() {
+		err = s.callClaim(ctx, req, explicit, r, false)
 		if err != nil && pgCode(err) == "42883" { // undefined_function: the table has lost its function
 			s.schemaVer.forget()
 			*r = claimResult{}
@@ -173,14 +191,18 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	}
 	if err != nil {
 		switch pgCode(err) {
-		case "23505": // unique_violation: two running runs
-			return RunInfo{}, fmt.Errorf("runclaim: claim %s: a concurrent claim inserted a running run of it without waiting for this store's advisory lock; "+
+		case "23505": // unique_violation: two running runs, or two runs of a tick
+			return RunInfo{}, fmt.Errorf("runclaim: claim %s: a concurrent claim inserted a running run of it, or a run of the same tick, without waiting for this store's advisory lock; "+
 				"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
 				quoteForError(req.Source), s.Table(), s.namespace, err)
 		case "42501": // insufficient_privilege
-			if s.schemaVer.useFunc() {
+			if s.schemaVer.useFunc() || !req.Tick.IsZero() {
+				args := claimFuncArgs
+				if s.schemaVer.useTickFunc() || !req.Tick.IsZero() {
+					args = tickFuncArgs
+				}
 				return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s; see Least privilege in the README)",
-					quoteForError(req.Source), err, s.claimFunc(), claimFuncArgs, s.Table())
+					quoteForError(req.Source), err, s.claimFunc(), args, s.Table())
 			}
 		}
 		return RunInfo{}, s.wrap(ctx, "claim "+quoteForError(req.Source), err)
@@ -195,16 +217,23 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	return r.outcome(req, explicit)
 }
 
-// callClaim sends one call of the claim function.
-func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explicit bool, r *claimResult) error {
-	r.args = [6]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+// callClaim sends one call of the claim function: of version 4, with the
+// tick (NULL for a plain claim), if ticks, else of version 3.
+func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explicit bool, r *claimResult, ticks bool) error {
+	r.args = [7]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
 		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds()}
-	r.dest = [9]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter}
+	r.dest = [10]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick}
+	sql, args, dest := s.sql.call, r.args[:6], r.dest[:9]
+	if ticks {
+		r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
+		r.args[6] = &r.tick
+		sql, args, dest = s.sql.callTick, r.args[:], r.dest[:]
+	}
 	var err error
 	if !explicit {
-		err = s.db.QueryRow(ctx, s.sql.call, r.args[:]...).Scan(r.dest[:]...)
+		err = s.db.QueryRow(ctx, sql, args...).Scan(dest...)
 	} else {
-		err = s.explicitQueryRow(ctx, s.sql.call, r.args[:], r.dest[:]...)
+		err = s.explicitQueryRow(ctx, sql, args, dest...)
 	}
 	// The function names the level only when it refuses to claim under it,
 	// and returns one run: the one it inserted, or the source's running one.
@@ -295,13 +324,18 @@ func (r *claimResult) outcome(req ClaimRequest, explicit bool) (RunInfo, error) 
 		}
 		return RunInfo{}, errNeedExplicit
 	}
+	tick := NormalTick(req.Tick)
 	if r.insID.Valid {
-		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time}, nil
+		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time, Tick: tick}, nil
 	}
-	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning}
+	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Tick: tick}
 	tooSoon := r.locked && r.retryAfter.Valid && r.retryAfter.Time.After(r.now.Time)
+	tickDone := r.locked && !tick.IsZero() && r.doneTick.Valid && !r.doneTick.Time.Before(tick)
+	live := r.curID.Valid && r.curLease.Time.After(r.now.Time)
 	switch {
-	case r.curID.Valid && (r.curLease.Time.After(r.now.Time) || !tooSoon):
+	case tickDone && !live:
+		nc.Reason, nc.DoneTick = ErrTickDone, r.doneTick.Time
+	case r.curID.Valid && (live || !tooSoon):
 		// A live holder; or a lapsed run that the claim did not expire: it
 		// was locked by another transaction (a late finish, a release, a
 		// fence), or the interval passed between two statements.

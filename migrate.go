@@ -22,7 +22,12 @@ import (
 //   - Version 3: the claim function, named after the table with the suffix
 //     "_claim", which makes a claim one statement (the store keeps sending
 //     the three-statement batch of version 2 to a table without it).
-const LatestSchemaVersion = 3
+//   - Version 4: ticks (ClaimTick): the tick column, a unique index of the
+//     ticks served named after the table with the suffix "_tick", and the
+//     claim function's overload that takes a tick. Plain claims go on as
+//     before on an older table; a tick claim there fails with an error
+//     that says to run Migrate.
+const LatestSchemaVersion = 4
 
 // A Migration is one step of the runs table's schema, for users of goose,
 // atlas or golang-migrate who apply schema changes with their own tool
@@ -87,6 +92,18 @@ func (s *PostgresStore) Migrations() []Migration {
 			// table without the function sends the batch instead.
 			Up:   s.claimFuncSQL() + comment(3),
 			Down: fmt.Sprintf("DROP FUNCTION IF EXISTS %s%s;\n", s.claimFunc(), claimFuncArgs) + comment(2),
+		},
+		{
+			Version: 4,
+			Name:    "record the tick each run serves",
+			// The column has no default: ADD COLUMN changes the catalog
+			// only, and the previous release's inserts record NULL, a
+			// plain claim. Building the index scans the table while it
+			// holds off writes; on a large table, create it first with
+			// CREATE UNIQUE INDEX CONCURRENTLY (the same definition), and
+			// this step finds it there.
+			Up:   s.tickStepSQL() + comment(4),
+			Down: s.tickStepDownSQL() + comment(3),
 		},
 	}
 }

@@ -91,7 +91,7 @@ type PostgresStore struct {
 	table     string
 	namespace string
 	sql       struct {
-		expire, claim, call, heartbeat, finish, unclaim, readRun string
+		expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
@@ -138,6 +138,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.expire = fmt.Sprintf(expireSQL, t)
 	s.sql.claim = fmt.Sprintf(claimSQL, t)
 	s.sql.call = fmt.Sprintf(claimCallSQL, s.claimFunc())
+	s.sql.callTick = fmt.Sprintf(tickCallSQL, s.claimFunc())
 	s.sql.heartbeat = fmt.Sprintf(heartbeatSQL, t)
 	s.sql.finish = fmt.Sprintf(finishSQL, t)
 	s.sql.unclaim = fmt.Sprintf(unclaimSQL, t)
