@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 	"github.com/runclaim/runclaim/internal/tcpproxy"
 )
 
@@ -1230,54 +1230,6 @@ func BenchmarkRunAllocs(b *testing.B) {
 // ---------------------------------------------------------------------------
 // What a claim puts on the wire: README's figures
 
-// byteWire counts what a pool's connections carry: bytes each way and round
-// trips (a write that follows a read, or the first write on a connection).
-type byteWire struct{ sent, received, turns atomic.Int64 }
-
-func (w *byteWire) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &byteConn{Conn: c, w: w}, nil
-}
-
-func (w *byteWire) counts() (sent, received, turns int64) {
-	return w.sent.Load(), w.received.Load(), w.turns.Load()
-}
-
-type byteConn struct {
-	net.Conn
-	w *byteWire
-
-	mu      sync.Mutex // protects writing
-	writing bool
-}
-
-func (c *byteConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	if !c.writing {
-		c.writing = true
-		c.w.turns.Add(1)
-	}
-	c.mu.Unlock()
-	n, err := c.Conn.Write(p)
-	c.w.sent.Add(int64(n))
-	return n, err
-}
-
-func (c *byteConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.mu.Lock()
-		c.writing = false
-		c.mu.Unlock()
-		c.w.received.Add(int64(n))
-	}
-	return n, err
-}
-
 // TestClaimWireSize measures the round trips and the bytes a claim sends,
 // in pgx's default mode and in the modes that work behind PgBouncer, on a
 // pool of one connection, for both forms of the claim, and checks the
@@ -1316,13 +1268,13 @@ func TestClaimWireSize(t *testing.T) {
 	} {
 		t.Run(strings.ReplaceAll(tc.mode.String(), " ", "_"), func(t *testing.T) {
 			ctx := t.Context()
-			w := &byteWire{}
+			w := &sharedtest.Wire{}
 			pool := db.NewPool(t, func(cfg *pgxpool.Config) {
 				cfg.MaxConns = 1
 				cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 				cfg.ConnConfig.TLSConfig = nil
 				cfg.ConnConfig.Fallbacks = nil
-				cfg.ConnConfig.DialFunc = w.dial
+				cfg.ConnConfig.DialFunc = w.Dial
 				cfg.ConnConfig.DefaultQueryExecMode = tc.mode
 			})
 			if err := pool.Ping(ctx); err != nil { // connect outside the counts
@@ -1330,11 +1282,11 @@ func TestClaimWireSize(t *testing.T) {
 			}
 			measure := func(what string, f func() error) (sent, received, trips int64) {
 				t.Helper()
-				s0, r0, t0 := w.counts()
+				s0, r0, t0 := w.Sent.Load(), w.Received.Load(), w.Turns.Load()
 				if err := f(); err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
-				s1, r1, t1 := w.counts()
+				s1, r1, t1 := w.Sent.Load(), w.Received.Load(), w.Turns.Load()
 				sent, received, trips = s1-s0, r1-r0, t1-t0
 				t.Logf("%-16v %-34s %d round trips, %5d bytes sent, %5d received", tc.mode, what, trips, sent, received)
 				return sent, received, trips

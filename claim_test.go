@@ -27,6 +27,9 @@ func TestLeaseExpiry(t *testing.T) {
 	ctx := t.Context()
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
+	// A lease under a second: the test waits it out in real time, and
+	// asserts orderings by the database clock (no takeover before the
+	// lease's end, one after it), which a slow machine cannot change.
 	const lease = 300 * time.Millisecond
 	a := newClaimer(t, store, runclaim.WithOwner("a"), runclaim.WithLease(lease))
 	b := newClaimer(t, store, runclaim.WithOwner("b"))
@@ -37,7 +40,8 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 	var next *runclaim.Run
 	skips := 0
-	waitUntil(t, 10*lease, 20*time.Millisecond, "a claim to take over", func() bool {
+	// The bound catches a takeover that never comes, not a slow one.
+	waitUntil(t, 30*time.Second, 20*time.Millisecond, "a claim to take over", func() bool {
 		run, err := b.Claim(ctx, "src")
 		if err == nil {
 			next = run
@@ -345,9 +349,9 @@ func TestBadInput(t *testing.T) {
 			return store.Finish(nilCtx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, Status: runclaim.StatusSucceeded})
 		}, false, "nil context"},
 	} {
-		w0, _ := wire.counts()
+		w0, _ := wire.Counts()
 		err := tc.call()
-		w1, _ := wire.counts()
+		w1, _ := wire.Counts()
 		switch {
 		case err == nil:
 			t.Errorf("%s: no error", tc.name)
@@ -392,9 +396,9 @@ func TestRunFinishIdempotent(t *testing.T) {
 	}
 	c := newClaimer(t, store)
 	sent := func(f func() error) (int64, error) {
-		w0, _ := wire.counts()
+		w0, _ := wire.Counts()
 		err := f()
-		w1, _ := wire.counts()
+		w1, _ := wire.Counts()
 		return w1 - w0, err
 	}
 
@@ -469,13 +473,21 @@ func TestDoCancelsOnReleasedRun(t *testing.T) {
 // TestDoCancelsAtLocalLeaseEnd: when heartbeats cannot get through (here a
 // transaction holds the run's row locked, so they hang), Do cancels fn's
 // context with ErrLeaseLost once the lease has ended by the holder's own
-// clock, and not much before (G3).
+// clock, and not much before (G3). TestDoCancelsAtLocalLeaseEndMemory
+// checks the exact moment in a synctest bubble; this test checks it against
+// a database, by orderings: not before the lease less a quarter of it (a
+// timer never fires early, whatever the load), and, whatever the machine's
+// speed, with the run recorded as failed or expired, never succeeded.
 func TestDoCancelsAtLocalLeaseEnd(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
-	const lease = 400 * time.Millisecond
+	// Two seconds: the expiry margin, (lease − 2·heartbeat)/4 = 250 ms, is
+	// then long enough for Do's Finish to reach the database before the
+	// lease ends there on most runs, so that the "failed" branch below is
+	// the one usually taken.
+	const lease = 2 * time.Second
 	c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/4))
 	var id int64
 	var cancelledAt time.Time
@@ -511,7 +523,7 @@ func TestDoCancelsAtLocalLeaseEnd(t *testing.T) {
 		t.Errorf("cancelled %v after the claim was sent: too early for a lease of %v", got, lease)
 	}
 	// Do records the outcome as failed, if its Finish reaches the database
-	// before the lease ends there (the margin is 50 ms here), or, on a
+	// before the lease ends there (the margin is 250 ms here), or, on a
 	// machine too loaded for that, the database records the run as expired:
 	// a lease that has ended is lost (G2). Never succeeded, never running.
 	switch row := loadRun(t, db.Pool, store.Table(), id); row.Status {

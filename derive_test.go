@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/runclaim/runclaim"
@@ -103,7 +104,12 @@ func (failingHeartbeats) Heartbeat(context.Context, runclaim.HeartbeatRequest) (
 // TestExpiryMargin checks the documented formula, and that Do cancels a run
 // whose heartbeats fail no earlier than ExpiryMargin before the end of its
 // lease by the local clock (timers may fire late, never early).
-func TestExpiryMargin(t *testing.T) {
+//
+// It runs in a synctest bubble: its timers and leases pass in no real time,
+// and a busy machine cannot starve its heartbeats.
+func TestExpiryMargin(t *testing.T) { synctest.Test(t, testExpiryMargin) }
+
+func testExpiryMargin(t *testing.T) {
 	const lease, hb = 600 * time.Millisecond, 100 * time.Millisecond
 	c, err := runclaim.New(failingHeartbeats{runclaim.NewMemoryStore()}, runclaim.WithLease(lease), runclaim.WithHeartbeat(hb))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/runclaim/runclaim"
@@ -354,7 +355,12 @@ func TestDoNilArguments(t *testing.T) {
 // Heartbeats keep a run alive past several leases: while fn works for three
 // leases, another replica's claims are refused, also after the first lease
 // ended, and fn's context stays live.
-func TestDoHeartbeatsKeepRunAlive(t *testing.T) {
+//
+// It runs in a synctest bubble: its timers and leases pass in no real time,
+// and a busy machine cannot starve its heartbeats.
+func TestDoHeartbeatsKeepRunAlive(t *testing.T) { synctest.Test(t, testDoHeartbeatsKeepRunAlive) }
+
+func testDoHeartbeatsKeepRunAlive(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	mem := runclaim.NewMemoryStore() // the real clock: leases end on their own
 	spy := newSpyStore(mem)
@@ -402,7 +408,12 @@ func TestDoHeartbeatsKeepRunAlive(t *testing.T) {
 }
 
 // One failed heartbeat does not lose the run: the next one extends it.
-func TestDoHeartbeatFailsOnce(t *testing.T) {
+//
+// It runs in a synctest bubble: its timers and leases pass in no real time,
+// and a busy machine cannot starve its heartbeats.
+func TestDoHeartbeatFailsOnce(t *testing.T) { synctest.Test(t, testDoHeartbeatFailsOnce) }
+
+func testDoHeartbeatFailsOnce(t *testing.T) {
 	mem := runclaim.NewMemoryStore()
 	spy := newSpyStore(mem)
 	errBlip := errors.New("connection reset")
@@ -444,7 +455,12 @@ func TestDoHeartbeatFailsOnce(t *testing.T) {
 // cancelled, with cause ErrLeaseLost, before the lease ends by the store's
 // clock; another replica's claims are refused until the lease ends, and
 // then one takes the source over.
-func TestDoPartitionedHolder(t *testing.T) {
+//
+// It runs in a synctest bubble: its timers and leases pass in no real time,
+// and a busy machine cannot starve its heartbeats.
+func TestDoPartitionedHolder(t *testing.T) { synctest.Test(t, testDoPartitionedHolder) }
+
+func testDoPartitionedHolder(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	mem := runclaim.NewMemoryStore() // its clock is time.Now: comparable with the test's
 	spy := newSpyStore(mem)
@@ -544,7 +560,12 @@ func TestDoPartitionedHolder(t *testing.T) {
 // A holder whose run another claimer expired: its next heartbeat finds the
 // run gone and cancels fn's context with cause ErrLeaseLost. The store's
 // clock is a manual one, so the lease ends exactly when the test says.
-func TestDoRunTakenOver(t *testing.T) {
+//
+// It runs in a synctest bubble: its timers and leases pass in no real time,
+// and a busy machine cannot starve its heartbeats.
+func TestDoRunTakenOver(t *testing.T) { synctest.Test(t, testDoRunTakenOver) }
+
+func testDoRunTakenOver(t *testing.T) {
 	clk := newManualClock()
 	mem := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
 	spy := newSpyStore(mem)

@@ -504,6 +504,8 @@ func TestClaimFunctionPlansUseIndexes(t *testing.T) {
 				t.Fatalf("Claim too soon: %v, want ErrTooSoon", err)
 			}
 			// A takeover, and a lapsed holder whose row is locked.
+			// MinLease (10 ms): a run that lapses at once, to reach the path of an
+			// expired run; the test waits for its end by the database clock.
 			short := benchClaimer(t, fstore, "plan", runclaim.WithLease(runclaim.MinLease))
 			var lapsed []*runclaim.Run
 			for _, n := range []int{2, 3} {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // This file tests hostile and odd input against a real database: sources,
@@ -194,11 +195,11 @@ func TestHostileSources(t *testing.T) {
 // refused checks that every entry point refuses source with
 // ErrInvalidSource before anything is sent, and that the table is
 // unchanged.
-func refused(t *testing.T, db *pgtest.DB, table string, store *runclaim.PostgresStore, c *runclaim.Claimer, wire *wireCounter, name, source string) {
+func refused(t *testing.T, db *pgtest.DB, table string, store *runclaim.PostgresStore, c *runclaim.Claimer, wire *sharedtest.Wire, name, source string) {
 	t.Helper()
 	ctx := t.Context()
 	before := readState(t, db.Pool, table)
-	w0, _ := wire.counts()
+	w0, _ := wire.Counts()
 	calls := map[string]func() error{
 		"Claim": func() error { _, err := c.Claim(ctx, source); return err },
 		"Do": func() error {
@@ -223,7 +224,7 @@ func refused(t *testing.T, db *pgtest.DB, table string, store *runclaim.Postgres
 			t.Errorf("%s: %s(%.40q) = %v, want ErrInvalidSource", name, what, source, err)
 		}
 	}
-	if w1, _ := wire.counts(); w1 != w0 {
+	if w1, _ := wire.Counts(); w1 != w0 {
 		t.Errorf("%s: %d writes reached the server for a refused source", name, w1-w0)
 	}
 	if diff := cmp.Diff(before, readState(t, db.Pool, table)); diff != "" {

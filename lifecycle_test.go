@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/runclaim/runclaim"
@@ -101,15 +103,24 @@ func shutdownWhileWindingDown(t *testing.T, store runclaim.Store, lease time.Dur
 }
 
 // Rule: a run is kept alive until fn returns, whatever happens to Do's ctx.
+// In a synctest bubble: the three leases of wind-down pass in no real time,
+// however busy the machine.
 func TestDoKeepsRunAliveThroughShutdown(t *testing.T) {
-	shutdownWhileWindingDown(t, runclaim.NewMemoryStore(), 300*time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		shutdownWhileWindingDown(t, runclaim.NewMemoryStore(), time.Minute)
+	})
 }
 
 // KeepAlive follows the same rule: the heartbeats go on after ctx ends,
 // until stop, so that a scheduler's lock outlives the job's cancelled
 // context while the job winds down.
+// In a synctest bubble, as above.
 func TestKeepAliveOutlivesContext(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	synctest.Test(t, keepAliveOutlivesContext)
+}
+
+func keepAliveOutlivesContext(t *testing.T) {
+	const lease = time.Minute
 	mem := runclaim.NewMemoryStore()
 	c := doClaimer(t, mem, runclaim.WithLease(lease))
 	other := doClaimer(t, mem, runclaim.WithLease(lease), runclaim.WithOwner("other"))
@@ -160,44 +171,83 @@ func hangingHeartbeats(spy *spyStore, mem runclaim.Store, hung int32, honour boo
 }
 
 // Rule: each heartbeat attempt is bounded, and a late one is abandoned and
-// retried, so one hung heartbeat does not lose a healthy run.
+// retried, so one hung heartbeat does not lose a healthy run. In a synctest
+// bubble: a lease of a minute, and a hang of three, in no real time.
 func TestDoHungHeartbeat(t *testing.T) {
 	for _, honour := range []bool{true, false} {
 		name := "store honours ctx"
 		if !honour {
 			name = "store ignores ctx"
 		}
-		t.Run(name, func(t *testing.T) {
-			const lease = 600 * time.Millisecond
-			mem := runclaim.NewMemoryStore()
-			spy := newSpyStore(mem)
-			hung := hangingHeartbeats(spy, mem, 1, honour, 3*lease)
-			var lost, failed atomic.Int32
-			c := doClaimer(t, spy, runclaim.WithLease(lease), runclaim.WithHooks(runclaim.Hooks{
-				LeaseLost:       func(runclaim.LeaseLostEvent) { lost.Add(1) },
-				HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { failed.Add(1) },
-			}))
-			err := c.Do(t.Context(), "src", func(ctx context.Context, run *runclaim.Run) error {
-				work := time.NewTimer(4 * lease)
-				defer work.Stop()
-				select {
-				case <-work.C:
-					return nil
-				case <-ctx.Done():
-					return fmt.Errorf("fn's context ended: %w", context.Cause(ctx))
-				}
-			})
-			if err != nil {
-				t.Fatalf("Do: %v", err)
-			}
-			if hung.Load() != 1 || failed.Load() == 0 {
-				t.Fatalf("%d heartbeats hung and %d were reported failed; the scenario did not happen", hung.Load(), failed.Load())
-			}
-			if lost.Load() != 0 {
-				t.Errorf("LeaseLost fired for a run whose store was healthy")
-			}
-		})
+		t.Run(name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { doHungHeartbeat(t, honour) }) })
 	}
+}
+
+func doHungHeartbeat(t *testing.T, honour bool) {
+	const lease = time.Minute
+	mem := runclaim.NewMemoryStore()
+	spy := newSpyStore(mem)
+	hung := hangingHeartbeats(spy, mem, 1, honour, 3*lease)
+	var lost, failed atomic.Int32
+	c := doClaimer(t, spy, runclaim.WithLease(lease), runclaim.WithHooks(runclaim.Hooks{
+		LeaseLost:       func(runclaim.LeaseLostEvent) { lost.Add(1) },
+		HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { failed.Add(1) },
+	}))
+	err := c.Do(t.Context(), "src", func(ctx context.Context, run *runclaim.Run) error {
+		work := time.NewTimer(4 * lease)
+		defer work.Stop()
+		select {
+		case <-work.C:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("fn's context ended: %w", context.Cause(ctx))
+		}
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if hung.Load() != 1 || failed.Load() == 0 {
+		t.Fatalf("%d heartbeats hung and %d were reported failed; the scenario did not happen", hung.Load(), failed.Load())
+	}
+	if lost.Load() != 0 {
+		t.Errorf("LeaseLost fired for a run whose store was healthy")
+	}
+}
+
+// Rule: when every heartbeat hangs, Do cancels fn's context with
+// ErrLeaseLost at the lease's end by the holder's clock less the expiry
+// margin, (lease − 2·heartbeat)/4, and records the run as failed (G3). In a
+// synctest bubble the claim takes no time, so the moment is exact; the
+// Postgres form of this test (TestDoCancelsAtLocalLeaseEnd) checks the
+// same against a real database with bounds instead.
+func TestDoCancelsAtLocalLeaseEndMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease, heartbeat = time.Minute, 3 * time.Second
+		mem := runclaim.NewMemoryStore()
+		spy := newSpyStore(mem)
+		hung := hangingHeartbeats(spy, mem, math.MaxInt32, true, 0)
+		c := doClaimer(t, spy, runclaim.WithLease(lease), runclaim.WithHeartbeat(heartbeat))
+		start := time.Now()
+		var id int64
+		var after time.Duration
+		var cause error
+		err := c.Do(t.Context(), "src", func(ctx context.Context, run *runclaim.Run) error {
+			id = run.ID
+			<-ctx.Done()
+			after, cause = time.Since(start), context.Cause(ctx)
+			return ctx.Err()
+		})
+		if !errors.Is(err, runclaim.ErrLeaseLost) || !errors.Is(cause, runclaim.ErrLeaseLost) {
+			t.Errorf("Do = %v, fn's cause %v; want ErrLeaseLost for both", err, cause)
+		}
+		if want := lease - (lease-2*heartbeat)/4; after != want {
+			t.Errorf("fn's context ended %v after the claim, want exactly %v", after, want)
+		}
+		if hung.Load() < 2 {
+			t.Errorf("%d heartbeats hung; the scenario did not happen", hung.Load())
+		}
+		spy.wantOneFinish(t, id, runclaim.StatusFailed, "lease")
+	})
 }
 
 // Rule: Finish called twice at once with the same outcome returns nil to
@@ -317,7 +367,12 @@ func TestMemoryStoreTooSoonWritesNothing(t *testing.T) {
 
 // Rule: fn leaving through runtime.Goexit (t.FailNow in a test's fn) is
 // recorded as failed, and Do's heartbeat goroutine is stopped.
-func TestDoGoexit(t *testing.T) {
+//
+// It runs in a synctest bubble: its timers and leases pass in no real time,
+// and a busy machine cannot starve its heartbeats.
+func TestDoGoexit(t *testing.T) { synctest.Test(t, testDoGoexit) }
+
+func testDoGoexit(t *testing.T) {
 	mem := runclaim.NewMemoryStore()
 	spy := newSpyStore(mem)
 	c := doClaimer(t, spy, runclaim.WithLease(time.Minute), runclaim.WithHeartbeat(5*time.Millisecond))

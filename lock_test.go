@@ -565,11 +565,11 @@ func TestClaimRoundTrips(t *testing.T) {
 
 				measure := func(what string, want int64, f func() error) {
 					t.Helper()
-					w0, r0 := wire.counts()
+					w0, r0 := wire.Counts()
 					if err := f(); err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}
-					w1, r1 := wire.counts()
+					w1, r1 := wire.Counts()
 					t.Logf("%-16s %-36s %d round trips, %d writes", level, what, r1-r0, w1-w0)
 					if r1-r0 != want || w1-w0 != want {
 						t.Errorf("%s: %d round trips and %d writes, want %d of each", what, r1-r0, w1-w0, want)
@@ -641,6 +641,9 @@ func testDatabaseClock(t *testing.T, f claimForm) {
 		runclaim.ClaimFuncName(store)+runclaim.ClaimFuncArgs).Scan(&body); err != nil {
 		t.Fatal(err)
 	}
+	// A lease under a second: the test compares lease ends with the
+	// database clock's own arithmetic (exact intervals), and waits a lease
+	// out; no assertion depends on how fast the machine is.
 	const lease = 300 * time.Millisecond
 	c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("a"))
 	var sqlSeen []string
@@ -726,6 +729,8 @@ func testDatabaseClock(t *testing.T, f claimForm) {
 	// A takeover expires the old run and inserts the new one in one
 	// transaction: with clock_timestamp() the new run starts after the old
 	// one was marked finished; with now() both times would be equal.
+	// MinLease (10 ms): a run that lapses at once, to reach the path of an
+	// expired run; the test waits for its end by the database clock.
 	old, err := newClaimer(t, store, runclaim.WithLease(runclaim.MinLease)).Claim(ctx, "c")
 	if err != nil {
 		t.Fatal(err)

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // This file tests the Postgres store itself (Migrate, table names, Finish,
@@ -28,27 +27,10 @@ import (
 // Helpers
 
 // migratedStore returns a store on pool whose table has been migrated.
-func migratedStore(t *testing.T, pool *pgxpool.Pool, opts ...runclaim.PostgresOption) *runclaim.PostgresStore {
-	t.Helper()
-	s, err := runclaim.NewPostgresStore(pool, opts...)
-	if err != nil {
-		t.Fatalf("NewPostgresStore: %v", err)
-	}
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
-	return s
-}
+var migratedStore = sharedtest.MigratedStore
 
 // newClaimer returns a Claimer on store or fails the test.
-func newClaimer(t *testing.T, store runclaim.Store, opts ...runclaim.Option) *runclaim.Claimer {
-	t.Helper()
-	c, err := runclaim.New(store, opts...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return c
-}
+var newClaimer = sharedtest.NewClaimer
 
 // sameReason makes cmp compare NotClaimedError.Reason by identity: it is one
 // of the sentinels.
@@ -161,6 +143,7 @@ func poolWithIsolation(t *testing.T, db *pgtest.DB, level string, configure func
 // test if that takes longer than timeout.
 func waitUntil(t *testing.T, timeout, interval time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = sharedtest.Scale(t, timeout) // a bound, not an assertion
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(interval)
@@ -174,67 +157,18 @@ func waitUntil(t *testing.T, timeout, interval time.Duration, what string, cond 
 	}
 }
 
-// wireCounter counts what a pool sends to the server. Install it with
-// cfg.ConnConfig.DialFunc = w.dial. A turn is a write that follows a read
-// (or is the first write on its connection): one request/response round
-// trip.
-type wireCounter struct {
-	writes atomic.Int64
-	turns  atomic.Int64
-}
-
-func (w *wireCounter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: c, w: w}, nil
-}
-
-func (w *wireCounter) counts() (writes, turns int64) { return w.writes.Load(), w.turns.Load() }
-
-type countingConn struct {
-	net.Conn
-	w *wireCounter
-
-	mu       sync.Mutex // protects inWrites
-	inWrites bool       // the last I/O was a write
-}
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	if !c.inWrites {
-		c.inWrites = true
-		c.w.turns.Add(1)
-	}
-	c.mu.Unlock()
-	c.w.writes.Add(1)
-	return c.Conn.Write(p)
-}
-
-func (c *countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.mu.Lock()
-		c.inWrites = false
-		c.mu.Unlock()
-	}
-	return n, err
-}
-
 // countingPool opens a pool on db that counts its wire traffic, without TLS
 // (so that a write is one protocol write) and without the pool's liveness
 // pings (so that only the library's own traffic is counted).
-func countingPool(t *testing.T, db *pgtest.DB, maxConns int32) (*pgxpool.Pool, *wireCounter) {
+func countingPool(t *testing.T, db *pgtest.DB, maxConns int32) (*pgxpool.Pool, *sharedtest.Wire) {
 	t.Helper()
-	w := &wireCounter{}
+	w := &sharedtest.Wire{}
 	pool := db.NewPool(t, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = maxConns
 		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 		cfg.ConnConfig.TLSConfig = nil
 		cfg.ConnConfig.Fallbacks = nil
-		cfg.ConnConfig.DialFunc = w.dial
+		cfg.ConnConfig.DialFunc = w.Dial
 	})
 	return pool, w
 }

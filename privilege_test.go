@@ -438,6 +438,9 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 		HeartbeatFailed: func(ev runclaim.HeartbeatFailedEvent) { keep("hook HeartbeatFailed", ev.Err) },
 		LeaseLost:       func(ev runclaim.LeaseLostEvent) { keep("hook LeaseLost", ev.Cause) },
 	}
+	// A lease under a second, so that the lost-lease paths whose errors
+	// and logs the test reads come quickly; it asserts what the texts hold,
+	// not when they come.
 	const lease = 300 * time.Millisecond
 	claimer := func(s runclaim.Store) *runclaim.Claimer {
 		return newClaimer(t, s, runclaim.WithLogger(logger), runclaim.WithHooks(hooks), runclaim.WithLease(lease))

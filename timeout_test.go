@@ -70,6 +70,8 @@ func runningOf(t *testing.T, check *pgxpool.Pool, table, source string) []int64 
 func lockedExpiredRun(t *testing.T, check *pgxpool.Pool, store *runclaim.PostgresStore, source string) (*runclaim.Run, pgx.Tx) {
 	t.Helper()
 	ctx := t.Context()
+	// MinLease (10 ms): a run that lapses at once, to reach the path of an
+	// expired run; the test waits for its end by the database clock.
 	old, err := newClaimer(t, store, runclaim.WithOwner("old"), runclaim.WithLease(runclaim.MinLease)).Claim(ctx, source)
 	if err != nil {
 		t.Fatal(err)

@@ -10,15 +10,21 @@
 # JOBS at a time (the tests mostly wait on the database and on timers, so
 # they overlap well), the heaviest packages first.
 #
+# The versions named with -s run only the smoke selection of
+# .ci/version-smoke (the tests of version-specific SQL), and only the
+# packages it names; the others run every database test.
+#
 # For each version it then prints what .ci/testsummary.go makes of the
 # output (every package with the server it ran on, every failure and skip)
 # and a closing line "PostgreSQL MAJOR: N passed, N failed, N skipped ...".
 # It exits non-zero if any version failed.
 #
-# Usage: .ci/test-versions.sh [-j JOBS] [-o DIR] MAJOR...
+# Usage: .ci/test-versions.sh [-j JOBS] [-o DIR] [-s MAJOR,...] MAJOR...
 #        .ci/test-versions.sh -l
 #   -l       prints the packages with database tests, comma-separated, and exits
 #   -j JOBS  test binaries running at once (default 4)
+#   -s MAJORS  of the versions given, those (comma-separated) that run only
+#            the smoke selection
 #   -o DIR   keep the test binaries, the go test -json output of each run
 #            (DIR/MAJOR/*.json) and the closing lines (DIR/MAJOR.line) in DIR
 #            (default: a temporary directory, removed at the end)
@@ -26,15 +32,17 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-usage() { echo "usage: $0 [-j JOBS] [-o DIR] MAJOR... | $0 -l" >&2; exit 2; }
+usage() { echo "usage: $0 [-j JOBS] [-o DIR] [-s MAJOR,...] MAJOR... | $0 -l" >&2; exit 2; }
 jobs=4
 out=""
 list=0
-while getopts 'j:o:l' opt; do
+smoke=","
+while getopts 'j:o:ls:' opt; do
 	case $opt in
 	j) jobs=$OPTARG ;;
 	o) out=$OPTARG ;;
 	l) list=1 ;;
+	s) smoke=",$OPTARG," ;;
 	*) usage ;;
 	esac
 done
@@ -78,6 +86,44 @@ if [[ -z $out ]]; then
 fi
 mkdir -p "$out/bin"
 
+# smoke_run DIR: the -test.run pattern of the package in DIR (relative to
+# the module's root, "." for the root) from .ci/version-smoke; empty if the
+# file names none of its tests.
+smoke_run() {
+	local rel=$1 names=() f item
+	while read -r d items; do
+		[[ $d == "$rel" ]] || continue
+		for item in $items; do
+			if [[ $item == *.go ]]; then
+				f="$rel/$item"
+				[[ -f $f ]] || { log ".ci/version-smoke: no file $f"; exit 1; }
+				mapfile -t -O "${#names[@]}" names < <(sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' "$f")
+			else
+				names+=("$item")
+			fi
+		done
+	done < <(awk '!/^#/ && NF' .ci/version-smoke)
+	((${#names[@]})) || return 0
+	local IFS='|'
+	echo "^(${names[*]})\$"
+}
+root="$(pwd)"
+smoke_pkgs=() smoke_runs=() smoke_names=()
+for p in "${pkgs[@]}"; do
+	dir=${p#* }
+	rel=${dir#"$root"}
+	rel=${rel#/}
+	run="$(smoke_run "${rel:-.}")"
+	[[ -n $run ]] || continue
+	smoke_pkgs+=("$p")
+	smoke_runs+=("$run")
+	smoke_names+=("${p%% *}")
+done
+smoke_need="$(
+	IFS=,
+	echo "${smoke_names[*]}"
+)"
+
 t=$SECONDS
 go build -o "$out/bin/testsummary" .ci/testsummary.go
 # Two at a time: linking is mostly serial, and the machines have two cores.
@@ -87,16 +133,18 @@ for p in "${pkgs[@]}"; do
 done | xargs -0 -n 2 -P 2 go test -c -o
 log "compiled ${#pkgs[@]} test binaries in $((SECONDS - t)) s"
 
-# run_one MAJOR IMPORTPATH DIR: one test binary against one version.
+# run_one MAJOR IMPORTPATH DIR [RUN]: one test binary against one
+# version, only the tests RUN matches if given.
 run_one() {
-	local v=$1 path=$2 dir=$3
+	local v=$1 path=$2 dir=$3 run=${4:-}
 	local bin="$out/bin/${path//\//_}.test" json="$out/$v/${path//\//_}.json"
-	local start=$SECONDS rc=0
+	local start=$SECONDS rc=0 args=()
+	[[ -n $run ]] && args=(-test.run "$run")
 	(cd "$dir" && PGTEST_IMAGE="runclaim.local/postgres:$v" PGTEST_SERVER_MAJOR="$v" \
 		PGTEST_REQUIRED=1 TESTCONTAINERS_RYUK_DISABLED=true \
 		"$test2json" -t -p "$path" "$bin" -test.v=test2json -test.count=1 \
-		-test.paniconexit0 -test.timeout=10m) >"$json" 2>&1 || rc=$?
-	printf 'test-versions: PostgreSQL %s %s: exit %d after %d s\n' "$v" "$path" "$rc" "$((SECONDS - start))" >&2
+		-test.paniconexit0 -test.timeout=10m "${args[@]}") >"$json" 2>&1 || rc=$?
+	printf 'test-versions: PostgreSQL %s %s%s: exit %d after %d s\n' "$v" "$path" "${run:+ (smoke)}" "$rc" "$((SECONDS - start))" >&2
 }
 test2json="$(go tool -n test2json)"
 export -f run_one
@@ -107,23 +155,38 @@ export out test2json
 # starts its heavier half i places later, so that the runs going at once are
 # mostly of different packages (several runs of one contention test at once
 # would slow each other down the most).
+# The smoke runs go after the whole ones, which are longer.
 t=$SECONDS
-for v in "${versions[@]}"; do mkdir -p "$out/$v"; done
+full=() smokes=()
+for v in "${versions[@]}"; do
+	mkdir -p "$out/$v"
+	if [[ $smoke == *",$v,"* ]]; then smokes+=("$v"); else full+=("$v"); fi
+done
 n=${#pkgs[@]}
 half=$(((n + 1) / 2))
-for ((r = 0; r < n; r++)); do
-	for i in "${!versions[@]}"; do
-		k=$r
-		((r < half)) && k=$(((r + i) % half))
-		p=${pkgs[$k]}
-		printf '%s\0%s\0%s\0' "${versions[$i]}" "${p%% *}" "${p#* }"
+{
+	for ((r = 0; r < n; r++)); do
+		for i in "${!full[@]}"; do
+			k=$r
+			((r < half)) && k=$(((r + i) % half))
+			p=${pkgs[$k]}
+			printf '%s\0%s\0%s\0\0' "${full[$i]}" "${p%% *}" "${p#* }"
+		done
 	done
-done | xargs -0 -n 3 -P "$jobs" bash -c 'run_one "$@"' run_one
-log "ran ${#pkgs[@]} packages on ${#versions[@]} versions, $jobs at a time, in $((SECONDS - t)) s"
+	for i in "${!smoke_pkgs[@]}"; do
+		p=${smoke_pkgs[$i]}
+		for v in "${smokes[@]}"; do
+			printf '%s\0%s\0%s\0%s\0' "$v" "${p%% *}" "${p#* }" "${smoke_runs[$i]}"
+		done
+	done
+} | xargs -0 -n 4 -P "$jobs" bash -c 'run_one "$@"' run_one
+log "ran ${#pkgs[@]} packages on ${#full[@]} versions and ${#smoke_pkgs[@]} packages' smoke selection on ${#smokes[@]}, $jobs at a time, in $((SECONDS - t)) s"
 
 rc=0
 for v in "${versions[@]}"; do
 	printf '\n=== tests on PostgreSQL %s\n' "$v"
-	cat "$out/$v"/*.json | "$out/bin/testsummary" -label "PostgreSQL $v" -major "$v" -need-db "$need" -line "$out/$v.line" || rc=1
+	what=$need
+	[[ $smoke == *",$v,"* ]] && what=$smoke_need
+	cat "$out/$v"/*.json | "$out/bin/testsummary" -label "PostgreSQL $v" -major "$v" -need-db "$what" -line "$out/$v.line" || rc=1
 done
 exit "$rc"

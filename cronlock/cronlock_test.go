@@ -14,6 +14,7 @@ import (
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/cronlock"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 	"github.com/runclaim/runclaim/internal/testclock"
 )
 
@@ -22,26 +23,8 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // waitTimeout bounds every wait in these tests.
 const waitTimeout = 20 * time.Second
 
-var stores = []struct {
-	name string
-	open func(t *testing.T) runclaim.Store
-}{
-	{"memory", func(*testing.T) runclaim.Store { return runclaim.NewMemoryStore() }},
-	{"postgres", openPostgres},
-}
-
-func openPostgres(t *testing.T) runclaim.Store {
-	t.Helper()
-	db := pgtest.New(t)
-	s, err := runclaim.NewPostgresStore(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+// stores are the stores every adapter test runs over.
+var stores = sharedtest.Stores()
 
 // gate is a cron.Schedule whose next activation is whenever the test says:
 // Next blocks until the test sends on ticks, then returns the time it was
@@ -97,9 +80,9 @@ func (l attemptLogger) Error(err error, msg string, kv ...any) {
 func TestTwoCronsOneRunPerTick(t *testing.T) {
 	for _, sc := range stores {
 		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
-			t.Run(sc.name+"/"+variant, func(t *testing.T) {
+			t.Run(sc.Name+"/"+variant, func(t *testing.T) {
 				t.Parallel()
-				testOneRunPerTick(t, sc.open(t), variant)
+				testOneRunPerTick(t, sc.Open(t), variant)
 			})
 		}
 	}

@@ -80,17 +80,21 @@ func TestTicks(t *testing.T) {
 }
 
 // TestJobKeepsRunAliveAfterCancel cancels Job's ctx, as a service does at
-// shutdown, while fn winds down for several leases: the run must stay
+// shutdown, while fn winds down past its lease: the run must stay
 // alive meanwhile, so that another replica cannot start the source while
 // fn still runs (runclaim.Do's rule: a run is kept alive until fn returns,
 // whatever happens to ctx).
 func TestJobKeepsRunAliveAfterCancel(t *testing.T) {
 	for _, sc := range stores {
-		t.Run(sc.name, func(t *testing.T) {
+		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
-			store := sc.open(t)
-			const lease = 300 * time.Millisecond
-			claimer, err := runclaim.New(store, runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/6), runclaim.WithOwner("winding-down"))
+			store := sc.Open(t)
+			// Three seconds, heartbeats every 300 ms: only 2.7 s without a
+			// successful heartbeat loses the run, which a busy machine does
+			// not cause (a lease of 300 ms with heartbeats every 50 ms
+			// could: one heartbeat slower than 250 ms).
+			const lease = 3 * time.Second
+			claimer, err := runclaim.New(store, runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/10), runclaim.WithOwner("winding-down"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,9 +108,10 @@ func TestJobKeepsRunAliveAfterCancel(t *testing.T) {
 			job := cronlock.Job(ctx, claimer, "wind-down", cron.DiscardLogger, func(runCtx context.Context, _ *runclaim.Run) error {
 				cancel() // the service shuts down
 				<-runCtx.Done()
-				// Wind down for three leases, while another replica tries
-				// to claim the source.
-				for start := time.Now(); time.Since(start) < 3*lease; time.Sleep(lease / 10) {
+				// Wind down past the claim's own lease end (the claim ran
+				// before fn started), while another replica tries to claim
+				// the source: only heartbeats after the cancel keep it out.
+				for start := time.Now(); time.Since(start) < lease+lease/4; time.Sleep(lease / 20) {
 					run, err := other.Claim(context.Background(), "wind-down")
 					switch {
 					case err == nil:

@@ -52,9 +52,9 @@ func (l tickLogger) Error(err error, msg string, kv ...any) {
 func TestEachTickOnceByDefault(t *testing.T) {
 	for _, sc := range stores {
 		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
-			t.Run(sc.name+"/"+variant, func(t *testing.T) {
+			t.Run(sc.Name+"/"+variant, func(t *testing.T) {
 				t.Parallel()
-				testEachTickOnce(t, sc.open(t), variant)
+				testEachTickOnce(t, sc.Open(t), variant)
 			})
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/gocronlock"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 func newElector(t *testing.T, c *runclaim.Claimer, source string) *gocronlock.Elector {
@@ -124,8 +125,8 @@ type execution struct {
 // and it has stopped running jobs.
 func TestElectorThreeSchedulers(t *testing.T) {
 	t.Parallel()
-	base := openPostgres(t)
-	pg := base.(*runclaim.PostgresStore)
+	pg := sharedtest.OpenPostgres(t)
+	var base runclaim.Store = pg
 	ctx, cancel := context.WithTimeout(t.Context(), 3*waitTimeout)
 	defer cancel()
 	const (

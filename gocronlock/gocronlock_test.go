@@ -14,6 +14,7 @@ import (
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/gocronlock"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -21,35 +22,10 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // waitTimeout bounds every wait in these tests.
 const waitTimeout = 20 * time.Second
 
-var stores = []struct {
-	name string
-	open func(t *testing.T) runclaim.Store
-}{
-	{"memory", func(*testing.T) runclaim.Store { return runclaim.NewMemoryStore() }},
-	{"postgres", openPostgres},
-}
+// stores are the stores every adapter test runs over.
+var stores = sharedtest.Stores()
 
-func openPostgres(t *testing.T) runclaim.Store {
-	t.Helper()
-	db := pgtest.New(t)
-	s, err := runclaim.NewPostgresStore(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func newClaimer(t *testing.T, store runclaim.Store, opts ...runclaim.Option) *runclaim.Claimer {
-	t.Helper()
-	c, err := runclaim.New(store, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+var newClaimer = sharedtest.NewClaimer
 
 func newLocker(t *testing.T, c *runclaim.Claimer, opts ...gocronlock.Option) *gocronlock.Locker {
 	t.Helper()
@@ -70,9 +46,9 @@ func newLocker(t *testing.T, c *runclaim.Claimer, opts ...gocronlock.Option) *go
 // real time).
 func TestTwoSchedulersOneRunPerTick(t *testing.T) {
 	for _, sc := range stores {
-		t.Run(sc.name, func(t *testing.T) {
+		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
-			store := sc.open(t)
+			store := sc.Open(t)
 			ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 			defer cancel()
 
@@ -193,12 +169,16 @@ func (s *countingStore) Heartbeat(ctx context.Context, req runclaim.HeartbeatReq
 // be called twice.
 func TestLockHeartbeatsUntilUnlock(t *testing.T) {
 	for _, sc := range stores {
-		t.Run(sc.name, func(t *testing.T) {
+		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
-			store := &countingStore{Store: sc.open(t), heartbeats: make(chan int64, 1)}
+			store := &countingStore{Store: sc.Open(t), heartbeats: make(chan int64, 1)}
 			ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 			defer cancel()
-			const lease = 300 * time.Millisecond
+			// Three seconds, heartbeats every 300 ms: the run is lost
+			// only if no heartbeat gets through for 2.7 s, which a busy
+			// machine does not cause (a lease of 300 ms with heartbeats
+			// every 30 ms did: one heartbeat slower than 270 ms).
+			const lease = 3 * time.Second
 			holder := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/10), runclaim.WithOwner("holder"))
 			other := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("other"))
 			locker := newLocker(t, holder, gocronlock.WithPrefix("svc/"))
@@ -207,10 +187,14 @@ func TestLockHeartbeatsUntilUnlock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Wait for more heartbeats than fit in two leases, so that
-			// the source would have been free without them.
+			// Wait until the claim's own lease has ended (the claim ran
+			// before Lock returned, so a lease later by this clock is
+			// after its end by the database's too), and for heartbeats
+			// meanwhile: only they can keep the other claimer out now.
+			// Were they to stop (say, at a cancelled context), the claim
+			// below would win.
 			start := time.Now()
-			for n := 0; n < 20 || time.Since(start) < 2*lease; n++ {
+			for n := 0; n < 3 || time.Since(start) < lease+lease/10; n++ {
 				select {
 				case <-store.heartbeats:
 				case <-ctx.Done():

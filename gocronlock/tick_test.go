@@ -93,9 +93,9 @@ func runThreeReplicas(t *testing.T, store runclaim.Store, ticks int, lockerOpts 
 // replica.
 func TestEachTickOnceByDefault(t *testing.T) {
 	for _, sc := range stores {
-		t.Run(sc.name, func(t *testing.T) {
+		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
-			byTick, ticks := runThreeReplicas(t, sc.open(t), 5)
+			byTick, ticks := runThreeReplicas(t, sc.Open(t), 5)
 			for i, tick := range ticks {
 				if i > 0 && tick.Sub(ticks[i-1]) != time.Second {
 					t.Errorf("ticks %v and %v: want consecutive seconds", ticks[i-1].Format(time.TimeOnly), tick.Format(time.TimeOnly))

@@ -59,6 +59,10 @@ func testClaimResult(t *testing.T, s runclaim.Store) {
 func testExpiry(t *testing.T, s runclaim.Store) {
 	ctx, prefix := setup(t)
 	src := prefix + "/a"
+	// A lease under a second: the case waits for it to end, by the
+	// store's own clock (waitPast), and asserts only what holds after that
+	// moment, so a slow machine makes the wait longer, never the answer
+	// different.
 	const lease = 150 * time.Millisecond
 	a := mustClaim(t, ctx, s, claimReq(src, "owner-a", lease))
 
@@ -300,6 +304,10 @@ func testMinIntervalEveryRun(t *testing.T, s runclaim.Store) {
 	mustFinish(t, ctx, s, failed(a, "a failed run is a run"))
 	tooSoon(failedSrc, a)
 
+	// A lease under a second: the case waits for it to end, by the
+	// store's own clock (waitPast), and asserts only what holds after that
+	// moment, so a slow machine makes the wait longer, never the answer
+	// different.
 	const lease = 150 * time.Millisecond
 	lapsedSrc := prefix + "/lapsed"
 	b := mustClaim(t, ctx, s, req(lapsedSrc, lease))

@@ -145,6 +145,10 @@ func testExclusionLapsed(t *testing.T, open func() runclaim.Store) {
 	ctx, prefix := setup(t)
 	stores := openReplicas(open, replicas)
 	const sources, perReplica = 16, 2
+	// A lease under a second: the case waits for it to end, by the
+	// store's own clock (waitPast), and asserts only what holds after that
+	// moment, so a slow machine makes the wait longer, never the answer
+	// different.
 	const lease = 150 * time.Millisecond
 
 	lapsed := make([]runclaim.RunInfo, sources)

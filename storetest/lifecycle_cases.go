@@ -15,6 +15,10 @@ import (
 // is free for the next claim.
 func testLapsedLease(t *testing.T, s runclaim.Store) {
 	ctx, prefix := setup(t)
+	// A lease under a second: the case waits for it to end, by the
+	// store's own clock (waitPast), and asserts only what holds after that
+	// moment, so a slow machine makes the wait longer, never the answer
+	// different.
 	const lease = 150 * time.Millisecond
 	clock := newStoreClock(t, ctx, s, prefix+"/clock")
 	for _, takeover := range []bool{false, true} {
@@ -52,6 +56,10 @@ func testLapsedLease(t *testing.T, s runclaim.Store) {
 func testTooSoonOverLapsedRun(t *testing.T, s runclaim.Store) {
 	ctx, prefix := setup(t)
 	src := prefix + "/a"
+	// A lease under a second: the case waits for it to end, by the
+	// store's own clock (waitPast), and asserts only what holds after that
+	// moment, so a slow machine makes the wait longer, never the answer
+	// different.
 	const lease = 150 * time.Millisecond
 	a := mustClaim(t, ctx, s, runclaim.ClaimRequest{Source: src, Owner: "owner-a", Lease: lease, MinInterval: time.Hour})
 	newStoreClock(t, ctx, s, prefix+"/clock").waitPast(t, ctx, a.LeaseUntil, 20*time.Second)

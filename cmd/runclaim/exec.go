@@ -8,11 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -36,17 +34,14 @@ const (
 // none is given.
 const defaultKillGraceMax = 10 * time.Second
 
-// forwardedSignals are passed on to the command's process group.
-var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
-
-func init() {
-	register(&command{
-		name:       "exec",
-		summary:    "run a command only if this host claims the source (a distributed flock -n)",
-		usage:      "exec --source S [--lease D] [--min-interval D] [--tick T [--every D]] [--owner O] [flags] -- command [args...]",
-		positional: -1,
-		noJSON:     true,
-		help: `Runs a command only if it claims the source, so that a crontab line installed
+// execCommand runs a command under a claim.
+var execCommand = command{
+	name:       "exec",
+	summary:    "run a command only if this host claims the source (a distributed flock -n)",
+	usage:      "exec --source S [--lease D] [--min-interval D] [--tick T [--every D]] [--owner O] [flags] -- command [args...]",
+	positional: -1,
+	noJSON:     true,
+	help: `Runs a command only if it claims the source, so that a crontab line installed
 on several hosts runs the job on one of them at a time: a distributed
 "flock -n". While the command runs, exec extends the lease every third of
 it (see --heartbeat). When the command ends, its exit status is recorded as
@@ -67,30 +62,43 @@ must refuse a stale holder), RUNCLAIM_SOURCE and RUNCLAIM_OWNER. With
 RUNCLAIM_NAMESPACE are removed from it. (A password in ~/.pgpass stays
 readable to any process of the same user.)
 
-The command never outlives exec. It runs in a process group of its own,
-led by a small keeper process (a second runclaim, "runclaim-exec-keeper"
-in ps), with every process it starts. If exec dies, even by SIGKILL or the
-OOM killer, the keeper kills the whole group at once, while the lease
-still keeps every other host out: the kernel closes a pipe when exec
-dies, and the keeper watches it. On Linux the command is also killed if
-the keeper itself dies (PR_SET_PDEATHSIG). Processes that leave the group
-(setsid, daemons) are not followed. On systems without process groups
-(Windows) the command is started directly and survives exec's death.
+The run ends only when no process of the command's process group is left.
+The command runs in a process group of its own, with every process it
+starts, under a small keeper process (a second runclaim,
+"runclaim-exec-keeper" in ps) that reaps the group and exits only once it
+is empty; exec records the outcome, or exits, only then. If the command
+exits (even with 0) while processes of its group are still running, exec
+sends SIGTERM to the group, then SIGKILL after --kill-grace, and waits
+until the group is empty; the outcome is still the command's exit status.
+
+The command never outlives exec: if exec dies, even by SIGKILL or the OOM
+killer, the keeper kills the whole group at once, while the lease still
+keeps every other host out: the kernel closes a pipe when exec dies, and
+the keeper watches it. On Linux the command is also killed if the keeper
+itself dies (PR_SET_PDEATHSIG).
+
+Out of reach: a process that leaves the group (setsid, setpgid, a daemon)
+is neither waited for nor killed, and may overlap the next host's run;
+exec follows a process group, not a cgroup as systemd's default kill mode
+does. On systems without process groups (Windows) the command is started
+directly: exec waits for it alone, and it survives exec's death.
 
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to exec are forwarded to the
-group; the command decides what to do and exec waits for it. A signal that
-arrives before the command has started stops exec instead.
+group. After SIGINT or SIGTERM, the group has --kill-grace to end; then
+exec sends SIGKILL to it and waits until it is empty. After SIGHUP or
+SIGQUIT the command decides what to do and exec waits for it. A signal
+that arrives before the command has started stops exec instead.
 
 If the run is lost while the command runs (an operator released it, or
 heartbeats failed for most of a lease, so that another host may take
 over), exec sends SIGTERM to the group, then SIGKILL after --kill-grace,
-and exits with --lost-exit-code. When heartbeats fail, exec starts that
-before the lease ends, and --kill-grace is bounded so that the command is
-killed while the lease still holds: by default it is half of the time
-between the stop and the lease's end, (lease - 2*heartbeat)/8, at most
-10s (1.25s with the default --lease and --heartbeat). A longer
---kill-grace is refused; lengthen --lease or shorten --heartbeat to allow
-one.
+waits until the group is empty, and exits with --lost-exit-code. When
+heartbeats fail, exec starts that before the lease ends, and --kill-grace
+is bounded so that the command is killed while the lease still holds: by
+default it is half of the time between the stop and the lease's end,
+(lease - 2*heartbeat)/8, at most 10s (1.25s with the default --lease and
+--heartbeat). A longer --kill-grace is refused; lengthen --lease or
+shorten --heartbeat to allow one.
 
 The command should not read from the terminal: it is not in the terminal's
 foreground process group.
@@ -128,95 +136,128 @@ Exit codes:
   128+N   exec was stopped by signal N before the command started
 The command's own codes can collide with these; the outcome in 'runclaim
 history' is exact.`,
-		flags: func(fs *flag.FlagSet) any {
-			o := &execOpts{}
-			fs.StringVar(&o.source, "source", "", "claim `source` (required)")
-			fs.DurationVar(&o.lease, "lease", runclaim.DefaultLease, "lease: how long the source stays held if exec dies without finishing")
-			fs.DurationVar(&o.minInterval, "min-interval", 0, "skip unless the source's last run started at least this long ago")
-			fs.StringVar(&o.tick, "tick", "", "claim the scheduled `tick` (RFC 3339, or \"now\" rounded to --every): skip if a run has served it or a later one")
-			fs.DurationVar(&o.every, "every", 0, "the schedule's period, for --tick now: the tick is the nearest multiple of it")
-			fs.DurationVar(&o.heartbeat, "heartbeat", 0, "extend the lease this often (default a third of --lease)")
-			fs.StringVar(&o.owner, "owner", "", "holder name recorded with the run (default host-pid-random)")
-			fs.DurationVar(&o.killGrace, "kill-grace", 0, "after the run is lost, wait this long between SIGTERM and SIGKILL\n(at most (lease - 2*heartbeat)/8; default that, or 10s if less)")
-			fs.IntVar(&o.skipCode, "skip-exit-code", exitSkipped, "exit `code` when the source is not claimed, as flock's --conflict-exit-code (0..255)")
-			fs.IntVar(&o.errorCode, "error-exit-code", exitClaimFailed, "exit `code` when the source could not be claimed (0..255)")
-			fs.IntVar(&o.lostCode, "lost-exit-code", exitLeaseLost, "exit `code` when the run was lost while the command ran (0..255)")
-			fs.IntVar(&o.unrecordedCode, "unrecorded-exit-code", exitUnrecorded, "exit `code` when the command's outcome could not be recorded (0..255)")
-			fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE from the command's environment")
-			fs.BoolVar(&o.quiet, "quiet", false, "print nothing when the source is not claimed")
-			fs.BoolVar(&o.verbose, "verbose", false, "print the claim and the recorded outcome on stderr")
-			return o
-		},
-		run: runExec,
-	})
 }
 
-type execOpts struct {
+// execOptions are exec's flags and the command line it runs.
+type execOptions struct {
 	source, tick                                  string
 	every                                         time.Duration
+	tickAt                                        time.Time // --tick parsed by Validate; zero for none
 	lease, minInterval, heartbeat, killGrace      time.Duration
 	owner                                         string
 	skipCode, errorCode, lostCode, unrecordedCode int
 	noDBEnv, quiet, verbose                       bool
+	argv                                          []string // the command line, argv[0] first
 }
 
-func runExec(ctx context.Context, c *cli, opts any, argv []string) int {
-	cmd := commands["exec"]
-	o := opts.(*execOpts)
+func (o *execOptions) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.source, "source", "", "claim `source` (required)")
+	fs.DurationVar(&o.lease, "lease", runclaim.DefaultLease, "lease: how long the source stays held if exec dies without finishing")
+	fs.DurationVar(&o.minInterval, "min-interval", 0, "skip unless the source's last run started at least this long ago")
+	fs.StringVar(&o.tick, "tick", "", "claim the scheduled `tick` (RFC 3339, or \"now\" rounded to --every): skip if a run has served it or a later one")
+	fs.DurationVar(&o.every, "every", 0, "the schedule's period, for --tick now: the tick is the nearest multiple of it")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "extend the lease this often (default a third of --lease)")
+	fs.StringVar(&o.owner, "owner", "", "holder name recorded with the run (default host-pid-random)")
+	fs.DurationVar(&o.killGrace, "kill-grace", 0, "when the command's group must stop (run lost, SIGINT/SIGTERM, processes left after the command exits),\nwait this long between SIGTERM and SIGKILL (at most (lease - 2*heartbeat)/8; default that, or 10s if less)")
+	fs.IntVar(&o.skipCode, "skip-exit-code", exitSkipped, "exit `code` when the source is not claimed, as flock's --conflict-exit-code (0..255)")
+	fs.IntVar(&o.errorCode, "error-exit-code", exitClaimFailed, "exit `code` when the source could not be claimed (0..255)")
+	fs.IntVar(&o.lostCode, "lost-exit-code", exitLeaseLost, "exit `code` when the run was lost while the command ran (0..255)")
+	fs.IntVar(&o.unrecordedCode, "unrecorded-exit-code", exitUnrecorded, "exit `code` when the command's outcome could not be recorded (0..255)")
+	fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE from the command's environment")
+	fs.BoolVar(&o.quiet, "quiet", false, "print nothing when the source is not claimed")
+	fs.BoolVar(&o.verbose, "verbose", false, "print the claim and the recorded outcome on stderr")
+}
+
+func (o *execOptions) args(argv []string) { o.argv = argv }
+
+// Validate checks what can be checked without a claimer: the source, the
+// command line, the sign of --kill-grace and the exit codes.
+func (o *execOptions) Validate() error {
 	switch {
 	case o.source == "":
-		return c.usageError(cmd, "--source is required")
-	case len(argv) == 0:
-		return c.usageError(cmd, "give the command to run after --")
+		return errors.New("--source is required")
+	case len(o.argv) == 0:
+		return errors.New("give the command to run after --")
 	case o.killGrace < 0:
-		return c.usageError(cmd, "--kill-grace must not be negative, got %v", o.killGrace)
+		return fmt.Errorf("--kill-grace must not be negative, got %v", o.killGrace)
 	}
 	for _, f := range []struct {
 		name string
 		code int
 	}{{"skip", o.skipCode}, {"error", o.errorCode}, {"lost", o.lostCode}, {"unrecorded", o.unrecordedCode}} {
 		if f.code < 0 || f.code > 255 {
-			return c.usageError(cmd, "--%s-exit-code must be between 0 and 255, got %d", f.name, f.code)
+			return fmt.Errorf("--%s-exit-code must be between 0 and 255, got %d", f.name, f.code)
 		}
-	}
-	if err := runclaim.ValidateSource(o.source); err != nil {
-		return c.usageError(cmd, "%v", err)
 	}
 	tick, err := parseTick(o.tick, o.every, time.Now())
 	if err != nil {
-		return c.usageError(cmd, "%v", err)
+		return err
 	}
+	o.tickAt = tick
+	return runclaim.ValidateSource(o.source)
+}
 
-	var (
-		lost     atomic.Bool // the run was lost
-		recorded atomic.Bool // the outcome was recorded
-	)
-	claimOpts := []runclaim.Option{
+// claimOptions are the claimer's options, with hooks.
+func (o *execOptions) claimOptions(hooks runclaim.Hooks) []runclaim.Option {
+	opts := []runclaim.Option{
 		runclaim.WithLease(o.lease),
 		runclaim.WithMinInterval(o.minInterval),
-		runclaim.WithHooks(runclaim.Hooks{
-			Claimed: func(e runclaim.ClaimedEvent) {
-				if o.verbose {
-					fmt.Fprintf(c.stderr, "runclaim exec: claimed run %d of %q as %s (lease %v)\n", e.Run.ID, e.Run.Source, visible(e.Run.Owner), o.lease)
-				}
-			},
-			Finished: func(e runclaim.FinishedEvent) {
-				recorded.Store(true)
-				if o.verbose {
-					fmt.Fprintf(c.stderr, "runclaim exec: run %d of %q recorded as %s\n", e.Run.ID, e.Run.Source, e.Status)
-				}
-			},
-			LeaseLost: func(runclaim.LeaseLostEvent) { lost.Store(true) },
-		}),
+		runclaim.WithHooks(hooks),
 	}
 	if o.heartbeat != 0 {
-		claimOpts = append(claimOpts, runclaim.WithHeartbeat(o.heartbeat))
+		opts = append(opts, runclaim.WithHeartbeat(o.heartbeat))
 	}
 	if o.owner != "" {
-		claimOpts = append(claimOpts, runclaim.WithOwner(o.owner))
+		opts = append(opts, runclaim.WithOwner(o.owner))
 	}
+	return opts
+}
 
-	path, err := lookCommand(argv[0])
+// fitKillGrace sets --kill-grace's default, or checks the one given, for
+// claimer's timing. The command must be dead before the lease ends: Do
+// cancels the run ExpiryMargin before that when heartbeats fail, and half
+// of it is left for the SIGKILL to take effect and for timers that fire
+// late.
+func (o *execOptions) fitKillGrace(claimer *runclaim.Claimer) error {
+	maxGrace := claimer.ExpiryMargin() / 2
+	switch {
+	case o.killGrace == 0:
+		o.killGrace = min(maxGrace, defaultKillGraceMax)
+	case o.killGrace > maxGrace:
+		return fmt.Errorf("--kill-grace %v would let the command outlive its lease: with --lease %v and --heartbeat %v it can be at most %v; lengthen --lease or shorten --heartbeat",
+			o.killGrace, claimer.Lease(), claimer.HeartbeatInterval(), maxGrace)
+	}
+	return nil
+}
+
+// runEvents is what the claimer's hooks tell exec about its run.
+type runEvents struct {
+	lost     atomic.Bool // the run was lost
+	recorded atomic.Bool // the outcome was recorded
+}
+
+// hooks note the events, and print them on c's stderr if --verbose.
+func (e *runEvents) hooks(c *cli, o *execOptions) runclaim.Hooks {
+	return runclaim.Hooks{
+		Claimed: func(ev runclaim.ClaimedEvent) {
+			if o.verbose {
+				fmt.Fprintf(c.stderr, "runclaim exec: claimed run %d of %q as %s (lease %v)\n", ev.Run.ID, ev.Run.Source, visible(ev.Run.Owner), o.lease)
+			}
+		},
+		Finished: func(ev runclaim.FinishedEvent) {
+			e.recorded.Store(true)
+			if o.verbose {
+				fmt.Fprintf(c.stderr, "runclaim exec: run %d of %q recorded as %s\n", ev.Run.ID, ev.Run.Source, ev.Status)
+			}
+		},
+		LeaseLost: func(runclaim.LeaseLostEvent) { e.lost.Store(true) },
+	}
+}
+
+// runExec claims the source and, if it gets it, runs the command under
+// the claim: execution.run does, called by Do.
+func runExec(ctx context.Context, c *cli, o *execOptions) int {
+	path, err := lookCommand(o.argv[0])
 	if err != nil { // not found: fail before claiming
 		fmt.Fprintf(c.stderr, "runclaim exec: %v\n", err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -230,43 +271,28 @@ func runExec(ctx context.Context, c *cli, opts any, argv []string) int {
 	if err != nil {
 		return c.failCode("exec", err, o.errorCode)
 	}
-	claimer, err := runclaim.New(store, claimOpts...)
+	var events runEvents
+	claimer, err := runclaim.New(store, o.claimOptions(events.hooks(c, o))...)
 	if err != nil {
-		return c.usageError(cmd, "%v", err)
+		return c.badUsage("%v", err)
 	}
-	// The command must be dead before the lease ends: Do cancels the run
-	// ExpiryMargin before that when heartbeats fail, and half of it is left
-	// for the SIGKILL to take effect and for timers that fire late.
-	maxGrace := claimer.ExpiryMargin() / 2
-	switch {
-	case o.killGrace == 0:
-		o.killGrace = min(maxGrace, defaultKillGraceMax)
-	case o.killGrace > maxGrace:
-		return c.usageError(cmd, "--kill-grace %v would let the command outlive its lease: with --lease %v and --heartbeat %v it can be at most %v; lengthen --lease or shorten --heartbeat",
-			o.killGrace, claimer.Lease(), claimer.HeartbeatInterval(), maxGrace)
+	if err := o.fitKillGrace(claimer); err != nil {
+		return c.badUsage("%v", err)
 	}
 
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwardedSignals...)
-	defer signal.Stop(sigs)
 	claimCtx, cancelClaim := context.WithCancelCause(ctx)
 	defer cancelClaim(nil)
-	fw := &forwarder{cancel: cancelClaim}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { fw.loop(sigs, done) })
-	defer func() {
-		close(done)
-		wg.Wait()
-	}()
+	fw := newForwarder(cancelClaim)
+	stopForwarding := fw.listen()
+	defer stopForwarding()
 
-	x := &execution{c: c, o: o, path: path, argv: argv, fw: fw}
-	if tick.IsZero() {
+	x := &execution{c: c, o: o, path: path, fw: fw}
+	if o.tickAt.IsZero() {
 		err = claimer.Do(claimCtx, o.source, x.run)
 	} else {
-		err = claimer.DoTick(claimCtx, o.source, tick, x.run)
+		err = claimer.DoTick(claimCtx, o.source, o.tickAt, x.run)
 	}
-	return x.exitCode(ctx, claimCtx, err, lost.Load(), recorded.Load())
+	return x.exitCode(ctx, claimCtx, err, events.lost.Load(), events.recorded.Load())
 }
 
 // lookCommand finds the program that name (argv[0]) runs, as exec.Command
@@ -319,9 +345,8 @@ func (s exitStatus) err() error {
 // execution is one command run under a claim.
 type execution struct {
 	c    *cli
-	o    *execOpts
-	path string   // the program
-	argv []string // the command line, argv[0] first
+	o    *execOptions
+	path string // the program
 	fw   *forwarder
 
 	// Set by run, which Do calls on exitCode's goroutine.
@@ -333,7 +358,7 @@ type execution struct {
 // run is the function Do calls with the claimed run: it starts the command
 // and waits for it, and stops it if ctx ends (the run was lost).
 func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
-	p := newProc(x.path, x.argv, commandEnv(os.Environ(), x.o.noDBEnv, run),
+	p := newProc(x.path, x.o.argv, commandEnv(os.Environ(), x.o.noDBEnv, run),
 		x.c.stdin, x.c.stdout, x.c.stderr,
 		// Bounds the copying of output when stdout or stderr is not a
 		// file and a background process of the command keeps the pipe
@@ -348,41 +373,14 @@ func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
 		return startErr
 	}
 	x.started = true
-	type result struct {
-		status exitStatus
-		err    error
-	}
-	exited := make(chan result, 1)
-	go func() {
-		st, err := p.wait()
-		exited <- result{st, err}
-	}()
-
-	var res result
-	var stopCause error
-	select {
-	case res = <-exited:
-	case <-ctx.Done():
-		stopCause = context.Cause(ctx)
-		fmt.Fprintf(x.c.stderr, "runclaim exec: run %d of %q: %s; sending SIGTERM to the command, SIGKILL in %v\n",
-			run.ID, run.Source, x.c.redact(stopCause.Error()), x.o.killGrace)
-		x.fw.signal(syscall.SIGTERM)
-		grace := time.NewTimer(x.o.killGrace)
-		select {
-		case res = <-exited:
-			grace.Stop()
-		case <-grace.C:
-			fmt.Fprintf(x.c.stderr, "runclaim exec: the command is still running after %v; sending SIGKILL\n", x.o.killGrace)
-			x.fw.signal(syscall.SIGKILL)
-			res = <-exited
-		}
-	}
+	stopCause := x.supervise(ctx, run, p)
 	x.fw.exited()
-	if res.err != nil {
-		return res.err
+	status, err := p.result()
+	if err != nil {
+		return err
 	}
-	x.status = &res.status
-	waitErr := res.status.err()
+	x.status = &status
+	waitErr := status.err()
 	if stopCause != nil {
 		if waitErr == nil {
 			waitErr = errors.New("exit status 0")
@@ -390,6 +388,41 @@ func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
 		return fmt.Errorf("%w; stopped because %w", waitErr, stopCause)
 	}
 	return waitErr
+}
+
+// supervise waits until the command has ended and no process of its group
+// is left, which is when the run ends. It stops the group,
+// SIGTERM then SIGKILL after the kill grace, when the run is lost (ctx
+// ends; it returns the cause), when exec is told to stop (SIGINT or
+// SIGTERM, which the forwarder has passed on), and when the command ends
+// while processes of its group are still running.
+func (x *execution) supervise(ctx context.Context, run *runclaim.Run, p *proc) (stopCause error) {
+	stderr, grace := x.c.stderr, x.o.killGrace
+	select {
+	case <-p.ended():
+		return nil
+	case <-ctx.Done():
+		stopCause = context.Cause(ctx)
+		fmt.Fprintf(stderr, "runclaim exec: run %d of %q: %s; sending SIGTERM to the command, SIGKILL in %v\n",
+			run.ID, run.Source, x.c.redact(stopCause.Error()), grace)
+		x.fw.signal(syscall.SIGTERM)
+	case <-p.leftover():
+		fmt.Fprintf(stderr, "runclaim exec: %s, but processes of its group still run; sending SIGTERM to them, SIGKILL in %v\n",
+			describeExit(&p.status), grace)
+		x.fw.signal(syscall.SIGTERM)
+	case <-x.fw.stopping: // the signal is passed on already
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-p.ended():
+		return stopCause
+	case <-timer.C:
+	}
+	fmt.Fprintf(stderr, "runclaim exec: processes of the command's group are still running after %v; sending SIGKILL\n", grace)
+	x.fw.signal(syscall.SIGKILL)
+	<-p.ended()
+	return stopCause
 }
 
 // exitCode reports how the execution went and returns exec's exit code.

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"os"
+	"os/signal"
 	"sync"
 	"syscall"
 )
+
+// forwardedSignals are passed on to the command's process group.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 // signalError is the cause of a claim cancelled by a signal.
 type signalError struct{ sig os.Signal }
@@ -32,10 +36,32 @@ func signalName(sig os.Signal) string {
 // to cancelling the claim; while it runs, to its process group.
 type forwarder struct {
 	cancel context.CancelCauseFunc // cancels the claim
+	// stopping receives SIGINT or SIGTERM once one has been passed on to
+	// the running command: exec then stops its group.
+	stopping chan os.Signal
 
 	mu   sync.Mutex // protects the fields below
 	p    *proc      // the started command, nil before the start
 	done bool       // the command has exited
+}
+
+// newForwarder returns a forwarder that cancels the claim with cancel.
+func newForwarder(cancel context.CancelCauseFunc) *forwarder {
+	return &forwarder{cancel: cancel, stopping: make(chan os.Signal, 1)}
+}
+
+// listen relays the signals exec gets to f until stop is called.
+func (f *forwarder) listen() (stop func()) {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals...)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { f.loop(sigs, done) })
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		wg.Wait()
+	}
 }
 
 // loop handles signals until done is closed.
@@ -48,6 +74,12 @@ func (f *forwarder) loop(sigs <-chan os.Signal, done <-chan struct{}) {
 			case f.done:
 			case f.p != nil:
 				_ = f.p.signal(sig)
+				if sig == syscall.SIGINT || sig == syscall.SIGTERM {
+					select {
+					case f.stopping <- sig:
+					default:
+					}
+				}
 			default:
 				f.cancel(&signalError{sig})
 			}

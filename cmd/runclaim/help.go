@@ -4,12 +4,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"strings"
 )
 
 // The help texts: the top-level usage, each command's --help, and the
 // short message for a bad command line.
+
+// badUsage reports a bad command line for the command that runs, found
+// once its options are valid, and returns exitUsage.
+func (c *cli) badUsage(format string, args ...any) int {
+	return c.usageError(c.cmd, format, args...)
+}
 
 // usageError reports a bad command line for cmd and returns exitUsage. The
 // message is made printable: it may quote what the operator typed.
@@ -28,13 +34,9 @@ Usage:
 
 Commands:
 `)
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+	sorted := slices.SortedFunc(slices.Values(commands), func(a, b *command) int { return strings.Compare(a.name, b.name) })
+	for _, cmd := range sorted {
+		fmt.Fprintf(w, "  %-8s %s\n", cmd.name, cmd.summary)
 	}
 	fmt.Fprint(w, `
 Global flags (also accepted after the command name):
@@ -108,8 +110,6 @@ func (c *cli) commandFlags(cmd *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("runclaim "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.globalFlags(fs, !cmd.noJSON)
-	if cmd.flags != nil {
-		cmd.flags(fs)
-	}
+	cmd.bind(fs)
 	return fs
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 
@@ -11,13 +12,13 @@ import (
 // defaultHistoryLimit is how many runs history shows unless --limit says.
 const defaultHistoryLimit = 20
 
-func init() {
-	register(&command{
-		name:       "history",
-		summary:    "list a source's latest runs, newest first",
-		usage:      "history <source> [--limit N]",
-		positional: 1,
-		help: `Lists the latest runs of a source, newest first: running, succeeded, failed
+// historyCommand lists a source's latest runs.
+var historyCommand = command{
+	name:       "history",
+	summary:    "list a source's latest runs, newest first",
+	usage:      "history <source> [--limit N]",
+	positional: 1,
+	help: `Lists the latest runs of a source, newest first: running, succeeded, failed
 (with the error, such as "exit status 3" from exec), expired (its holder
 stopped heartbeating and a later claim took over) or released (by an
 operator).
@@ -35,26 +36,41 @@ JSON output: an array of
    "heartbeat_at", "finished_at", "duration_seconds", "error"}
 where finished_at and duration_seconds are null while the run is running
 and error is "" when there is none.`,
-		flags: func(fs *flag.FlagSet) any {
-			return fs.Int("limit", defaultHistoryLimit, "show at most `N` runs")
-		},
-		run: runHistory,
-	})
 }
 
-func runHistory(ctx context.Context, c *cli, opts any, args []string) int {
-	cmd := commands["history"]
-	limit := *opts.(*int)
-	if len(args) != 1 {
-		return c.usageError(cmd, "give a source")
+// historyOptions are history's: a source and --limit.
+type historyOptions struct {
+	source    string
+	hasSource bool
+	limit     int
+}
+
+func (o *historyOptions) flags(fs *flag.FlagSet) {
+	fs.IntVar(&o.limit, "limit", defaultHistoryLimit, "show at most `N` runs")
+}
+
+func (o *historyOptions) args(args []string) {
+	if len(args) == 1 {
+		o.source, o.hasSource = args[0], true
 	}
-	source := args[0]
-	if err := runclaim.ValidateSource(source); err != nil {
-		return c.usageError(cmd, "%v", err)
+}
+
+// Validate checks that a valid source is given and --limit is positive.
+func (o *historyOptions) Validate() error {
+	if !o.hasSource {
+		return errors.New("give a source")
 	}
-	if limit <= 0 {
-		return c.usageError(cmd, "--limit must be positive, got %d", limit)
+	if err := runclaim.ValidateSource(o.source); err != nil {
+		return err
 	}
+	if o.limit <= 0 {
+		return fmt.Errorf("--limit must be positive, got %d", o.limit)
+	}
+	return nil
+}
+
+func runHistory(ctx context.Context, c *cli, o *historyOptions) int {
+	source, limit := o.source, o.limit
 	store, err := c.store(ctx)
 	if err != nil {
 		return c.fail("history", err)

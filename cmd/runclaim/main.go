@@ -46,27 +46,80 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
+// commands is every command of runclaim, each defined in a file of its
+// own: its help, an options type with its flags, arguments and Validate,
+// and a function that runs it. 'runclaim --help' lists them by name. To add
+// a command, add its file and its line here.
+var commands = []*command{
+	define(migrateCommand, runMigrate),
+	define(statusCommand, runStatus),
+	define(historyCommand, runHistory),
+	define(releaseCommand, runRelease),
+	define(pruneCommand, runPrune),
+	define(execCommand, runExec),
+}
+
 // A command is one subcommand of runclaim.
 type command struct {
 	name    string
 	summary string // one line, for the top-level usage
 	usage   string // the synopsis, after "runclaim"
 	help    string // description, examples and exit codes, for --help
-	// flags registers the command's own flags; the global ones are added
-	// for it.
-	flags func(fs *flag.FlagSet) any
 	// positional is how many positional arguments the command takes, at
 	// most (exec takes the rest of the line and sets it to -1).
 	positional int
 	// noJSON is set for a command whose output is not the tool's (exec).
 	noJSON bool
-	// run does the work. opts is what flags returned.
-	run func(ctx context.Context, c *cli, opts any, args []string) int
+	// bind makes the command's options, with their flags registered on
+	// fs (the global ones are added for it), and returns them with the
+	// function that runs the command with them. define sets it.
+	bind func(fs *flag.FlagSet) (options, func(context.Context, *cli) int)
 }
 
-var commands = map[string]*command{}
+// options are one command's flags and positional arguments, in a struct of
+// the command's own.
+type options interface {
+	// flags registers the flags on fs, with their defaults.
+	flags(fs *flag.FlagSet)
+	// args takes the positional arguments, no more than the command's
+	// positional allows.
+	args(positional []string)
+	// Validate checks the options once they are parsed, before anything
+	// connects. Its error is reported as bad usage.
+	Validate() error
+}
 
-func register(c *command) { commands[c.name] = c }
+// optionsPtr is a pointer to a command's options struct.
+type optionsPtr[O any] interface {
+	*O
+	options
+}
+
+// define returns cmd, to be run by run with options of type *O.
+func define[O any, P optionsPtr[O]](cmd command, run func(ctx context.Context, c *cli, o P) int) *command {
+	cmd.bind = func(fs *flag.FlagSet) (options, func(context.Context, *cli) int) {
+		o := P(new(O))
+		o.flags(fs)
+		return o, func(ctx context.Context, c *cli) int { return run(ctx, c, o) }
+	}
+	return &cmd
+}
+
+// lookup returns the command called name, or nil.
+func lookup(name string) *command {
+	for _, cmd := range commands {
+		if cmd.name == name {
+			return cmd
+		}
+	}
+	return nil
+}
+
+// noArgs is embedded in the options of a command that takes no positional
+// arguments.
+type noArgs struct{}
+
+func (noArgs) args([]string) {}
 
 // cli is one invocation: its streams, its global flags and, once opened,
 // its store.
@@ -74,6 +127,8 @@ type cli struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+
+	cmd *command // the command that runs
 
 	table     string // --table: "schema.table" or "table"
 	namespace string // --namespace
@@ -116,8 +171,8 @@ func (c *cli) main(ctx context.Context, args []string) int {
 			c.topUsage(c.stdout)
 			return exitOK
 		}
-		cmd, ok := commands[rest[0]]
-		if !ok {
+		cmd := lookup(rest[0])
+		if cmd == nil {
 			fmt.Fprintf(c.stderr, "runclaim: unknown command %q\n\n", rest[0])
 			c.topUsage(c.stderr)
 			return exitUsage
@@ -125,8 +180,8 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		c.commandHelp(c.stdout, cmd, nil)
 		return exitOK
 	}
-	cmd, ok := commands[name]
-	if !ok {
+	cmd := lookup(name)
+	if cmd == nil {
 		fmt.Fprintf(c.stderr, "runclaim: unknown command %q\n\n", name)
 		c.topUsage(c.stderr)
 		return exitUsage
@@ -135,10 +190,7 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("runclaim "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.globalFlags(fs, !cmd.noJSON)
-	var opts any
-	if cmd.flags != nil {
-		opts = cmd.flags(fs)
-	}
+	opts, runCmd := cmd.bind(fs)
 	var positional []string
 	var err error
 	if cmd.positional < 0 {
@@ -160,7 +212,12 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	if err := c.checkStoreOptions(); err != nil {
 		return c.usageError(cmd, "%v", err)
 	}
-	return cmd.run(ctx, c, opts, positional)
+	opts.args(positional)
+	if err := opts.Validate(); err != nil {
+		return c.usageError(cmd, "%v", err)
+	}
+	c.cmd = cmd
+	return runCmd(ctx, c)
 }
 
 // globalFlagNames are the flags globalFlags registers.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -13,12 +14,12 @@ import (
 // older than this release needs.
 const exitOutdated = 3
 
-func init() {
-	register(&command{
-		name:    "migrate",
-		summary: "bring the runs table to this release's schema version (idempotent)",
-		usage:   "migrate [--status | --print [--down] | --sql]",
-		help: `Brings the runs table to the schema version this release needs, applying the
+// migrateCommand brings the runs table to this release's schema version.
+var migrateCommand = command{
+	name:    "migrate",
+	summary: "bring the runs table to this release's schema version (idempotent)",
+	usage:   "migrate [--status | --print [--down] | --sql]",
+	help: `Brings the runs table to the schema version this release needs, applying the
 missing steps in order, each in a short transaction of its own. It is safe
 to run again, and from several hosts at once. On a current schema it only
 reads the catalogs: it takes no lock on the table and needs no privilege
@@ -52,24 +53,24 @@ JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
 quoted, as --table accepts it.`,
-		flags: func(fs *flag.FlagSet) any {
-			o := &migrateOptions{}
-			fs.BoolVar(&o.sql, "sql", false, "print the whole schema as one idempotent script and exit, without connecting")
-			fs.BoolVar(&o.print, "print", false, "print the SQL of each step and exit, without connecting")
-			fs.BoolVar(&o.down, "down", false, "with --print: the SQL that undoes each step, newest first")
-			fs.BoolVar(&o.status, "status", false, "print the table's schema version and the one this release needs")
-			return o
-		},
-		run: runMigrate,
-	})
 }
 
+// migrateOptions are migrate's: what to do instead of migrating, if
+// anything.
 type migrateOptions struct {
+	noArgs
 	sql, print, down, status bool
 }
 
-func runMigrate(ctx context.Context, c *cli, opts any, _ []string) int {
-	o := opts.(*migrateOptions)
+func (o *migrateOptions) flags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.sql, "sql", false, "print the whole schema as one idempotent script and exit, without connecting")
+	fs.BoolVar(&o.print, "print", false, "print the SQL of each step and exit, without connecting")
+	fs.BoolVar(&o.down, "down", false, "with --print: the SQL that undoes each step, newest first")
+	fs.BoolVar(&o.status, "status", false, "print the table's schema version and the one this release needs")
+}
+
+// Validate checks that the flags go together.
+func (o *migrateOptions) Validate() error {
 	n := 0
 	for _, set := range []bool{o.sql, o.print, o.status} {
 		if set {
@@ -78,9 +79,15 @@ func runMigrate(ctx context.Context, c *cli, opts any, _ []string) int {
 	}
 	switch {
 	case n > 1:
-		return c.usageError(commands["migrate"], "--sql, --print and --status exclude each other")
+		return errors.New("--sql, --print and --status exclude each other")
 	case o.down && !o.print:
-		return c.usageError(commands["migrate"], "--down goes with --print")
+		return errors.New("--down goes with --print")
+	}
+	return nil
+}
+
+func runMigrate(ctx context.Context, c *cli, o *migrateOptions) int {
+	switch {
 	case o.sql:
 		return migrateSQL(c)
 	case o.print:

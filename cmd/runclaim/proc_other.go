@@ -15,13 +15,20 @@ import (
 // alone, not the processes it starts.
 
 // A proc is the command that exec runs.
-type proc struct{ cmd *exec.Cmd }
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the command has ended
+	// Set before done is closed.
+	status exitStatus
+	err    error
+}
 
 // newProc prepares to run path with args (argv[0] first) and env, with
 // the given standard streams. waitDelay bounds the copying of output that
 // a background process of the command keeps open (see exec.Cmd.WaitDelay).
 func newProc(path string, args, env []string, stdin io.Reader, stdout, stderr io.Writer, waitDelay time.Duration) *proc {
-	return &proc{cmd: &exec.Cmd{Path: path, Args: args, Env: env, Stdin: stdin, Stdout: stdout, Stderr: stderr, WaitDelay: waitDelay}}
+	return &proc{cmd: &exec.Cmd{Path: path, Args: args, Env: env, Stdin: stdin, Stdout: stdout, Stderr: stderr, WaitDelay: waitDelay},
+		done: make(chan struct{})}
 }
 
 // keeperError is a failure of exec's own machinery; there is none here.
@@ -31,7 +38,13 @@ func (e *keeperError) Error() string { return e.err.Error() }
 func (e *keeperError) Unwrap() error { return e.err }
 
 // start starts the command.
-func (p *proc) start() error { return p.cmd.Start() }
+func (p *proc) start() error {
+	if err := p.cmd.Start(); err != nil {
+		return err
+	}
+	go p.wait()
+	return nil
+}
 
 // signal signals the command; only SIGKILL is sure to work.
 func (p *proc) signal(sig os.Signal) error {
@@ -41,15 +54,27 @@ func (p *proc) signal(sig os.Signal) error {
 	return p.cmd.Process.Signal(sig)
 }
 
-// wait waits for the command and returns how it ended.
-func (p *proc) wait() (exitStatus, error) {
+// wait waits for the command and notes how it ended.
+func (p *proc) wait() {
+	defer close(p.done)
 	err := p.cmd.Wait()
 	ps := p.cmd.ProcessState
 	if ps == nil {
-		return exitStatus{}, err
+		p.err = err
+		return
 	}
-	return exitStatus{code: ps.ExitCode(), text: ps.String()}, nil
+	p.status = exitStatus{code: ps.ExitCode(), text: ps.String()}
 }
+
+// leftover is never closed: without process groups, exec cannot see the
+// processes the command leaves behind.
+func (p *proc) leftover() <-chan struct{} { return nil }
+
+// ended is closed when the command has ended; then result says how.
+func (p *proc) ended() <-chan struct{} { return p.done }
+
+// result is how the command ended, once ended is closed.
+func (p *proc) result() (exitStatus, error) { return p.status, p.err }
 
 // signalNumber is sig's number, for exit codes 128+N.
 func signalNumber(sig os.Signal) int {

@@ -8,9 +8,9 @@ import (
 	"syscall"
 )
 
-// signalGroup sends sig to the process group that p leads. The group
-// outlives p while p's children run, and its ID is not reused until it is
-// empty.
+// signalGroup sends sig to the process group whose ID is p's PID: the
+// group the keeper p created for the command. The ID is not reused while
+// p, or any process of the group, is alive.
 func signalGroup(p *os.Process, sig os.Signal) error {
 	s, ok := sig.(syscall.Signal)
 	if !ok {

@@ -13,12 +13,12 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-func init() {
-	register(&command{
-		name:    "prune",
-		summary: "delete finished runs older than a given age",
-		usage:   "prune --older-than D",
-		help: `Deletes finished runs (succeeded, failed, expired, released) that finished
+// pruneCommand deletes old finished runs.
+var pruneCommand = command{
+	name:    "prune",
+	summary: "delete finished runs older than a given age",
+	usage:   "prune --older-than D",
+	help: `Deletes finished runs (succeeded, failed, expired, released) that finished
 more than D ago. It never deletes a running run, nor the newest run of any
 source, which the minimum interval between runs is measured from. It deletes
 in small batches, each its own short transaction, so it never holds up
@@ -31,23 +31,34 @@ Examples:
   runclaim prune --older-than 720h --json
 
 JSON output: {"deleted": 123, "older_than_seconds": 2592000}`,
-		flags: func(fs *flag.FlagSet) any {
-			return fs.String("older-than", "", "delete runs that finished more than `D` ago (required; e.g. 720h or 30d)")
-		},
-		run: runPrune,
-	})
 }
 
-func runPrune(ctx context.Context, c *cli, opts any, _ []string) int {
-	cmd := commands["prune"]
-	arg := *opts.(*string)
-	if arg == "" {
-		return c.usageError(cmd, "--older-than is required")
+// pruneOptions are prune's: --older-than.
+type pruneOptions struct {
+	noArgs
+	olderThanArg string        // as given
+	olderThan    time.Duration // parsed by Validate
+}
+
+func (o *pruneOptions) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.olderThanArg, "older-than", "", "delete runs that finished more than `D` ago (required; e.g. 720h or 30d)")
+}
+
+// Validate checks and parses --older-than.
+func (o *pruneOptions) Validate() error {
+	if o.olderThanArg == "" {
+		return errors.New("--older-than is required")
 	}
-	olderThan, err := parseAge(arg)
+	d, err := parseAge(o.olderThanArg)
 	if err != nil {
-		return c.usageError(cmd, "--older-than: %v", err)
+		return fmt.Errorf("--older-than: %w", err)
 	}
+	o.olderThan = d
+	return nil
+}
+
+func runPrune(ctx context.Context, c *cli, o *pruneOptions) int {
+	arg, olderThan := o.olderThanArg, o.olderThan
 	store, err := c.store(ctx)
 	if err != nil {
 		return c.fail("prune", err)

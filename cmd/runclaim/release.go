@@ -14,13 +14,13 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-func init() {
-	register(&command{
-		name:       "release",
-		summary:    "end a stuck running run so that its source can be claimed again",
-		usage:      "release <source|run-id> [--yes] | release --source S | release --id N",
-		positional: 1,
-		help: `Ends a running run as "released", so that the next claim of its source
+// releaseCommand ends a stuck running run.
+var releaseCommand = command{
+	name:       "release",
+	summary:    "end a stuck running run so that its source can be claimed again",
+	usage:      "release <source|run-id> [--yes] | release --source S | release --id N",
+	positional: 1,
+	help: `Ends a running run as "released", so that the next claim of its source
 succeeds without waiting for the lease to pass. Its holder, if it is still
 alive, learns at its next heartbeat that the run is no longer its own: under
 Claimer.Do (and 'runclaim exec') its work is cancelled.
@@ -42,52 +42,61 @@ Exit codes: 0 released; 1 no such running run, declined, or a database
 error; 2 bad usage, or confirmation needed but stdin is not a terminal.
 
 JSON output: an array with the released run, shaped as in 'runclaim history'.`,
-		flags: func(fs *flag.FlagSet) any {
-			o := &releaseOpts{}
-			fs.BoolVar(&o.yes, "yes", false, "release without asking")
-			fs.BoolVar(&o.yes, "y", false, "shorthand for --yes")
-			fs.StringVar(&o.source, "source", "", "release the running run of `source`")
-			fs.Int64Var(&o.id, "id", 0, "release the run with this `ID`")
-			return o
-		},
-		run: runRelease,
-	})
 }
 
-type releaseOpts struct {
+// releaseOptions are release's: the run, by source or ID, and --yes.
+type releaseOptions struct {
 	yes    bool
 	source string
 	id     int64
+	arg    string // the source or run ID argument
+	hasArg bool
 }
 
-func runRelease(ctx context.Context, c *cli, opts any, args []string) int {
-	cmd := commands["release"]
-	o := *opts.(*releaseOpts)
+func (o *releaseOptions) flags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.yes, "yes", false, "release without asking")
+	fs.BoolVar(&o.yes, "y", false, "shorthand for --yes")
+	fs.StringVar(&o.source, "source", "", "release the running run of `source`")
+	fs.Int64Var(&o.id, "id", 0, "release the run with this `ID`")
+}
+
+func (o *releaseOptions) args(args []string) {
+	if len(args) == 1 {
+		o.arg, o.hasArg = args[0], true
+	}
+}
+
+// Validate checks that exactly one run is named, and sets source or id
+// from the argument: a number is a run ID, anything else a source.
+func (o *releaseOptions) Validate() error {
 	given := 0
-	for _, set := range []bool{len(args) == 1, o.source != "", o.id != 0} {
+	for _, set := range []bool{o.hasArg, o.source != "", o.id != 0} {
 		if set {
 			given++
 		}
 	}
 	if given != 1 {
-		return c.usageError(cmd, "give exactly one of a source or run ID argument, --source or --id")
+		return errors.New("give exactly one of a source or run ID argument, --source or --id")
 	}
-	if len(args) == 1 {
-		if id, err := strconv.ParseInt(args[0], 10, 64); err == nil {
+	if o.hasArg {
+		if id, err := strconv.ParseInt(o.arg, 10, 64); err == nil {
 			o.id = id
 		} else {
-			o.source = args[0]
+			o.source = o.arg
 		}
 	}
 	if o.source != "" {
-		if err := runclaim.ValidateSource(o.source); err != nil {
-			return c.usageError(cmd, "%v", err)
-		}
-	} else if o.id <= 0 {
-		return c.usageError(cmd, "a run ID must be positive, got %d", o.id)
+		return runclaim.ValidateSource(o.source)
 	}
+	if o.id <= 0 {
+		return fmt.Errorf("a run ID must be positive, got %d", o.id)
+	}
+	return nil
+}
+
+func runRelease(ctx context.Context, c *cli, o *releaseOptions) int {
 	if !o.yes && !isTerminal(c.stdin) {
-		return c.usageError(cmd, "stdin is not a terminal, so there is no one to confirm; add --yes to release without asking")
+		return c.badUsage("stdin is not a terminal, so there is no one to confirm; add --yes to release without asking")
 	}
 
 	store, err := c.store(ctx)

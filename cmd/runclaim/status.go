@@ -2,19 +2,20 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"time"
 
 	"github.com/runclaim/runclaim"
 )
 
-func init() {
-	register(&command{
-		name:       "status",
-		summary:    "list the running runs, with owner, age and lease left",
-		usage:      "status [source]",
-		positional: 1,
-		help: `Lists the running runs of every source, or of one source, with their owner,
+// statusCommand lists the running runs.
+var statusCommand = command{
+	name:       "status",
+	summary:    "list the running runs, with owner, age and lease left",
+	usage:      "status [source]",
+	positional: 1,
+	help: `Lists the running runs of every source, or of one source, with their owner,
 age, time since the last heartbeat and lease left. Ages and leases are
 computed on the database's clock, not this host's.
 
@@ -33,8 +34,28 @@ JSON output: an array of
    "lease_left_seconds", "expired"}
 where checked_at is the database time the ages are measured at and
 lease_left_seconds is negative once the lease has passed.`,
-		run: runStatus,
-	})
+}
+
+// statusOptions are status's: an optional source.
+type statusOptions struct {
+	source    string
+	oneSource bool // a source was given; else every source
+}
+
+func (o *statusOptions) flags(*flag.FlagSet) {}
+
+func (o *statusOptions) args(args []string) {
+	if len(args) == 1 {
+		o.source, o.oneSource = args[0], true
+	}
+}
+
+// Validate checks the source, if one is given.
+func (o *statusOptions) Validate() error {
+	if o.oneSource {
+		return runclaim.ValidateSource(o.source)
+	}
+	return nil
 }
 
 // statusJSON is one running run as status prints it.
@@ -53,14 +74,8 @@ type statusJSON struct {
 	Expired             bool       `json:"expired"`
 }
 
-func runStatus(ctx context.Context, c *cli, _ any, args []string) int {
-	var source string
-	if len(args) == 1 {
-		source = args[0]
-		if err := runclaim.ValidateSource(source); err != nil {
-			return c.usageError(commands["status"], "%v", err)
-		}
-	}
+func runStatus(ctx context.Context, c *cli, o *statusOptions) int {
+	source := o.source
 	store, err := c.store(ctx)
 	if err != nil {
 		return c.fail("status", err)

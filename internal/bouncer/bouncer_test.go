@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/bouncer"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // These tests run the library through PgBouncer in transaction pooling
@@ -286,39 +286,6 @@ func overlapping(t *testing.T, e *env) int64 {
 // ---------------------------------------------------------------------------
 // One round trip
 
-// countingDial counts round trips on the client side of PgBouncer: a turn
-// is a write that follows a read.
-type wire struct{ writes, turns atomic.Int64 }
-
-type countingConn struct {
-	net.Conn
-	w *wire
-
-	mu      sync.Mutex // protects writing
-	writing bool
-}
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	if !c.writing {
-		c.writing = true
-		c.w.turns.Add(1)
-	}
-	c.mu.Unlock()
-	c.w.writes.Add(1)
-	return c.Conn.Write(p)
-}
-
-func (c *countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.mu.Lock()
-		c.writing = false
-		c.mu.Unlock()
-	}
-	return n, err
-}
-
 // TestOneRoundTrip: behind PgBouncer, in the modes that work there, a
 // winning claim, a losing claim, a heartbeat and a finish each take one
 // write and one round trip, from the first claim on in exec and
@@ -339,17 +306,11 @@ func TestOneRoundTrip(t *testing.T) {
 	} {
 		t.Run(strings.ReplaceAll(tc.mode.String(), " ", "_"), func(t *testing.T) {
 			ctx := t.Context()
-			w := &wire{}
+			// Round trips on the client side of PgBouncer.
+			w := &sharedtest.Wire{}
 			pool := e.pool(t, tc.mode, 1, func(cfg *pgxpool.Config) {
 				cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-				cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-					var d net.Dialer
-					c, err := d.DialContext(ctx, network, addr)
-					if err != nil {
-						return nil, err
-					}
-					return &countingConn{Conn: c, w: w}, nil
-				}
+				cfg.ConnConfig.DialFunc = w.Dial
 			})
 			if err := pool.Ping(ctx); err != nil { // connect outside the counts
 				t.Fatal(err)
@@ -360,11 +321,12 @@ func TestOneRoundTrip(t *testing.T) {
 			b, _ := runclaim.New(s, runclaim.WithOwner("b"))
 			measure := func(what string, want int64, f func() error) {
 				t.Helper()
-				w0, r0 := w.writes.Load(), w.turns.Load()
+				w0, r0 := w.Counts()
 				if err := f(); err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
-				dw, dr := w.writes.Load()-w0, w.turns.Load()-r0
+				w1, r1 := w.Counts()
+				dw, dr := w1-w0, r1-r0
 				t.Logf("%-16v %-22s %d round trips, %d writes", tc.mode, what, dr, dw)
 				if dr != want || dw != want {
 					t.Errorf("%s: %d round trips and %d writes, want %d of each", what, dr, dw, want)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 	"github.com/runclaim/runclaim/internal/tcpproxy"
 )
 
@@ -32,19 +33,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 const wait = 20 * time.Second
 
 // migrated returns a Postgres store on pool, with the runs table created.
-func migrated(t *testing.T, pool runclaim.Querier) *runclaim.PostgresStore {
-	t.Helper()
-	store, err := runclaim.NewPostgresStore(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return store
-}
+var migrated = sharedtest.MigratedStore
 
 func newStore(t *testing.T, pool runclaim.Querier) *runclaim.PostgresStore {
 	t.Helper()
@@ -55,14 +44,7 @@ func newStore(t *testing.T, pool runclaim.Querier) *runclaim.PostgresStore {
 	return store
 }
 
-func newClaimer(t *testing.T, store runclaim.Store, opts ...runclaim.Option) *runclaim.Claimer {
-	t.Helper()
-	c, err := runclaim.New(store, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+var newClaimer = sharedtest.NewClaimer
 
 // dbNow reads the database's clock.
 func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
@@ -137,6 +119,7 @@ func rowByID(t *testing.T, pool *pgxpool.Pool, id int64) row {
 // locks), which no channel can announce.
 func eventually(t *testing.T, timeout, tick time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
+	timeout = sharedtest.Scale(t, timeout) // a bound, not an assertion
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	ticker := time.NewTicker(tick)
@@ -164,6 +147,17 @@ func targetOf(t *testing.T, dsn string) string {
 		t.Fatal(err)
 	}
 	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+}
+
+// partitionSetup returns the pool of a migrated database of its own
+// (replica B's path, and the test's), a proxy to it, and a pool through the
+// proxy (replica A's path).
+func partitionSetup(t *testing.T) (direct *pgxpool.Pool, px *tcpproxy.Proxy, proxied *pgxpool.Pool) {
+	t.Helper()
+	db := pgtest.New(t)
+	migrated(t, db.Pool)
+	px = startProxy(t, db)
+	return db.Pool, px, proxiedPool(t, db, px, nil)
 }
 
 // startProxy starts a proxy to the database's server, closed when the

@@ -6,4 +6,10 @@
 // The restart test stops and starts the container shared by the tests of
 // this package's test binary, so these tests never run in parallel and
 // stay in a package of their own.
+//
+// Every test here runs in real time against a real server, so each asserts
+// outcomes and orderings by the database clock, with leases long enough
+// that a busy machine cannot lose a healthy run; TESTING.md at the
+// module's root lists what each depends on and why it holds under load
+// (bash .ci/load-test checks that it does).
 package chaos

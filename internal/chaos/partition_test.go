@@ -80,11 +80,7 @@ func TestPartitionHolderCutOff(t *testing.T) {
 }
 
 func holderCutOff(t *testing.T, oneWay time.Duration) {
-	db := pgtest.New(t)
-	direct := db.Pool
-	migrated(t, direct)
-	px := startProxy(t, db)
-	proxied := proxiedPool(t, db, px, nil)
+	direct, px, proxied := partitionSetup(t)
 
 	const (
 		lease      = 3 * time.Second
@@ -228,22 +224,21 @@ func holderCutOff(t *testing.T, oneWay time.Duration) {
 // which it gives up early, and abandons an attempt that takes longer; a
 // steady slow link therefore keeps the run while RTT < T (which also gives
 // 2·RTT + h < lease − m, the time from one send to the next plus the
-// answer). Here RTT is at least 800 ms (400 ms each way), h = 300 ms, the
-// lease 6 s, m 1.35 s and T 1.45 s: 650 ms of slack for the proxy and a
-// loaded machine. (With a lease of 4 s, T would be 950 ms: too little slack
-// on two busy cores.)
+// answer). Here RTT is at least 600 ms (300 ms each way), twice the
+// heartbeat interval h = 300 ms, so an attempt bound of h or of the round
+// trip itself would fail the test; the lease is 8 s, m 1.85 s and T 1.95 s:
+// 1.35 s of slack for the proxy and a loaded machine, more than twice the
+// round trip. (A lease of 6 s with 400 ms each way left 650 ms of slack,
+// and failed on two busy cores.)
 func TestPartitionLatencySpike(t *testing.T) {
-	db := pgtest.New(t)
-	direct := db.Pool
-	migrated(t, direct)
-	px := startProxy(t, db)
-	proxied := proxiedPool(t, db, px, nil)
+	direct, px, proxied := partitionSetup(t)
 
 	const (
-		lease      = 6 * time.Second
-		heartbeat  = 300 * time.Millisecond
-		oneWay     = 400 * time.Millisecond
-		slowBeats  = 6 // 6 × (RTT + h) > lease: the slow period outlasts a lease
+		lease     = 8 * time.Second
+		heartbeat = 300 * time.Millisecond
+		oneWay    = 300 * time.Millisecond
+		// slowBeats × (RTT + h) > lease: the slow period outlasts a lease.
+		slowBeats  = int(lease/(2*oneWay+heartbeat)) + 1
 		claimEvery = 100 * time.Millisecond
 		source     = "slow-link"
 	)
@@ -293,7 +288,9 @@ func TestPartitionLatencySpike(t *testing.T) {
 	refused := 0
 	tick := time.NewTicker(claimEvery)
 	defer tick.Stop()
-	deadline := time.NewTimer(wait)
+	// The slow period takes about slowBeats × (RTT + h), 9 s; the bound
+	// on it only catches heartbeats that stopped.
+	deadline := time.NewTimer(2 * wait)
 	defer deadline.Stop()
 	for len(slow) < slowBeats {
 		select {
@@ -307,7 +304,7 @@ func TestPartitionLatencySpike(t *testing.T) {
 		case cause := <-cancelled:
 			t.Fatalf("the run's context was cancelled during the latency spike: %v", cause)
 		case <-deadline.C:
-			t.Fatalf("only %d slow heartbeats within %v", len(slow), wait)
+			t.Fatalf("only %d slow heartbeats within %v", len(slow), 2*wait)
 		case <-tick.C:
 			_, err := b.Claim(context.Background(), source)
 			var nc *runclaim.NotClaimedError
@@ -548,11 +545,7 @@ func testPartitionClaimCut(t *testing.T, version int) {
 // shutdown (SIGTERM cancelling the ctx given to Do) hits that whenever a
 // claim is in flight.
 func TestPartitionCancelledClaim(t *testing.T) {
-	db := pgtest.New(t)
-	direct := db.Pool
-	migrated(t, direct)
-	px := startProxy(t, db)
-	proxied := proxiedPool(t, db, px, nil)
+	direct, px, proxied := partitionSetup(t)
 
 	const (
 		lease  = 30 * time.Second
