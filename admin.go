@@ -21,7 +21,21 @@ type RunRecord struct {
 	Error       string    // the failure's text, if any
 }
 
-const recordColumns = `id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, '')`
+const recordColumns = `id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, ''), `
+
+// tickColumn is the last of recordColumns: the tick column from schema
+// version 4 on, NULL on an older table, which has none.
+func (s *PostgresStore) tickColumn(ctx context.Context) (string, error) {
+	if !s.schemaVer.useTickFunc() {
+		if _, _, err := s.schemaVersion(ctx); err != nil {
+			return "", err
+		}
+	}
+	if s.schemaVer.useTickFunc() {
+		return "tick", nil
+	}
+	return "NULL::timestamptz", nil
+}
 
 func scanRecords(rows pgx.Rows) ([]RunRecord, error) {
 	defer rows.Close()
@@ -32,12 +46,16 @@ func scanRecords(rows pgx.Rows) ([]RunRecord, error) {
 			status   string
 			finished *time.Time
 		)
-		if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error); err != nil {
+		var tick *time.Time
+		if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error, &tick); err != nil {
 			return nil, err
 		}
 		r.Status = Status(status)
 		if finished != nil {
 			r.FinishedAt = *finished
+		}
+		if tick != nil {
+			r.Tick = *tick
 		}
 		out = append(out, r)
 	}
@@ -62,7 +80,11 @@ func (s *PostgresStore) Running(ctx context.Context, source string) ([]RunRecord
 		if err := s.db.QueryRow(ctx, `SELECT pg_catalog.clock_timestamp()`).Scan(&now); err != nil {
 			return nil, err
 		}
-		rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM `+s.Table()+
+		tick, err := s.tickColumn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := s.db.Query(ctx, `SELECT `+recordColumns+tick+` FROM `+s.Table()+
 			` WHERE status = 'running' AND ($1 = '' OR source = $1) ORDER BY source`, source)
 		if err != nil {
 			return nil, err
@@ -110,7 +132,11 @@ func (s *PostgresStore) HistoryFunc(ctx context.Context, source string, limit in
 		return errors.New("runclaim: history: nil function")
 	}
 	what := "history of " + quoteForError(source)
-	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+` FROM `+s.Table()+
+	tick, err := s.tickColumn(ctx)
+	if err != nil {
+		return s.wrap(ctx, what, err)
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+tick+` FROM `+s.Table()+
 		` WHERE source = $1 ORDER BY started_at DESC, id DESC LIMIT $2`, source, limit)
 	if err != nil {
 		return s.wrap(ctx, what, err)
@@ -137,13 +163,17 @@ func scanRecord(rows pgx.Rows) (RunRecord, error) {
 		r        RunRecord
 		status   string
 		finished *time.Time
+		tick     *time.Time
 	)
-	if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error); err != nil {
+	if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error, &tick); err != nil {
 		return RunRecord{}, err
 	}
 	r.Status = Status(status)
 	if finished != nil {
 		r.FinishedAt = *finished
+	}
+	if tick != nil {
+		r.Tick = *tick
 	}
 	return r, nil
 }
@@ -170,7 +200,7 @@ const releaseSQL = `UPDATE %[1]s SET status = 'released', finished_at = pg_catal
 WHERE id IN (
 	SELECT id FROM %[1]s WHERE status = 'running' AND (id = $1 OR $1 = 0 AND source = $2)
 	FOR UPDATE)
-RETURNING ` + recordColumns
+RETURNING ` + recordColumns + `%[2]s`
 
 // Release ends a running run as released, for an operator freeing a stuck
 // source before its lease ends. The run's holder learns it at its next
@@ -197,11 +227,15 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 		}
 		what = "release " + quoteForError(source)
 	}
+	tick, err := s.tickColumn(ctx)
+	if err != nil {
+		return RunRecord{}, s.wrap(ctx, what, err)
+	}
 	// One transaction: the lock timeout is local to it.
 	var records []RunRecord
-	err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
+	err = s.batchReadCommitted(ctx, func(b *pgx.Batch) {
 		b.Queue(fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true)`, releaseLockWait.Milliseconds()))
-		b.Queue(fmt.Sprintf(releaseSQL, s.Table()), id, source)
+		b.Queue(fmt.Sprintf(releaseSQL, s.Table(), tick), id, source)
 	}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
