@@ -19,6 +19,7 @@ const FinishTimeout = 10 * time.Second
 type Claimer struct {
 	store Store
 	cfg   config
+	sched schedule // derived from cfg
 }
 
 // New returns a Claimer that claims sources in store. It returns an error,
@@ -27,11 +28,18 @@ func New(store Store, opts ...Option) (*Claimer, error) {
 	if isNil(store) {
 		return nil, errors.New("runclaim: New: nil Store")
 	}
-	cfg, err := buildConfig(opts)
+	cfg, err := applyOptions(config{lease: DefaultLease}, opts, "New")
 	if err != nil {
 		return nil, err
 	}
-	return &Claimer{store: store, cfg: cfg}, nil
+	sched, err := newSchedule(cfg.lease, cfg.heartbeat)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.owner == "" {
+		cfg.owner = defaultOwner()
+	}
+	return &Claimer{store: store, cfg: cfg, sched: sched}, nil
 }
 
 // Owner returns the holder name recorded with this Claimer's runs.
@@ -84,7 +92,7 @@ func (c *Claimer) claim(ctx context.Context, source string, tick time.Time) (*Ru
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
-	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.cfg.lease, MinInterval: c.cfg.minInterval, Tick: tick}
+	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: tick}
 	if err := req.Validate(); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
@@ -105,7 +113,7 @@ func (c *Claimer) claim(ctx context.Context, source string, tick time.Time) (*Ru
 		claimer:     c,
 		leaseUntil:  info.LeaseUntil,
 		claimedAt:   sent,
-		localExpiry: sent.Add(c.cfg.lease),
+		localExpiry: c.sched.localEnd(sent),
 	}
 	c.claimed(run, time.Since(sent))
 	return run, nil
@@ -141,7 +149,11 @@ type Run struct {
 	leaseUntil  time.Time  // current lease end, database clock
 	localExpiry time.Time  // lease end by this process's monotonic clock
 	finished    *FinishRequest
-	lost        bool // the lease-lost event was reported
+	finishing   bool          // a Finish call is in flight
+	finishWait  chan struct{} // closed when it returns; made by a heartbeat that waits for it
+	lostErr     error         // why the run is lost; nil until it is known lost
+	lostCh      chan struct{} // closed once lostErr is set; made by Lost
+	watch       *time.Timer   // sets lostErr by the local clock; armed by Lost
 }
 
 // Deadline returns the current end of the run's lease, by the database
@@ -152,19 +164,13 @@ func (r *Run) Deadline() time.Time {
 	return r.leaseUntil
 }
 
-// localDeadline is the end of the lease by this process's own clock: the
-// time the last successful claim or heartbeat was sent, plus the lease.
-func (r *Run) localDeadline() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.localExpiry
-}
-
 // Heartbeat extends the run's lease to a full lease from now. It returns an
 // error matching ErrLeaseLost if the run is not running any more (another
 // claim expired it, or an operator released it) or its lease has already
-// ended by the store's clock, ErrFinished after Finish, and the store's
-// error, wrapped, otherwise. ctx bounds this call only.
+// ended by the store's clock, and then closes Lost; it returns ErrFinished
+// after Finish (also when a Finish recorded the run while this heartbeat
+// was on its way), and the store's error, wrapped, otherwise. ctx bounds
+// this call only.
 func (r *Run) Heartbeat(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -176,8 +182,13 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("runclaim: heartbeat run %d: %w", r.ID, ErrFinished)
 	}
 	sent := time.Now()
-	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: r.claimer.cfg.lease})
+	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: r.claimer.sched.lease})
 	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			if ferr := r.finishedMeanwhile(ctx); ferr != nil {
+				return ferr
+			}
+		}
 		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) { // not a heartbeat its caller called off
 			r.failed(err, true)
 		}
@@ -185,11 +196,139 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	r.leaseUntil = until
-	if exp := sent.Add(r.claimer.cfg.lease); exp.After(r.localExpiry) {
+	if exp := r.claimer.sched.localEnd(sent); exp.After(r.localExpiry) {
 		r.localExpiry = exp
 	}
 	r.mu.Unlock()
 	return nil
+}
+
+// finishedMeanwhile tells a heartbeat that the store found not running
+// whether a Finish of this run got there first: it waits for a Finish in
+// flight (or for ctx), and returns ErrFinished if the run is now finished,
+// nil if it is not, and ctx's error if ctx ended first.
+func (r *Run) finishedMeanwhile(ctx context.Context) error {
+	r.mu.Lock()
+	var inFlight chan struct{}
+	if r.finishing {
+		if r.finishWait == nil {
+			r.finishWait = make(chan struct{})
+		}
+		inFlight = r.finishWait
+	}
+	r.mu.Unlock()
+	if inFlight != nil {
+		select {
+		case <-inFlight:
+		case <-ctx.Done():
+			return fmt.Errorf("runclaim: heartbeat run %d: waiting for the Finish in flight: %w", r.ID, ctx.Err())
+		}
+	}
+	r.mu.Lock()
+	done := r.finished != nil
+	r.mu.Unlock()
+	if done {
+		return fmt.Errorf("runclaim: heartbeat run %d: %w", r.ID, ErrFinished)
+	}
+	return nil
+}
+
+// Lost returns a channel that is closed once the run is known lost: a
+// heartbeat (Heartbeat, or the background ones of Do and KeepAlive) found
+// it gone, a Finish returned ErrLeaseLost, or its lease is about to end by
+// this process's own clock without a successful heartbeat, ExpiryMargin
+// before its end (counted from when the claim or the last successful
+// heartbeat was sent). From then on another replica may run the source,
+// so the work must stop. It stays closed.
+//
+// It does not close on a shutdown, when the context given to Do or
+// KeepAlive ends, nor on Finish. That makes it the signal to watch while
+// winding down: once a shutdown has cancelled the run's context with its
+// own cause, that context cannot tell of a lost run any more, so a job
+// that goes on writing after ctx.Done() (a flush, a checkpoint) selects
+// on Lost too:
+//
+//	<-ctx.Done() // the shutdown
+//	select {
+//	case <-flushed:
+//	case <-run.Lost():
+//		return errors.New("run lost while winding down; stopped the flush")
+//	}
+//
+// Under Do and KeepAlive, Lost closes before the run's context is
+// cancelled with ErrLeaseLost. A holder that heartbeats by hand gets the
+// local clock's deadline from its first call of Lost on: the clock is not
+// watched for runs whose Lost nobody asked for. Do stops watching when
+// it returns.
+func (r *Run) Lost() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lostCh == nil {
+		r.lostCh = make(chan struct{})
+		if r.lostErr != nil {
+			close(r.lostCh)
+		}
+	}
+	if r.watch == nil && r.lostErr == nil && r.finished == nil {
+		r.watch = time.AfterFunc(time.Until(r.claimer.sched.lostAt(r.localExpiry)), r.checkExpiry)
+	}
+	return r.lostCh
+}
+
+// checkExpiry is the watch of Lost: it marks the run lost once its lease is
+// within the expiry margin of its end by the local clock, and otherwise
+// (a heartbeat moved the end) waits again.
+func (r *Run) checkExpiry() {
+	r.mu.Lock()
+	if r.lostErr != nil || r.finished != nil || r.watch == nil {
+		r.mu.Unlock()
+		return
+	}
+	if d := time.Until(r.claimer.sched.lostAt(r.localExpiry)); d > 0 {
+		r.watch.Reset(d)
+		r.mu.Unlock()
+		return
+	}
+	err := fmt.Errorf("%w: run %d's lease is ending by the local clock without a successful heartbeat", ErrLeaseLost, r.ID)
+	r.setLostLocked(err)
+	r.mu.Unlock()
+	r.lostEvent(err)
+}
+
+// setLostLocked records that the run is lost, closing Lost. It reports whether
+// this call did it (false if the run was already lost). r.mu must be held.
+func (r *Run) setLostLocked(err error) bool {
+	if r.lostErr != nil {
+		return false
+	}
+	r.lostErr = err
+	if r.lostCh != nil {
+		close(r.lostCh)
+	}
+	r.stopWatchLocked()
+	return true
+}
+
+// lostCause is why the run is lost, or nil while it is not known lost.
+func (r *Run) lostCause() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lostErr
+}
+
+// stopWatchLocked stops the local clock's watch of Lost. r.mu must be held.
+func (r *Run) stopWatchLocked() {
+	if r.watch != nil {
+		r.watch.Stop()
+		r.watch = nil
+	}
+}
+
+// stopWatch stops the local clock's watch of Lost.
+func (r *Run) stopWatch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopWatchLocked()
 }
 
 // Finish records the run's outcome: succeeded if jobErr is nil, else failed
@@ -226,13 +365,25 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 	}
 	fctx, cancel := finishContext(ctx)
 	defer cancel()
-	if err := r.claimer.store.Finish(fctx, req); err != nil {
+	r.mu.Lock()
+	r.finishing = true
+	r.mu.Unlock()
+	err := r.claimer.store.Finish(fctx, req)
+	r.mu.Lock()
+	if err == nil {
+		r.finished = &req
+		r.stopWatchLocked()
+	}
+	r.finishing = false
+	if r.finishWait != nil {
+		close(r.finishWait)
+		r.finishWait = nil
+	}
+	r.mu.Unlock()
+	if err != nil {
 		r.failed(err, false)
 		return err
 	}
-	r.mu.Lock()
-	r.finished = &req
-	r.mu.Unlock()
 	r.finishedEvent(req.Status, jobErr)
 	return nil
 }

@@ -15,15 +15,31 @@ import (
 // The run is kept alive until fn returns, whatever happens to ctx: when ctx
 // is cancelled (a graceful shutdown), fn's context is cancelled with ctx's
 // cause, and the heartbeats go on while fn winds down, so that no other
-// replica can take the source over before fn has stopped. fn learns of a
-// shutdown from its context's cause being ctx's, and of a lost run from the
-// cause matching ErrLeaseLost: fn's context is cancelled with ErrLeaseLost
-// as soon as a heartbeat finds the run gone, and also when, without a
-// successful heartbeat, the lease is about to end by this process's own
-// clock: (lease - 2*heartbeat interval)/4 before its end, so that fn hears
-// of it before another replica can take the source over. Each heartbeat
-// attempt is bounded (see Run.KeepAlive); one that hangs is abandoned and
-// retried, so one hung connection does not lose the run.
+// replica can take the source over before fn has stopped. A run is lost
+// when a heartbeat finds it gone, and also when, without a successful
+// heartbeat, its lease is about to end by this process's own clock
+// (Claimer.ExpiryMargin before its end), so that fn hears of it before
+// another replica can take the source over. Then run.Lost() is closed and
+// fn's context is cancelled with a cause matching ErrLeaseLost, unless a
+// shutdown cancelled it first: a context is cancelled once, so a run lost
+// while fn winds down after a shutdown shows only in run.Lost(). fn
+// therefore stops at once on ctx.Done() if it can, and otherwise, while
+// it winds down, selects on run.Lost() too:
+//
+//	err := claimer.Do(ctx, "avito", func(ctx context.Context, run *runclaim.Run) error {
+//		err := sweep(ctx, run.ID) // returns soon after ctx ends
+//		select {
+//		case <-flush(): // the wind-down: may outlast a lease
+//		case <-run.Lost():
+//			return errors.Join(err, errors.New("run lost: flush abandoned"))
+//		}
+//		return err
+//	})
+//
+// Each heartbeat attempt is bounded (see Run.KeepAlive); one that hangs is
+// abandoned and retried, so one hung connection does not lose the run. If
+// fn calls run.Finish itself, the heartbeats stop quietly and the run is
+// not reported lost, however long fn goes on.
 //
 // When fn returns, Do records the outcome: succeeded if fn returned nil,
 // failed with fn's error text otherwise, and failed if ctx was cancelled.
@@ -39,8 +55,8 @@ import (
 //
 // If the claim is skipped, Do returns the ErrNotClaimed error without calling
 // fn. Otherwise it returns fn's error wrapped (errors.Is finds it and, after
-// a lost lease, ErrLeaseLost), joined with any error from recording the
-// outcome.
+// a run lost while fn ran, ErrLeaseLost, also when a shutdown came first),
+// joined with any error from recording the outcome.
 //
 // A job that writes its results into the database of the runs table can
 // make those writes commit only while it holds the run: see
@@ -90,6 +106,7 @@ func (c *Claimer) do(ctx context.Context, run *Run, fn func(ctx context.Context,
 			outcome = panicError(val)
 		}
 		_ = run.Finish(ctx, outcome)
+		run.stopWatch()
 		if val != nil {
 			panic(val)
 		}
@@ -97,6 +114,7 @@ func (c *Claimer) do(ctx context.Context, run *Run, fn func(ctx context.Context,
 	fnErr := fn(runCtx, run)
 	returned = true
 	halt()
+	lostErr := run.lostCause() // while fn ran, perhaps after a shutdown
 
 	outcome := fnErr
 	switch {
@@ -108,11 +126,12 @@ func (c *Claimer) do(ctx context.Context, run *Run, fn func(ctx context.Context,
 		outcome = fmt.Errorf("cancelled: %w", context.Cause(ctx))
 	}
 	finishErr := run.Finish(ctx, outcome)
+	run.stopWatch()
 	var result error
 	if outcome != nil {
 		result = fmt.Errorf("runclaim: run %d of %q: %w", run.ID, run.Source, outcome)
-		if cause := context.Cause(runCtx); errors.Is(cause, ErrLeaseLost) && !errors.Is(outcome, ErrLeaseLost) {
-			result = fmt.Errorf("%w (%w)", result, cause)
+		if lostErr != nil && !errors.Is(outcome, ErrLeaseLost) {
+			result = fmt.Errorf("%w (%w)", result, lostErr)
 		}
 	}
 	if finishErr != nil {
@@ -137,14 +156,14 @@ type hbResult struct {
 
 // keepAlive heartbeats until stop is closed, whatever becomes of ctx, and
 // cancels ctx with ErrLeaseLost when the run is gone or its lease is about
-// to end by the local clock. Each attempt is bounded by attemptTimeout: a
+// to end by the local clock (Lost closes). It stops quietly once the run is
+// finished. Each attempt is bounded by the schedule's attempt bound: a
 // late one is abandoned (its context cancelled, which makes pgx drop the
-// connection) and retried after retryDelay, as is a failed one. When it
-// returns, every attempt it started has returned.
+// connection) and retried after the schedule's retry delay, as is a failed
+// one. When it returns, every attempt it started has returned.
 func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}) {
-	interval := r.claimer.cfg.heartbeat
-	timeout, retry := r.attemptTimeout(), r.retryDelay()
-	margin := r.expiryMargin()
+	sched := r.claimer.sched
+	interval, timeout, retry := sched.heartbeat, sched.attempt, sched.retry
 
 	// The attempts' parent: not ended by ctx (the run outlives a cancelled
 	// ctx while fn winds down), only by keepAlive's return.
@@ -160,8 +179,7 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 
 	next := time.NewTimer(interval)
 	defer next.Stop()
-	expiry := time.NewTimer(time.Until(r.localDeadline().Add(-margin)))
-	defer expiry.Stop()
+	lost := r.Lost() // closes by the local clock too
 	late := time.NewTimer(timeout)
 	late.Stop()
 	defer late.Stop()
@@ -172,10 +190,8 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 		select {
 		case <-stop:
 			return
-		case <-expiry.C:
-			err := fmt.Errorf("%w: run %d's lease is ending by the local clock without a successful heartbeat", ErrLeaseLost, r.ID)
-			r.failed(err, true)
-			cancel(err)
+		case <-lost:
+			cancel(r.lostCause())
 			return
 		case <-next.C:
 			seq++
@@ -199,12 +215,12 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 			r.failed(fmt.Errorf("runclaim: heartbeat run %d: no answer within %v; abandoned, retrying: %w", r.ID, timeout, context.DeadlineExceeded), true)
 			next.Reset(retry)
 		case res := <-results:
-			if errors.Is(res.err, ErrLeaseLost) {
-				cancel(res.err)
+			switch {
+			case errors.Is(res.err, ErrLeaseLost): // Lost is closed
+				cancel(r.lostCause())
 				return
-			}
-			if res.err == nil {
-				expiry.Reset(time.Until(r.localDeadline().Add(-margin)))
+			case errors.Is(res.err, ErrFinished):
+				return // fn finished the run itself: stop quietly
 			}
 			if res.seq != current {
 				continue // abandoned: its retry is already scheduled
@@ -220,47 +236,22 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 	}
 }
 
-// attemptTimeout bounds one heartbeat attempt: a third of what the lease
-// leaves after the heartbeat interval and the expiry margin, so that an
-// attempt that hangs is given up in time for two more before the run is
-// cancelled.
-func (r *Run) attemptTimeout() time.Duration {
-	cfg := r.claimer.cfg
-	return (cfg.lease - r.expiryMargin() - cfg.heartbeat) / 3
-}
-
-// retryDelay is how long keepAlive waits after a failed or abandoned
-// attempt before the next: a quarter of the heartbeat interval.
-func (r *Run) retryDelay() time.Duration {
-	return r.claimer.cfg.heartbeat / 4
-}
-
-// expiryMargin is how long before the lease's end by the local clock
-// keepAlive gives up on a run without a successful heartbeat. Cancelling
-// at the end itself would be too late: the store's lease ends only as much
-// later as the claim or heartbeat took to reach it, so fn could still be
-// running when another replica takes the source over. The margin is a
-// quarter of the slack the heartbeat schedule leaves (positive, since the
-// interval is below lease/2), so one failed heartbeat still does not lose
-// the run.
-func (r *Run) expiryMargin() time.Duration {
-	return (r.claimer.cfg.lease - 2*r.claimer.cfg.heartbeat) / 4
-}
-
 // KeepAlive heartbeats the run in the background, as Do does, for callers
 // that claim with Claim and hand the run to code that Do cannot wrap (such
 // as a scheduler's lock). The returned context is derived from ctx: it ends
 // when ctx does, with ctx's cause, and it is cancelled with a cause matching
 // ErrLeaseLost as soon as the run is found lost or its lease is about to end
-// by the local clock without a successful heartbeat (see Do).
+// by the local clock without a successful heartbeat (see Do); r.Lost() is
+// closed then, before the context is cancelled.
 //
-// The heartbeats go on until stop is called or the run is lost, whatever
-// becomes of ctx: a job whose context was cancelled by a shutdown keeps its
-// run while it winds down. Each attempt is bounded by a third of what the
-// lease leaves after the heartbeat interval and Do's expiry margin; an
-// attempt that does not answer in time is abandoned (pgx then drops its
-// connection) and retried after a quarter of the heartbeat interval, as is
-// one that fails.
+// The heartbeats go on until stop is called, the run is lost or the run is
+// finished, whatever becomes of ctx: a job whose context was cancelled by a
+// shutdown keeps its run while it winds down, and learns of a loss during
+// the wind-down from r.Lost() only, since its context was already
+// cancelled (see Do for the pattern). Each attempt is bounded by the
+// Claimer's HeartbeatTimeout; an attempt that does not answer in time is
+// abandoned (pgx then drops its connection) and retried after the
+// Claimer's RetryDelay, as is one that fails.
 //
 // stop ends the heartbeats and waits for the attempts in flight, which it
 // cancels; it is safe to call more than once. KeepAlive does not finish the
@@ -295,9 +286,3 @@ func (r *Run) startKeepAlive(ctx context.Context) (runCtx context.Context, cance
 		<-stopped
 	}
 }
-
-// Lease returns the lease of this Claimer's runs.
-func (c *Claimer) Lease() time.Duration { return c.cfg.lease }
-
-// HeartbeatInterval returns how often Do and KeepAlive extend a lease.
-func (c *Claimer) HeartbeatInterval() time.Duration { return c.cfg.heartbeat }

@@ -470,7 +470,7 @@ func testDoPartitionedHolder(t *testing.T) {
 	})
 	spy.setFinish(func(context.Context, runclaim.FinishRequest) error { return errPartition })
 	lost := make(chan runclaim.LeaseLostEvent, 1)
-	// Frequent heartbeats leave Do a wide margin (see expiryMargin), so the
+	// Frequent heartbeats leave Do a wide margin (see Claimer.ExpiryMargin), so the
 	// cancellation is seen in time even on a loaded machine.
 	c := doClaimer(t, spy, runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/20), runclaim.WithOwner("partitioned"),
 		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.LeaseLostEvent) { trySend(lost, e) }}))

@@ -16,9 +16,11 @@
 //     (G2). A lease that has ended by the database clock is lost, whether
 //     or not a claim has expired the run yet.
 //   - A holder that lost its run learns it: Heartbeat and Finish return
-//     ErrLeaseLost, and Do cancels its function's context (G3). Do keeps
-//     the run alive until its function returns, whatever happens to its
-//     context, and one failed or hung heartbeat does not lose the run.
+//     ErrLeaseLost, Run.Lost is closed, and Do cancels its function's
+//     context (G3). Do keeps the run alive until its function returns,
+//     whatever happens to its context, and one failed or hung heartbeat
+//     does not lose the run. A run lost while the function winds down
+//     after a shutdown is still told, through Run.Lost (G10).
 //   - Run IDs strictly increase, so Run.ID is a fencing token, and
 //     PostgresStore.Fence makes a job's writes to the same database commit
 //     only while it holds its run (G4).
@@ -77,10 +79,31 @@
 //		}
 //	}
 //
-// Do heartbeats while the function runs and cancels its context, with cause
-// ErrLeaseLost, once the run can no longer be trusted to be this holder's.
+// Do heartbeats while the function runs and, once the run can no longer be
+// trusted to be this holder's, closes Run.Lost and cancels the function's
+// context with cause ErrLeaseLost. A context is cancelled only once: after
+// a shutdown has cancelled it, a lost run shows only in Run.Lost. So a
+// function that goes on working after ctx.Done() (a flush, a checkpoint)
+// selects on run.Lost() as well:
+//
+//	<-ctx.Done() // shutting down: finish the batch in hand
+//	select {
+//	case <-flushed:
+//	case <-run.Lost():
+//		return errors.New("run lost: another replica may run the source now")
+//	}
+//
 // Code that needs finer control calls Claim, Run.Heartbeat and Run.Finish
-// itself.
+// itself; Run.Lost works for it too.
+//
+// # Timing
+//
+// A Claimer's timing follows from its lease and heartbeat interval, and its
+// methods report each value: Lease, HeartbeatInterval (a third of the
+// lease by default), HeartbeatTimeout (the bound on one heartbeat
+// attempt), RetryDelay (the wait after a failed attempt) and ExpiryMargin
+// (how long before the lease ends by the local clock a run without a
+// successful heartbeat is given up as lost).
 //
 // # Concurrency
 //

@@ -145,3 +145,36 @@ func ExampleNewMemoryStore() {
 	// crashed's heartbeat: true
 	// crashed's finish: true
 }
+
+// A job winding down after a shutdown watches Lost: its context was
+// cancelled by the shutdown, so a run lost meanwhile shows only there.
+// Here the holder heartbeats by hand, and a takeover after the store's
+// clock passed the lease is what loses the run.
+func ExampleRun_Lost() {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	store := runclaim.NewMemoryStore(runclaim.WithClock(func() time.Time { return now }))
+	holder, _ := runclaim.New(store, runclaim.WithOwner("old-replica"))
+	other, _ := runclaim.New(store, runclaim.WithOwner("new-replica"))
+
+	run, _ := holder.Claim(ctx, "avito")
+	flushed := make(chan struct{}) // the wind-down, still going on
+
+	now = now.Add(holder.Lease() + time.Second) // the holder stalled past its lease
+	next, _ := other.Claim(ctx, "avito")
+	fmt.Printf("%s took avito over as run %d\n", next.Owner, next.ID)
+	if err := run.Heartbeat(ctx); errors.Is(err, runclaim.ErrLeaseLost) {
+		fmt.Println("heartbeat: lease lost")
+	}
+
+	select {
+	case <-flushed:
+		fmt.Println("flushed")
+	case <-run.Lost():
+		fmt.Printf("run %d lost: stop writing\n", run.ID)
+	}
+	// Output:
+	// new-replica took avito over as run 2
+	// heartbeat: lease lost
+	// run 1 lost: stop writing
+}

@@ -467,3 +467,48 @@ func TestClaimTableLockBounded(t *testing.T) {
 		})
 	}
 }
+
+// Rule: on Postgres, a run that an operator releases while fn winds down
+// after a shutdown closes Run.Lost, although the shutdown cancelled fn's
+// context first, and another replica can then claim the source. The lease
+// is 3 s, so the heartbeat after the release comes within a second;
+// doWait only bounds a wait that a working Lost ends then.
+func TestPostgresLostAfterShutdown(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	const lease = 3 * time.Second
+	c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("old-replica"))
+	other := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("new-replica"))
+	ctx, sigterm := context.WithCancel(t.Context())
+	defer sigterm()
+	var sawLost bool
+	err := c.Do(ctx, "released", func(ctx context.Context, run *runclaim.Run) error {
+		sigterm()
+		<-ctx.Done()
+		if _, err := store.Release(t.Context(), run.ID, ""); err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		timeout := time.NewTimer(doWait)
+		defer timeout.Stop()
+		select { // winding down
+		case <-run.Lost():
+			sawLost = true
+		case <-timeout.C:
+		}
+		return ctx.Err()
+	})
+	if !sawLost {
+		t.Fatal("fn never saw run.Lost() close after its run was released")
+	}
+	if !errors.Is(err, runclaim.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Do = %v, want the shutdown and ErrLeaseLost", err)
+	}
+	next, err := other.Claim(t.Context(), "released")
+	if err != nil {
+		t.Fatalf("claim after the release: %v", err)
+	}
+	if err := next.Finish(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -79,7 +79,10 @@ type LeaseLostEvent struct {
 
 // WithHooks sets functions called on the events of a run's life.
 func WithHooks(h Hooks) Option {
-	return func(c *config) { c.hooks = h }
+	return func(c *config) error {
+		c.hooks = h
+		return nil
+	}
 }
 
 // WithLogger makes the Claimer log what happens to its runs: claims and
@@ -88,7 +91,10 @@ func WithHooks(h Hooks) Option {
 // Warn when the caller's context had ended (a shutdown), and lost leases
 // at Error. Without it nothing is logged.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
+	return func(c *config) error {
+		c.logger = l
+		return nil
+	}
 }
 
 func (c *Claimer) claimed(run *Run, d time.Duration) {
@@ -159,24 +165,29 @@ func (r *Run) finishedEvent(status Status, jobErr error) {
 	}
 }
 
-// failed reports an error from Heartbeat or Finish: a lost lease once, any
-// other error as a failed heartbeat (heartbeat true) or not at all.
+// lostEvent reports, once per run, that the run is lost.
+func (r *Run) lostEvent(err error) {
+	c := r.claimer
+	if c.cfg.logger != nil {
+		c.cfg.logger.LogAttrs(context.Background(), slog.LevelError, "runclaim: lease lost",
+			slog.String("source", r.Source), slog.Int64("run_id", r.ID), slog.String("cause", err.Error()))
+	}
+	if f := c.cfg.hooks.LeaseLost; f != nil {
+		f(LeaseLostEvent{Run: r, Cause: err})
+	}
+}
+
+// failed reports an error from Heartbeat or Finish: a lost lease once
+// (closing Lost), any other error as a failed heartbeat (heartbeat true)
+// or not at all.
 func (r *Run) failed(err error, heartbeat bool) {
 	c := r.claimer
 	if errors.Is(err, ErrLeaseLost) {
 		r.mu.Lock()
-		first := !r.lost
-		r.lost = true
+		first := r.setLostLocked(err)
 		r.mu.Unlock()
-		if !first {
-			return
-		}
-		if c.cfg.logger != nil {
-			c.cfg.logger.LogAttrs(context.Background(), slog.LevelError, "runclaim: lease lost",
-				slog.String("source", r.Source), slog.Int64("run_id", r.ID), slog.String("cause", err.Error()))
-		}
-		if f := c.cfg.hooks.LeaseLost; f != nil {
-			f(LeaseLostEvent{Run: r, Cause: err})
+		if first {
+			r.lostEvent(err)
 		}
 		return
 	}

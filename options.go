@@ -23,29 +23,31 @@ const (
 	MaxOwnerLen = 512
 )
 
-// An Option configures a Claimer. Options are validated by New.
-type Option func(*config)
+// An Option configures a Claimer. New and Claimer.With apply the options
+// in order and return the first one's error.
+type Option func(*config) error
 
+// config is what the options set. The timing derived from it is the
+// Claimer's schedule.
 type config struct {
 	lease       time.Duration
 	minInterval time.Duration
-	heartbeat   time.Duration // 0: lease/3
+	heartbeat   time.Duration // as WithHeartbeat set it; 0: the default, lease/3
 	owner       string
 	hooks       Hooks
 	logger      *slog.Logger
-	errs        []error
 }
 
 // WithLease sets how long a claim holds its source without a heartbeat
 // (DefaultLease if not set). A holder that crashes frees its source within one
 // lease. It must be between MinLease and MaxLease.
 func WithLease(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d < MinLease || d > MaxLease {
-			c.errs = append(c.errs, fmt.Errorf("runclaim: WithLease: lease must be between %v and %v, got %v", MinLease, MaxLease, d))
-			return
+			return fmt.Errorf("runclaim: WithLease: lease must be between %v and %v, got %v", MinLease, MaxLease, d)
 		}
 		c.lease = d
+		return nil
 	}
 }
 
@@ -53,25 +55,28 @@ func WithLease(d time.Duration) Option {
 // source (0, the default, means none). A claim earlier than that is skipped
 // with ErrTooSoon. It must not be negative.
 func WithMinInterval(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d < 0 || d > MaxLease {
-			c.errs = append(c.errs, fmt.Errorf("runclaim: WithMinInterval: interval must be between 0 and %v, got %v", MaxLease, d))
-			return
+			return fmt.Errorf("runclaim: WithMinInterval: interval must be between 0 and %v, got %v", MaxLease, d)
 		}
 		c.minInterval = d
+		return nil
 	}
 }
 
-// WithHeartbeat sets how often Do extends the lease of a running run. The
-// default is a third of the lease; it must be positive and shorter than half
-// the lease, so that one failed heartbeat does not lose the run.
+// WithHeartbeat sets how often Do and KeepAlive extend the lease of a
+// running run. The default is a third of the lease; it must be positive
+// and shorter than half the lease, so that one failed heartbeat does not
+// lose the run. The rest of the heartbeat timing follows from it and the
+// lease (see Claimer.ExpiryMargin, Claimer.HeartbeatTimeout and
+// Claimer.RetryDelay).
 func WithHeartbeat(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d <= 0 {
-			c.errs = append(c.errs, fmt.Errorf("runclaim: WithHeartbeat: interval must be positive, got %v", d))
-			return
+			return fmt.Errorf("runclaim: WithHeartbeat: interval must be positive, got %v", d)
 		}
 		c.heartbeat = d
+		return nil
 	}
 }
 
@@ -79,34 +84,25 @@ func WithHeartbeat(d time.Duration) Option {
 // name, the process ID and a random suffix). It must be valid UTF-8 of at most
 // MaxOwnerLen bytes without control characters.
 func WithOwner(owner string) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if err := validateName(owner, MaxOwnerLen); err != nil {
-			c.errs = append(c.errs, fmt.Errorf("runclaim: WithOwner: %w", err))
-			return
+			return fmt.Errorf("runclaim: WithOwner: %w", err)
 		}
 		c.owner = owner
+		return nil
 	}
 }
 
-func buildConfig(opts []Option) (config, error) {
-	c := config{lease: DefaultLease}
+// applyOptions applies opts to c, in order; fn names the caller in the
+// error for a nil option.
+func applyOptions(c config, opts []Option, fn string) (config, error) {
 	for _, o := range opts {
 		if o == nil {
-			c.errs = append(c.errs, fmt.Errorf("runclaim: New: nil Option"))
-			continue
+			return c, fmt.Errorf("runclaim: %s: nil Option", fn)
 		}
-		o(&c)
-	}
-	if len(c.errs) > 0 {
-		return c, c.errs[0]
-	}
-	if c.heartbeat == 0 {
-		c.heartbeat = c.lease / 3
-	} else if c.heartbeat >= c.lease/2 {
-		return c, fmt.Errorf("runclaim: WithHeartbeat: interval %v must be shorter than half the lease (%v)", c.heartbeat, c.lease)
-	}
-	if c.owner == "" {
-		c.owner = defaultOwner()
+		if err := o(&c); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
 }

@@ -16,6 +16,11 @@
 //	_, err := c.AddJob("*/5 * * * *", cronlock.Job(ctx, claimer, "sweep-avito", logger,
 //		func(ctx context.Context, run *runclaim.Run) error { return sweep(ctx, run.ID) }))
 //
+// Job's function gets the run itself, and with it run.Lost(), which closes
+// once the run is lost, also after a shutdown has cancelled ctx: a job that
+// goes on working after ctx.Done() selects on it (see runclaim.Claimer.Do).
+// A job wrapped by SkipUnlessClaimed has no context and cannot learn it.
+//
 // A chain wraps every job of its Cron, and all of them would then claim the
 // one source; to give each job a source of its own, wrap it when adding it:
 //
@@ -168,7 +173,7 @@ func checkSource(logger cron.Logger, source string) {
 // returns. A panic in the job is recorded as a failed run and then
 // re-panicked, for cron.Recover to catch. The job cannot be stopped when its
 // lease is lost; the Claimer's hooks and logger report it (use Job for a job
-// that can stop).
+// that can stop: its function gets the run's context and run.Lost()).
 //
 // Skips are logged to logger at Info with the message "skip" and the keys
 // "source" and "reason", plus "holder" and "run" when the holder is known.
@@ -203,6 +208,11 @@ func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Log
 // own, which is logged at Info as "cancelled"; skips and an invalid source
 // are logged as by SkipUnlessClaimed, and ticks are claimed as there. A nil logger means cron.DefaultLogger. It panics if ctx, claimer,
 // fn or an option is nil, or an option is invalid.
+//
+// When ctx is cancelled, fn's context is cancelled too, and the run is kept
+// alive until fn returns. A run lost while fn winds down after that shows
+// in run.Lost() only, since fn's context was already cancelled: a fn that
+// goes on working after its context ends selects on run.Lost() as well.
 func Job(ctx context.Context, claimer *runclaim.Claimer, source string, logger cron.Logger, fn func(ctx context.Context, run *runclaim.Run) error, opts ...Option) cron.Job {
 	switch {
 	case ctx == nil:

@@ -39,17 +39,17 @@ var ErrElectorClosed = errors.New("gocronlock: elector closed")
 // learns it before the lease ends by its own clock, and from then on
 // IsLeader reports an error until it wins the source again. gocron does not
 // stop a job that is already running when leadership is lost; keep jobs
-// shorter than the lease, or have them check their own claim.
+// shorter than the lease, or have them watch the leadership run's Lost
+// channel (see Run).
 //
 // An Elector is safe for concurrent use.
 type Elector struct {
 	claimer *runclaim.Claimer // without a minimum interval
 	source  string
 
-	mu     sync.Mutex      // protects the fields below, and serialises claims
-	run    *runclaim.Run   // the leadership run, nil when not the leader
-	runCtx context.Context // cancelled when run is lost
-	stop   func()          // ends run's heartbeats
+	mu     sync.Mutex    // protects the fields below, and serialises claims
+	run    *runclaim.Run // the leadership run, nil when not the leader
+	stop   func()        // ends run's heartbeats
 	closed bool
 }
 
@@ -93,21 +93,43 @@ func (e *Elector) IsLeader(ctx context.Context) error {
 		return ErrElectorClosed
 	}
 	if e.run != nil {
-		if e.runCtx.Err() == nil {
+		select {
+		case <-e.run.Lost():
+		default:
 			return nil
 		}
 		// The run was lost; the Claimer's hooks and logger have reported
 		// it. Try to win the source again.
 		e.stop()
-		e.run, e.runCtx, e.stop = nil, nil, nil
+		e.run, e.stop = nil, nil
 	}
 	run, err := e.claimer.Claim(ctx, e.source)
 	if err != nil {
 		return fmt.Errorf("gocronlock: not the leader: %w", err)
 	}
-	e.runCtx, e.stop = run.KeepAlive(context.Background())
+	_, e.stop = run.KeepAlive(context.Background())
 	e.run = run
 	return nil
+}
+
+// Run returns the leadership run while this Elector holds one, and nil
+// otherwise. A job of the leading scheduler that may outlast its
+// leadership selects on the run's Lost channel, which is closed once the
+// run is lost (gocron itself does not stop a running job):
+//
+//	run := elector.Run()
+//	select {
+//	case <-done:
+//	case <-run.Lost(): // another scheduler may lead now
+//		return errors.New("leadership lost")
+//	}
+//
+// The run is the one IsLeader last won; after it is lost, Run returns it
+// until the next IsLeader.
+func (e *Elector) Run() *runclaim.Run {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.run
 }
 
 // Close gives leadership up: it stops the heartbeats and finishes the
@@ -133,7 +155,7 @@ func (e *Elector) Close(ctx context.Context) error {
 	if err != nil && !errors.Is(err, runclaim.ErrLeaseLost) {
 		return fmt.Errorf("gocronlock: close elector: %w", err)
 	}
-	e.run, e.runCtx, e.stop = nil, nil, nil
+	e.run, e.stop = nil, nil
 	if err != nil {
 		return fmt.Errorf("gocronlock: close elector: %w", err)
 	}

@@ -55,12 +55,15 @@
 // # What gocron does not pass on
 //
 //   - The job's error never reaches the lock, so every run is recorded as
-//     succeeded. A job that must record failures, use the run ID as a fencing
-//     token, or stop when its lease is lost, should call Claimer.Do itself
-//     from an unlocked gocron job instead.
+//     succeeded. A job that must record failures should call Claimer.Do
+//     itself from an unlocked gocron job instead. (For the run's ID, a
+//     fencing token, and for its Lost channel, see Locker.Run.)
 //   - The job's function cannot be cancelled by the lock. A lost lease is
 //     reported through the Claimer's hooks and logger (runclaim.WithHooks,
-//     runclaim.WithLogger) and by Unlock's error, which gocron discards.
+//     runclaim.WithLogger), by Unlock's error, which gocron discards, and
+//     to the task itself: Locker.Run(ctx) gives a task that takes the
+//     job's context its run, whose Lost channel closes once the run is
+//     lost, also after a shutdown has cancelled the job's context.
 //   - A job without gocron.WithName is named after its function, and the
 //     name of a closure ("main.main.func1") changes when the code around it
 //     does, so that two versions of a service overlapping in a redeploy would
@@ -77,6 +80,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -99,6 +104,9 @@ type Locker struct {
 	schedules map[string]runclaim.Schedule // by job name
 	deadline  time.Duration                // 0: none
 	errs      []error
+
+	mu   sync.Mutex                        // protects held
+	held map[context.Context]*runclaim.Run // by the context Lock was given
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -228,13 +236,69 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	// gocron cancels ctx, the job's context, when the scheduler shuts down,
 	// and then waits for the running job: the run must stay alive meanwhile.
 	_, stop := run.KeepAlive(context.WithoutCancel(ctx))
-	return &lock{run: run, stop: stop}, nil
+	lk := &lock{locker: l, run: run, stop: stop}
+	if ctx != nil && reflect.TypeOf(ctx).Comparable() {
+		lk.key = ctx
+		l.mu.Lock()
+		if l.held == nil {
+			l.held = make(map[context.Context]*runclaim.Run)
+		}
+		l.held[ctx] = run
+		l.mu.Unlock()
+	}
+	return lk, nil
+}
+
+// Run returns the run that this Locker holds for the job whose context is
+// ctx, or nil if it holds none. gocron passes a job's context both to
+// Lock and, when the task's first parameter is a context.Context, to the
+// task, so that a task can reach its run from its own context: its ID, a
+// fencing token, and its Lost channel, which is closed once the run is
+// lost. gocron cancels the job's context at a shutdown and then waits for
+// the task, while the lock keeps the run alive; a task that winds down
+// after that selects on Lost, which a shutdown does not close:
+//
+//	task := func(ctx context.Context) error {
+//		run := locker.Run(ctx)
+//		err := sweep(ctx, run.ID)
+//		select {
+//		case <-flush(): // the wind-down, after a shutdown
+//		case <-run.Lost():
+//			return errors.New("run lost: flush abandoned")
+//		}
+//		return err
+//	}
+//
+// The run is there from Lock until Unlock, which gocron calls after the
+// task returns. A job of a scheduler with several Lockers must ask the one
+// that locked it.
+func (l *Locker) Run(ctx context.Context) *runclaim.Run {
+	if ctx == nil || !reflect.TypeOf(ctx).Comparable() {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[ctx]
 }
 
 // lock is a held claim.
 type lock struct {
-	run  *runclaim.Run
-	stop func() // ends the heartbeats and waits for them
+	locker *Locker
+	key    context.Context // the job's context, in locker.held; nil if not kept
+	run    *runclaim.Run
+	stop   func() // ends the heartbeats and waits for them
+}
+
+// forget removes the lock's run from its Locker's held runs.
+func (l *lock) forget() {
+	if l.key == nil {
+		return
+	}
+	l.locker.mu.Lock()
+	defer l.locker.mu.Unlock()
+	if l.locker.held[l.key] == l.run {
+		delete(l.locker.held, l.key)
+	}
 }
 
 // Unlock stops the heartbeats, waiting for one in flight, and records the
@@ -245,6 +309,7 @@ type lock struct {
 // once a call has succeeded, and retries a Finish that failed otherwise.
 func (l *lock) Unlock(ctx context.Context) error {
 	l.stop()
+	l.forget()
 	if err := l.run.Finish(ctx, nil); err != nil {
 		return fmt.Errorf("gocronlock: unlock: %w", err)
 	}

@@ -69,6 +69,10 @@
 //     clock, its Heartbeat and Finish return runclaim.ErrLeaseLost whether
 //     or not a claim has expired it yet, a retried Finish says the same,
 //     and the source is free.
+//   - A lost answer: a claim that committed but whose answer its caller
+//     never read holds the source against every claim, a retry with the
+//     same owner included, until its lease ends, and is then taken over;
+//     a heartbeat sent again extends the lease again.
 //   - A run is found by its ID and its source: a heartbeat or finish that
 //     names another source is answered as for a run that is not running.
 //   - Heartbeats: a heartbeat extends the lease, and a run kept alive by

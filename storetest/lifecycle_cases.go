@@ -126,3 +126,39 @@ func testSourceMustMatch(t *testing.T, s runclaim.Store) {
 	mustHeartbeat(t, ctx, s, a, longLease)
 	mustFinish(t, ctx, s, failed(a, "still mine"))
 }
+
+// testLostClaimAnswer checks what a caller whose answer was lost can count
+// on. A claim that committed but whose answer never reached its caller
+// (here: the RunInfo dropped) holds the source against every claim, a
+// retry with the same owner included, until its lease ends: a store that
+// handed a running run back to its owner would give it to two callers at
+// once, as two goroutines of one Claimer are. Then the next claim expires
+// it and takes over. A heartbeat sent again after its answer was lost
+// extends the lease again. (A Finish sent again is in FinishGuards.)
+func testLostClaimAnswer(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	src := prefix + "/a"
+	const lease = 150 * time.Millisecond
+	orphan := mustClaim(t, ctx, s, claimReq(src, "owner-a", lease)) // its answer is lost
+	for _, owner := range []string{"owner-a", "owner-b"} {
+		info, err := s.Claim(ctx, claimReq(src, owner, lease))
+		if err == nil {
+			t.Fatalf("%s claimed %q as run %d while run %d held it", owner, src, info.ID, orphan.ID)
+		}
+		wantHolder(t, skipOf(t, err, src, runclaim.ErrAlreadyRunning), orphan)
+	}
+	b := claimWhenFree(t, ctx, s, claimReq(src, "owner-a", longLease), 20*lease, func(err error) {
+		wantHolder(t, skipOf(t, err, src, runclaim.ErrAlreadyRunning), orphan)
+	})
+	if b.ID <= orphan.ID || b.StartedAt.Before(orphan.LeaseUntil) {
+		t.Errorf("run %d, started at %v, took over run %d, whose lease ended at %v", b.ID, b.StartedAt, orphan.ID, orphan.LeaseUntil)
+	}
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: orphan.ID, Source: src, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+		t.Errorf("Heartbeat of the orphaned run %d after the takeover: %v, want ErrLeaseLost", orphan.ID, err)
+	}
+	first := mustHeartbeat(t, ctx, s, b, longLease) // its answer is lost
+	if again := mustHeartbeat(t, ctx, s, b, longLease); again.Before(first) {
+		t.Errorf("a heartbeat sent again moved the lease back, from %v to %v", first, again)
+	}
+	mustFinish(t, ctx, s, succeeded(b))
+}

@@ -45,6 +45,7 @@ var cases = []suiteCase{
 	{name: "TooSoonOverLapsedRun", store: testTooSoonOverLapsedRun},
 	{name: "FinishRace", replicas: testFinishRace},
 	{name: "SourceMustMatch", store: testSourceMustMatch},
+	{name: "LostClaimAnswer", store: testLostClaimAnswer},
 	{name: "TickDone", store: testTickDone},
 	{name: "TickLiveRun", store: testTickLiveRun},
 	{name: "TickExpiredReopens", store: testTickExpiredReopens},

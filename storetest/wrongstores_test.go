@@ -439,6 +439,21 @@ func (s answerLost) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 	return info, nil
 }
 
+// reentrant hands a running run back to a claim by the owner that holds
+// it, as a store whose claim is "idempotent per owner" does: a claimer that
+// retries after a lost answer gets its run, and so does every other
+// goroutine of that claimer.
+type reentrant struct{ *runclaim.MemoryStore }
+
+func (s reentrant) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	info, err := s.MemoryStore.Claim(ctx, req)
+	var nc *runclaim.NotClaimedError
+	if errors.As(err, &nc) && nc.Holder != nil && nc.Holder.Owner == req.Owner {
+		return *nc.Holder, nil
+	}
+	return info, err
+}
+
 // skipWaits answers a claim of a held source only once the holder's lease
 // has ended or the claim's context has, as a store whose claim waits on a
 // lock that the holder's transaction keeps does.
@@ -528,6 +543,8 @@ var wrongStores = []wrongStore{
 		"ClaimResult", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return leaseRounded{m} })},
 	{"answer-lost", "a claim that ignores a context cancelled mid-call: it commits and returns the context's error",
 		"ContextCancelledMidCall", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return answerLost{m} })},
+	{"reentrant", "a claim by the owner of the running run gets that run back",
+		"LostClaimAnswer", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return reentrant{m} })},
 	{"skip-waits", "a skip that waits for the holder before it answers",
 		"SkipDoesNotWait", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return skipWaits{m} })},
 }

@@ -17,10 +17,13 @@
 //
 // CutAfter additionally ends every connection after a given number of
 // further bytes have been forwarded to the target, to kill a connection in
-// the middle of a request.
+// the middle of a request. CutReplyTo ends a connection after a request has
+// reached the target and before its answer reaches the client, to lose the
+// answer to a request the target has carried out.
 package tcpproxy
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -56,7 +59,8 @@ type Proxy struct {
 	cond     *sync.Cond // signalled on every change of mode, links or closed
 	mode     mode
 	delay    time.Duration
-	cutAfter int64 // bytes to forward to the target before cutting; -1 when not armed
+	cutAfter int64  // bytes to forward to the target before cutting; -1 when not armed
+	replyCut []byte // see CutReplyTo; nil when not armed
 	links    map[*link]struct{}
 	stats    Stats
 	changed  chan struct{} // closed and replaced when stats change
@@ -70,6 +74,7 @@ type link struct {
 	closed         bool          // guarded by Proxy.mu
 	draining       bool          // guarded by Proxy.mu: a drain goroutine owns server
 	blackHoled     bool          // guarded by Proxy.mu: set by BlackHoleExisting
+	cutReply       bool          // guarded by Proxy.mu: drop the next answer and close (CutReplyTo)
 }
 
 // Start listens on 127.0.0.1 at a free port and forwards every connection
@@ -165,6 +170,22 @@ func (p *Proxy) CutAfter(n int64) {
 	}
 	p.mu.Lock()
 	p.cutAfter = n
+	p.mu.Unlock()
+}
+
+// CutReplyTo arms a cut of the answer to a request: once a chunk that
+// contains pattern has been forwarded to the target, the next chunk the
+// target sends back on that connection is dropped, never delivered, and
+// the connection is closed on both sides. The target has then received the
+// whole request and answered it (a database has committed it), while the
+// client sees its connection end before any of the answer. It fires once;
+// the mode does not change. pattern must not be empty.
+func (p *Proxy) CutReplyTo(pattern []byte) {
+	if len(pattern) == 0 {
+		panic("tcpproxy: CutReplyTo with an empty pattern")
+	}
+	p.mu.Lock()
+	p.replyCut = bytes.Clone(pattern)
 	p.mu.Unlock()
 }
 
@@ -308,6 +329,15 @@ func (p *Proxy) forward(l *link, dst net.Conn, b []byte, toServer bool) bool {
 			return false
 		}
 		delayed = true // and look at the mode again: it may be a black hole now
+	}
+	if !toServer && l.cutReply {
+		p.stats.Cuts++
+		p.bump()
+		p.mu.Unlock()
+		return false // the caller closes the link, dropping b
+	}
+	if toServer && p.replyCut != nil && bytes.Contains(b, p.replyCut) {
+		l.cutReply, p.replyCut = true, nil
 	}
 	cut := false
 	if toServer && p.cutAfter >= 0 {

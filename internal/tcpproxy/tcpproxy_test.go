@@ -249,3 +249,34 @@ func TestCutAfter(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestCutReplyTo: the request that holds the pattern reaches the target
+// whole, its answer is never delivered, and the client's connection ends;
+// requests before it pass, and so do connections after it.
+func TestCutReplyTo(t *testing.T) {
+	s := newSink(t, true)
+	p := start(t, s.ln.Addr().String())
+	c := dial(t, p)
+	roundTrip(t, c, "warm")
+	p.CutReplyTo([]byte("commit"))
+	roundTrip(t, c, "not yet")
+	if _, err := c.Write([]byte("please commit this")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(wait))
+	if n, err := c.Read(make([]byte, 64)); err == nil {
+		t.Fatalf("the client read %d bytes of the answer", n)
+	}
+	select {
+	case got := <-s.got:
+		if string(got) != "warmnot yetplease commit this" {
+			t.Errorf("the target got %q", got)
+		}
+	case <-time.After(wait):
+		t.Fatal("the target's connection was not closed")
+	}
+	if st := p.Stats(); st.Cuts != 1 {
+		t.Errorf("Cuts = %d, want 1", st.Cuts)
+	}
+	roundTrip(t, dial(t, p), "commit again") // fired once
+}
