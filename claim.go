@@ -124,7 +124,10 @@ func (c *Claimer) claim(ctx context.Context, source string, tick time.Time) (*Ru
 type Run struct {
 	// ID identifies the run. IDs strictly increase in a store, so ID is a
 	// fencing token: pass it to downstream writes and have them refuse a
-	// token lower than the highest they have seen.
+	// token lower than the highest they have seen. After a failover to an
+	// asynchronous standby, IDs that the old primary handed out can be
+	// handed out again: see docs/failover.md for what ID promises under
+	// each kind of replication.
 	ID int64
 	// Source is the claimed source.
 	Source string

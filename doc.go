@@ -115,4 +115,12 @@
 // NewPostgresStore keeps runs in a Postgres table; NewMemoryStore keeps them
 // in memory, for tests and single-instance tools. Another backend implements
 // Store and proves itself with package storetest.
+//
+// # Absence
+//
+// Hooks and logs report what happened; PostgresStore.Check reports what did
+// not: whether a source's newest succeeded run started within an age, in one
+// bounded query, for a service's health endpoint ('runclaim check' gives the
+// same answer as an exit code). SourceStates reads every source at once, for
+// a metrics collector.
 package runclaim

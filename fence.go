@@ -115,10 +115,14 @@ type fenceResult struct {
 //
 // run must come from a Claimer on a PostgresStore of the same table as s,
 // and tx must be on the database of that store; Fence returns a plain error
-// (not ErrLeaseLost) when it can tell that tx is on another database. On
-// any error, roll tx back: a failed statement has aborted it. ctx bounds
-// the call, which may wait briefly for a heartbeat, finish or release of
-// the run in flight.
+// (not ErrLeaseLost) when it can tell that tx is on another database, and
+// the same when the run is not in the database because it failed over to
+// a standby that never received the run (asynchronous replication; see
+// docs/failover.md): Fence matches the run's source, owner and start as
+// well as its ID, so it refuses a lost run even where the new primary has
+// handed out its ID again. On any error, roll tx back: a failed statement
+// has aborted it. ctx bounds the call, which may wait briefly for a
+// heartbeat, finish or release of the run in flight.
 func (s *PostgresStore) Fence(ctx context.Context, tx pgx.Tx, run *Run) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -212,9 +216,9 @@ func (r *fenceResult) verdict(what string, run *Run, locked bool) error {
 		return fmt.Errorf("runclaim: %s: no such run in the runs table as tx sees it: tx is on another database than the run's, or its %s snapshot predates the claim (begin tx after the claim)",
 			what, r.isolation)
 	case !r.source.Valid:
-		return fmt.Errorf("runclaim: %s: no such run in the runs table as tx sees it: tx is on another database than the run's", what)
+		return fmt.Errorf("runclaim: %s: no such run in the runs table as tx sees it: tx is on another database than the run's, or the database failed over to a standby that never received the run (asynchronous replication)", what)
 	case r.source.String != run.Source || r.owner.String != run.Owner || !r.startedAt.Time.Equal(run.StartedAt):
-		return fmt.Errorf("runclaim: %s: tx is on another database than the run's: its run %d is another run (source %s, owner %s, started at %s)",
+		return fmt.Errorf("runclaim: %s: its run %d is another run (source %s, owner %s, started at %s): tx is on another database than the run's, or the database failed over to a standby that never received the run and handed its ID out again (asynchronous replication)",
 			what, run.ID, quoteForError(r.source.String), quoteForError(r.owner.String), r.startedAt.Time.Format(time.RFC3339Nano))
 	case Status(r.status.String) != StatusRunning:
 		return fmt.Errorf("runclaim: %s: %w: the run is %s", what, ErrLeaseLost, r.status.String)

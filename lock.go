@@ -259,14 +259,14 @@ func (s *PostgresStore) batchClaim(ctx context.Context, req ClaimRequest, explic
 
 	n := 3
 	if explicit {
-		n += 2
+		n += 3
 	}
 	if r.probe {
 		n++
 	}
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
 	if explicit {
-		b.Queue(beginSQL)
+		s.queueBegin(b)
 	}
 	b.Queue(lockSQL, key, claimLockTimeout.Milliseconds())
 	b.Queue(s.sql.expire, req.Source, minInterval)
@@ -281,7 +281,7 @@ func (s *PostgresStore) batchClaim(ctx context.Context, req ClaimRequest, explic
 	br := s.db.SendBatch(ctx, b)
 	err := func() error {
 		if explicit {
-			if _, err := br.Exec(); err != nil {
+			if err := s.readBegin(br); err != nil {
 				return err
 			}
 		}

@@ -82,6 +82,31 @@ func WithNamespace(ns string) PostgresOption {
 	}
 }
 
+// WithSynchronousCommit sets synchronous_commit for the store's own write
+// transactions (claim, heartbeat, finish, the deletion of a claim given up,
+// Release and Prune), and for nothing else: the store sends each of them
+// inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT with SET LOCAL
+// synchronous_commit, in the same single round trip. level is one of the
+// server's values: "remote_apply", "on", "remote_write", "local" or "off".
+//
+// On a primary with synchronous standbys (synchronous_standby_names set),
+// "on" or "remote_apply" makes a claim's answer wait until a standby has
+// the run, so that a failover to that standby loses no acknowledged claim,
+// whatever the cluster's default is (see docs/failover.md). Without
+// synchronous standbys, "on" waits only for the local WAL flush. The
+// transactions of Fence are the caller's own: set synchronous_commit there.
+func WithSynchronousCommit(level string) PostgresOption {
+	return func(s *PostgresStore) error {
+		switch level {
+		case "remote_apply", "on", "remote_write", "local", "off":
+		default:
+			return fmt.Errorf("runclaim: WithSynchronousCommit: level %s is not one of remote_apply, on, remote_write, local, off", quoteForError(level))
+		}
+		s.syncCommit = "SET LOCAL synchronous_commit TO " + level
+		return nil
+	}
+}
+
 // PostgresStore is the Store backed by a Postgres table. It keeps no session
 // state between transactions, so it works behind PgBouncer in transaction
 // pooling mode. It is safe for concurrent use.
@@ -90,7 +115,9 @@ type PostgresStore struct {
 	schema    string
 	table     string
 	namespace string
-	sql       struct {
+	// syncCommit is the SET LOCAL statement of WithSynchronousCommit, or "".
+	syncCommit string
+	sql        struct {
 		expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
@@ -179,7 +206,7 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 		defer stop()
 	}
 
-	explicit := s.explicit.Load()
+	explicit := s.useExplicit()
 	info, err := s.claim(cctx, req, explicit)
 	if err == errNeedExplicit {
 		s.explicit.Store(true)
@@ -316,11 +343,11 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 // transaction: implicit, or inside BEGIN ISOLATION LEVEL READ COMMITTED ...
 // COMMIT under the same rule as queryRow; read reads their results.
 func (s *PostgresStore) batchReadCommitted(ctx context.Context, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
-	explicit := s.explicit.Load()
+	explicit := s.useExplicit()
 	for {
 		b := &pgx.Batch{}
 		if explicit {
-			b.Queue(beginSQL)
+			s.queueBegin(b)
 		}
 		queue(b)
 		if explicit {
@@ -329,7 +356,7 @@ func (s *PostgresStore) batchReadCommitted(ctx context.Context, queue func(*pgx.
 		br := s.db.SendBatch(ctx, b)
 		err := func() error {
 			if explicit {
-				if _, err := br.Exec(); err != nil {
+				if err := s.readBegin(br); err != nil {
 					return err
 				}
 			}
@@ -357,7 +384,7 @@ func (s *PostgresStore) batchReadCommitted(ctx context.Context, queue func(*pgx.
 // the store to the explicit form, and the statement, which wrote nothing,
 // is sent again in it.
 func (s *PostgresStore) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
-	if !s.explicit.Load() {
+	if !s.useExplicit() {
 		err := s.db.QueryRow(ctx, sql, args...).Scan(dest...)
 		if pgCode(err) != "40001" {
 			return err
@@ -370,12 +397,12 @@ func (s *PostgresStore) queryRow(ctx context.Context, sql string, args []any, de
 // explicitQueryRow runs a one-row statement inside BEGIN ISOLATION LEVEL
 // READ COMMITTED ... COMMIT, sent as one batch, and scans its row into dest.
 func (s *PostgresStore) explicitQueryRow(ctx context.Context, sql string, args []any, dest ...any) error {
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
-	b.Queue(beginSQL)
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4)}
+	s.queueBegin(b)
 	b.Queue(sql, args...)
 	b.Queue(commitSQL)
 	br := s.db.SendBatch(ctx, b)
-	_, err := br.Exec()
+	err := s.readBegin(br)
 	if err == nil {
 		err = br.QueryRow().Scan(dest...)
 		if err == nil || errors.Is(err, pgx.ErrNoRows) {
@@ -388,6 +415,36 @@ func (s *PostgresStore) explicitQueryRow(ctx context.Context, sql string, args [
 		err = cerr
 	}
 	return err
+}
+
+// useExplicit reports whether the store's transactions go inside BEGIN
+// ISOLATION LEVEL READ COMMITTED ... COMMIT: once a session's default
+// isolation level was seen not to be READ COMMITTED, and always with
+// WithSynchronousCommit, whose SET LOCAL needs a transaction block.
+func (s *PostgresStore) useExplicit() bool {
+	return s.syncCommit != "" || s.explicit.Load()
+}
+
+// queueBegin queues the start of an explicit transaction: BEGIN, and the
+// SET LOCAL of WithSynchronousCommit if it is set.
+func (s *PostgresStore) queueBegin(b *pgx.Batch) {
+	b.Queue(beginSQL)
+	if s.syncCommit != "" {
+		b.Queue(s.syncCommit)
+	}
+}
+
+// readBegin reads the results of what queueBegin queued.
+func (s *PostgresStore) readBegin(br pgx.BatchResults) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	if s.syncCommit != "" {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // textPtr returns a pointer to t's string, or nil if t is NULL.

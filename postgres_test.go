@@ -530,6 +530,10 @@ func TestStoreOptionErrors(t *testing.T) {
 		{"nil option", pool, []runclaim.PostgresOption{nil}, "nil PostgresOption"},
 		{"empty namespace", pool, []runclaim.PostgresOption{runclaim.WithNamespace("")}, "WithNamespace"},
 		{"NUL namespace", pool, []runclaim.PostgresOption{runclaim.WithNamespace("a\x00b")}, "WithNamespace"},
+		{"empty synchronous_commit", pool, []runclaim.PostgresOption{runclaim.WithSynchronousCommit("")}, "WithSynchronousCommit"},
+		{"unknown synchronous_commit", pool, []runclaim.PostgresOption{runclaim.WithSynchronousCommit("remote")}, "WithSynchronousCommit"},
+		{"upper-case synchronous_commit", pool, []runclaim.PostgresOption{runclaim.WithSynchronousCommit("ON")}, "WithSynchronousCommit"},
+		{"injected synchronous_commit", pool, []runclaim.PostgresOption{runclaim.WithSynchronousCommit("on; DROP TABLE x")}, "WithSynchronousCommit"},
 	} {
 		s, err := runclaim.NewPostgresStore(tc.db, tc.opts...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || s != nil {

@@ -6,8 +6,9 @@
 #   database (as DATABASE_URL), and the ones that need one; they create the
 #   examples' runclaim_example_runs table in it. .ci/run sets it to a container of its own.
 #
-# examples/metrics is a module of its own (it keeps Prometheus out of the
-# runclaim module), so it is built and run from its directory.
+# examples/metrics and runclaimotel are modules of their own (they keep
+# Prometheus and the OpenTelemetry SDK out of the runclaim module), so they
+# are built and run from their directories; .ci/run tests runclaimotel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,8 @@ log "build ./examples/..."
 go build -o /dev/null ./examples/...
 log "build and test examples/metrics (nested module)"
 (cd examples/metrics && go vet ./... && go build -o /dev/null ./... && go test -race -count=1 ./...)
+log "build runclaimotel and its example (nested module)"
+(cd runclaimotel && go build -o /dev/null ./...)
 
 run() { # run DIR [DATABASE_URL]
 	local dir=$1 url=${2:-} envs=(-u DATABASE_URL)
@@ -29,16 +32,18 @@ run() { # run DIR [DATABASE_URL]
 	log "run $dir${url:+ with a database}"
 	if [[ $dir == metrics ]]; then
 		(cd examples/metrics && env "${envs[@]}" timeout 60 go run .)
+	elif [[ $dir == runclaimotel ]]; then
+		(cd runclaimotel && env "${envs[@]}" timeout 60 go run ./example >/dev/null)
 	else
 		env "${envs[@]}" timeout 60 go run "./examples/$dir"
 	fi
 }
 
-for ex in "${no_db[@]}" metrics; do
+for ex in "${no_db[@]}" metrics runclaimotel; do
 	run "$ex"
 done
 if [[ -n ${EXAMPLES_DATABASE_URL:-} ]]; then
-	for ex in "${no_db[@]}" metrics "${db_only[@]}"; do
+	for ex in "${no_db[@]}" metrics runclaimotel "${db_only[@]}"; do
 		run "$ex" "$EXAMPLES_DATABASE_URL"
 	done
 else

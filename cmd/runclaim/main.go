@@ -57,6 +57,7 @@ var commands = []*command{
 	define(releaseCommand, runRelease),
 	define(pruneCommand, runPrune),
 	define(execCommand, runExec),
+	define(checkCommand, runCheck),
 }
 
 // A command is one subcommand of runclaim.

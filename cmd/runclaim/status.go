@@ -13,7 +13,7 @@ import (
 var statusCommand = command{
 	name:       "status",
 	summary:    "list the running runs, with owner, age and lease left",
-	usage:      "status [source]",
+	usage:      "status [source] | status --overdue D",
 	positional: 1,
 	help: `Lists the running runs of every source, or of one source, with their owner,
 age, time since the last heartbeat and lease left. Ages and leases are
@@ -34,16 +34,21 @@ JSON output: an array of
    "lease_left_seconds", "expired"}
 where tick is the scheduled tick the run serves, or null for a plain
 claim, checked_at is the database time the ages are measured at, and
-lease_left_seconds is negative once the lease has passed.`,
+lease_left_seconds is negative once the lease has passed. With --overdue:
+an array of check's JSON objects (see 'runclaim check --help').`,
 }
 
-// statusOptions are status's: an optional source.
+// statusOptions are status's: an optional source, or --overdue.
 type statusOptions struct {
 	source    string
 	oneSource bool // a source was given; else every source
+	overdue   string
+	maxAge    time.Duration // --overdue, parsed by Validate
 }
 
-func (o *statusOptions) flags(*flag.FlagSet) {}
+func (o *statusOptions) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.overdue, "overdue", "", "list the sources without a success within `D` instead (e.g. 26h or 1d)")
+}
 
 func (o *statusOptions) args(args []string) {
 	if len(args) == 1 {
@@ -51,8 +56,16 @@ func (o *statusOptions) args(args []string) {
 	}
 }
 
-// Validate checks the source, if one is given.
+// Validate checks the source, if one is given, and --overdue.
 func (o *statusOptions) Validate() error {
+	if o.overdue != "" {
+		if o.oneSource {
+			return fmt.Errorf("--overdue lists every source; use 'runclaim check %s --max-age %s' for one", o.source, o.overdue)
+		}
+		d, err := parsePositiveAge("--overdue", o.overdue)
+		o.maxAge = d
+		return err
+	}
 	if o.oneSource {
 		return runclaim.ValidateSource(o.source)
 	}
@@ -77,6 +90,9 @@ type statusJSON struct {
 }
 
 func runStatus(ctx context.Context, c *cli, o *statusOptions) int {
+	if o.overdue != "" {
+		return runOverdue(ctx, c, o.overdue, o.maxAge)
+	}
 	source := o.source
 	store, err := c.store(ctx)
 	if err != nil {

@@ -42,7 +42,7 @@ func TestUsage(t *testing.T) {
 			}
 		})
 	}
-	names := []string{"migrate", "status", "history", "release", "prune", "exec"}
+	names := []string{"migrate", "status", "history", "release", "prune", "exec", "check"}
 	if len(commands) != len(names) {
 		t.Errorf("%d commands, want %v", len(commands), names)
 	}

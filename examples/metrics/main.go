@@ -1,6 +1,9 @@
 // Command metrics wires runclaim.Hooks to Prometheus metrics: claims by
 // outcome (claimed, skipped or failed), skips by reason, claim latency, run
-// duration by outcome, failed heartbeats and lost leases.
+// duration by outcome, failed heartbeats and lost leases. With a Postgres
+// store it also registers a SourceCollector, which reads the runs table at
+// scrape time and exports each source's last success, last start and
+// running state: what an alert on a run that did not happen needs.
 //
 // It lives in a module of its own, so that Prometheus is not in the
 // dependencies of the runclaim module: an importer of runclaim downloads
@@ -159,6 +162,9 @@ func main() {
 
 	reg := prometheus.NewRegistry()
 	metrics := NewMetrics(reg)
+	if states, ok := store.(StateReader); ok {
+		reg.MustRegister(NewSourceCollector(states))
+	}
 
 	n := ticks
 	if *listen != "" {

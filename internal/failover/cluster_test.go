@@ -1,0 +1,414 @@
+//go:build linux
+
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/runclaim/runclaim/internal/sharedtest"
+	"github.com/runclaim/runclaim/internal/tcpproxy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// baseWait bounds every wait for something that should happen promptly (a
+// server start, a promotion, a standby catching up). It is generous on
+// purpose: a failure to happen at all is what it catches. wait is it
+// multiplied by RUNCLAIM_TEST_TIME_SCALE (see internal/sharedtest), set by
+// newCluster; the tests of this package never run in parallel.
+const baseWait = 30 * time.Second
+
+var wait = baseWait
+
+const howToRun = "to run the failover tests, install the PostgreSQL server binaries " +
+	"(Debian: apt-get install postgresql-15) or set PGTEST_BINDIR to a directory holding postgres, initdb and pg_basebackup; " +
+	"set PGTEST_REQUIRED=1 to fail instead of skipping"
+
+// binDir finds the server binaries (see the package doc).
+func binDir() (string, error) {
+	need := []string{"postgres", "initdb", "pg_basebackup"}
+	has := func(dir string) error {
+		for _, b := range need {
+			if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if dir := os.Getenv("PGTEST_BINDIR"); dir != "" {
+		if err := has(dir); err != nil {
+			return "", fmt.Errorf("PGTEST_BINDIR: %w", err)
+		}
+		return dir, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
+	for _, dir := range dirs {
+		if has(dir) == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("no PostgreSQL server binaries in /usr/lib/postgresql/*/bin")
+}
+
+func majorOf(dir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
+	return n
+}
+
+// needBinaries returns the binaries' directory, or skips (fails with
+// PGTEST_REQUIRED=1) the test.
+func needBinaries(t testing.TB) string {
+	t.Helper()
+	dir, err := binDir()
+	if err != nil {
+		if os.Getenv("PGTEST_REQUIRED") == "1" {
+			t.Fatalf("failover: %v (PGTEST_REQUIRED=1)", err)
+		}
+		t.Skipf("failover: %v; %s", err, howToRun)
+	}
+	return dir
+}
+
+// runAs is the user the servers run as: this process's own, or, as root,
+// postgres or else nobody.
+func runAs(t testing.TB) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
+	}
+	t.Fatal("failover: running as root, and there is neither a postgres nor a nobody user to run the servers as")
+	return nil
+}
+
+// server is one postgres process.
+type server struct {
+	name string
+	dir  string // data directory
+	port int
+	cmd  *exec.Cmd
+	log  string // its log file
+	done chan struct{}
+}
+
+// cluster is a primary, a standby streaming from it through proxy, and
+// what they need.
+type cluster struct {
+	t        testing.TB
+	bin      string
+	cred     *syscall.Credential
+	root     string
+	primary  *server
+	standby  *server
+	proxy    *tcpproxy.Proxy // between the standby's WAL receiver and the primary
+	syncName string          // the standby's application_name
+}
+
+// clusterOptions says how to set the cluster up.
+type clusterOptions struct {
+	// sync makes the standby a synchronous one (synchronous_standby_names).
+	sync bool
+	// settings are further primary settings, as name=value.
+	settings []string
+	// direct has the standby stream from the primary without the proxy.
+	direct bool
+}
+
+// newCluster starts a primary and a standby streaming from it through a
+// proxy, and stops both and removes their files when the test ends.
+func newCluster(t testing.TB, opts clusterOptions) *cluster {
+	t.Helper()
+	wait = sharedtest.Scale(t, baseWait)
+	c := &cluster{t: t, bin: needBinaries(t), cred: runAs(t), syncName: "standby1"}
+	root, err := os.MkdirTemp("", "runclaim-failover-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.root = root
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, s := range []*server{c.primary, c.standby} {
+				if s != nil {
+					if b, err := os.ReadFile(s.log); err == nil {
+						t.Logf("%s log:\n%s", s.name, lastLines(string(b), 40))
+					}
+				}
+			}
+		}
+		os.RemoveAll(root)
+	})
+	c.chown(root)
+
+	c.primary = &server{name: "primary", dir: filepath.Join(root, "primary"), port: freePort(t)}
+	c.run("initdb", "-D", c.primary.dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	conf := []string{
+		// Lost on an immediate shutdown only if the machine crashes too,
+		// which these tests do not do; spares the shared machine's disk.
+		"fsync = off",
+		"wal_level = replica",
+		"max_wal_senders = 4",
+		"wal_keep_size = '64MB'",
+		"max_connections = 60",
+		"shared_buffers = '16MB'",
+		// A standby that has lost its connection tries again at once.
+		"wal_retrieve_retry_interval = '100ms'",
+		"wal_receiver_status_interval = '1s'",
+		"hot_standby = on",
+		"log_min_messages = warning",
+	}
+	if opts.sync {
+		conf = append(conf, "synchronous_standby_names = '"+c.syncName+"'")
+	}
+	conf = append(conf, opts.settings...)
+	c.appendConf(c.primary.dir, conf)
+	c.start(c.primary)
+
+	c.proxy, err = tcpproxy.Start("127.0.0.1:" + strconv.Itoa(c.primary.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.proxy.Close() })
+
+	c.standby = &server{name: "standby", dir: filepath.Join(root, "standby"), port: freePort(t)}
+	c.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.primary.port), "-U", "postgres",
+		"-D", c.standby.dir, "-X", "stream", "--no-sync", "-c", "fast")
+	upstream := c.proxy.Addr().Port
+	if opts.direct {
+		upstream = c.primary.port
+	}
+	c.appendConf(c.standby.dir, []string{
+		fmt.Sprintf("primary_conninfo = 'host=127.0.0.1 port=%d user=postgres application_name=%s connect_timeout=2'", upstream, c.syncName),
+		// The old primary's synchronous standby setting would make the
+		// promoted standby wait for a standby of its own.
+		"synchronous_standby_names = ''",
+	})
+	signal := filepath.Join(c.standby.dir, "standby.signal")
+	if err := os.WriteFile(signal, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.chown(signal)
+	c.start(c.standby)
+	c.waitStreaming()
+	return c
+}
+
+// dsn is the DSN of one server.
+func (s *server) dsn() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", s.port)
+}
+
+// multiDSN is what a replica connects with: both servers, the one that
+// takes writes.
+func (c *cluster) multiDSN() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write",
+		c.primary.port, c.standby.port)
+}
+
+// run runs one of the binaries as the servers' user, to its end.
+func (c *cluster) run(name string, args ...string) {
+	c.t.Helper()
+	cmd := exec.Command(filepath.Join(c.bin, name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	cmd.Dir = c.root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		c.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// start starts s and waits until it accepts connections.
+func (c *cluster) start(s *server) {
+	c.t.Helper()
+	s.log = filepath.Join(c.root, s.name+".log")
+	logf, err := os.Create(s.log)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer logf.Close()
+	s.cmd = exec.Command(filepath.Join(c.bin, "postgres"), "-D", s.dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(s.port), "-c", "unix_socket_directories=")
+	// Pdeathsig: should the test binary die (a timeout, a crash) before its
+	// cleanups run, the kernel shuts the server down at once.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		c.t.Fatalf("start %s: %v", s.name, err)
+	}
+	s.done = make(chan struct{})
+	go func() {
+		s.cmd.Wait()
+		close(s.done)
+	}()
+	c.t.Cleanup(func() { c.stop(s, syscall.SIGQUIT) })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, s.dsn())
+		if err == nil {
+			conn.Close(ctx)
+			return
+		}
+		select {
+		case <-s.done:
+			c.t.Fatalf("%s exited while starting: %v", s.name, err)
+		case <-ctx.Done():
+			c.t.Fatalf("%s did not accept connections within %v: %v", s.name, wait, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop stops s with sig (SIGQUIT: an immediate shutdown) and waits for it.
+func (c *cluster) stop(s *server, sig syscall.Signal) {
+	c.t.Helper()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.cmd.Process.Signal(sig)
+	select {
+	case <-s.done:
+	case <-time.After(wait):
+		// The server's whole process group: the postmaster and its children.
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+}
+
+// promote promotes the standby and waits until it takes writes.
+func (c *cluster) promote() {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.standby.dsn())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 30)`).Scan(&ok); err != nil || !ok {
+		c.t.Fatalf("pg_promote: %v, %v", ok, err)
+	}
+}
+
+// waitStreaming waits until the standby streams from the primary.
+func (c *cluster) waitStreaming() {
+	c.t.Helper()
+	c.waitFor("the standby streams", func(ctx context.Context, p *pgx.Conn) (bool, error) {
+		var n int
+		err := p.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming'`, c.syncName).Scan(&n)
+		return n == 1, err
+	})
+}
+
+// waitCaughtUp waits until the standby has replayed all the primary has
+// written so far.
+func (c *cluster) waitCaughtUp() {
+	c.t.Helper()
+	var lsn string
+	c.waitFor("the primary's WAL position", func(ctx context.Context, p *pgx.Conn) (bool, error) {
+		return true, p.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn)
+	})
+	c.waitFor("the standby replays up to "+lsn, func(ctx context.Context, p *pgx.Conn) (bool, error) {
+		var ok bool
+		err := p.QueryRow(ctx, `SELECT coalesce(replay_lsn >= $1::pg_lsn, false) FROM pg_stat_replication WHERE application_name = $2`, lsn, c.syncName).Scan(&ok)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+		return ok, err
+	})
+}
+
+// waitFor polls cond on a connection to the primary until it holds.
+func (c *cluster) waitFor(what string, cond func(context.Context, *pgx.Conn) (bool, error)) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.primary.dsn())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for {
+		ok, err := cond(ctx, conn)
+		if err != nil {
+			c.t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("%s: not within %v", what, wait)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// appendConf appends lines to a data directory's postgresql.conf.
+func (c *cluster) appendConf(dir string, lines []string) {
+	c.t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("\n" + strings.Join(lines, "\n") + "\n"); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// chown gives path to the servers' user.
+func (c *cluster) chown(path string) {
+	c.t.Helper()
+	if c.cred == nil {
+		return
+	}
+	if err := os.Chown(path, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// freePort returns a free TCP port on 127.0.0.1.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

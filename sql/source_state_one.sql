@@ -1,0 +1,2 @@
+-- The one source $1 asks for.
+SELECT $1::text, 1
