@@ -35,6 +35,13 @@
 //     bad input is refused before any SQL runs (G8).
 //   - Migrate on a current schema takes no lock on the runs table, so
 //     replicas may call it at every start (G9).
+//   - Exactly one run per scheduled tick (G11): ClaimTick and DoTick name
+//     the tick a run serves; a tick that a running, succeeded or failed run
+//     has served, and every older one, is skipped with ErrTickDone for
+//     every replica, whatever their clocks say, while a run that expired
+//     leaves its tick open. A Ticker delivers a schedule's ticks on the
+//     wall clock and, after a restart or a suspension, the latest missed
+//     tick within a starting deadline.
 //
 // A winning or losing claim is one network round trip: one call of the
 // claim function that Migrate creates (a table without it, at schema
@@ -55,25 +62,31 @@
 //	if err := store.Migrate(ctx); err != nil {
 //		return err
 //	}
-//	claimer, err := runclaim.New(store, runclaim.WithLease(30*time.Second),
-//		runclaim.WithMinInterval(30*time.Second)) // half the period
+//	claimer, err := runclaim.New(store, runclaim.WithLease(30*time.Second))
 //	if err != nil {
 //		return err
 //	}
+//	// Every whole minute, the same ticks on every replica (a time.Ticker
+//	// would count from each replica's start); a tick missed by a restart
+//	// is delivered at once if it is at most 30 s old.
+//	ticker, err := runclaim.NewTicker(runclaim.Every(time.Minute), 30*time.Second)
+//	if err != nil {
+//		return err
+//	}
+//	defer ticker.Stop()
 //	for {
-//		// Every replica ticks at the same wall-clock minute; a
-//		// time.Ticker would count from each replica's start.
+//		var tick time.Time
 //		select {
 //		case <-ctx.Done():
 //			return ctx.Err()
-//		case <-time.After(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute))):
+//		case tick = <-ticker.C:
 //		}
-//		err := claimer.Do(ctx, "avito", func(ctx context.Context, run *runclaim.Run) error {
+//		err := claimer.DoTick(ctx, "avito", tick, func(ctx context.Context, run *runclaim.Run) error {
 //			return sweep(ctx, run.ID) // pass run.ID on as a fencing token
 //		})
 //		switch {
 //		case errors.Is(err, runclaim.ErrNotClaimed):
-//			// another replica runs this tick
+//			// another replica runs this tick, or has run it
 //		case err != nil:
 //			log.Printf("sweep: %v", err)
 //		}
