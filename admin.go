@@ -269,7 +269,9 @@ const PruneBatchSize = 1000
 // batches of PruneBatchSize rows, each its own short transaction, so that it
 // never holds locks a claim waits for. It never deletes a running run, nor
 // the newest run of any source (which the minimum interval is measured
-// from). It skips, without waiting, a row another transaction has locked,
+// from), nor, from schema version 4 on, the finished run of the latest tick
+// a source has served (which keeps that tick and the older ones done). It
+// skips, without waiting, a row another transaction has locked,
 // such as a run finished while a transaction fenced on it was still open
 // (see Fence); a later Prune deletes it. It returns how many runs it deleted; when ctx ends it stops between
 // batches and returns the count so far with ctx's error.
@@ -281,11 +283,21 @@ func (s *PostgresStore) Prune(ctx context.Context, olderThan time.Duration) (int
 		return 0, fmt.Errorf("runclaim: prune: olderThan must not be negative, got %v", olderThan)
 	}
 	t := s.Table()
+	tick, err := s.tickColumn(ctx)
+	if err != nil {
+		return 0, s.wrap(ctx, "prune", err)
+	}
+	keepTick := ""
+	if tick == "tick" {
+		keepTick = `
+	  AND NOT (r.tick IS NOT NULL AND r.status IN ('succeeded', 'failed') AND NOT EXISTS (
+		SELECT FROM ` + t + ` AS later WHERE later.source = r.source AND later.tick > r.tick AND later.status IN ('succeeded', 'failed')))`
+	}
 	q := `WITH batch AS (
 	SELECT id FROM ` + t + ` AS r
 	WHERE id > $1 AND status <> 'running'
 	  AND finished_at < pg_catalog.clock_timestamp() - $2::bigint * interval '1 microsecond'
-	  AND EXISTS (SELECT FROM ` + t + ` AS newer WHERE newer.source = r.source AND newer.started_at > r.started_at)
+	  AND EXISTS (SELECT FROM ` + t + ` AS newer WHERE newer.source = r.source AND newer.started_at > r.started_at)` + keepTick + `
 	ORDER BY id LIMIT $3
 	FOR UPDATE OF r SKIP LOCKED
 ), del AS (

@@ -204,3 +204,39 @@ WHERE source = 'raced' AND tick IS NOT NULL AND status IN ('running', 'succeeded
 		t.Errorf("ticks served twice: %d, %v", doubles, err)
 	}
 }
+
+// Prune keeps the finished run of the latest tick a source has served,
+// however many plain runs came after it, so that the tick stays done; it
+// deletes it once a later tick has been served.
+func TestPruneKeepsLatestTick(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	c := newClaimer(t, store)
+	ctx := t.Context()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	nop := func(context.Context, *runclaim.Run) error { return nil }
+	if err := c.DoTick(ctx, "src", t0, nop); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := c.Do(ctx, "src", nop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := store.Prune(ctx, 0); err != nil || n != 2 {
+		t.Errorf("Prune: %d, %v; want 2, the older plain runs", n, err)
+	}
+	if err := c.DoTick(ctx, "src", t0, nop); !errors.Is(err, runclaim.ErrTickDone) {
+		t.Errorf("claim of the tick after Prune: %v, want ErrTickDone", err)
+	}
+	if err := c.DoTick(ctx, "src", t0.Add(time.Minute), nop); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := store.Prune(ctx, 0); err != nil || n != 2 {
+		t.Errorf("Prune after a later tick: %d, %v; want 2, the first tick's run and the last plain one", n, err)
+	}
+	if err := c.DoTick(ctx, "src", t0, nop); !errors.Is(err, runclaim.ErrTickDone) {
+		t.Errorf("claim of the older tick after Prune: %v, want ErrTickDone", err)
+	}
+}
