@@ -285,3 +285,39 @@ func TestRestartAcrossTick(t *testing.T) {
 		})
 	}
 }
+
+// ClaimTick and DoTick refuse a zero tick with an error that is not a
+// skip, write nothing and do not call fn; the hooks see a failed claim.
+func TestZeroTick(t *testing.T) {
+	store := runclaim.NewMemoryStore()
+	var failed int
+	c, err := runclaim.New(store, runclaim.WithHooks(runclaim.Hooks{ClaimFailed: func(runclaim.ClaimFailedEvent) { failed++ }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if run, err := c.ClaimTick(ctx, "src", time.Time{}); err == nil || run != nil || errors.Is(err, runclaim.ErrNotClaimed) {
+		t.Errorf("ClaimTick(zero) = %v, %v; want an error that is not a skip", run, err)
+	}
+	called := false
+	if err := c.DoTick(ctx, "src", time.Time{}, func(context.Context, *runclaim.Run) error { called = true; return nil }); err == nil || called {
+		t.Errorf("DoTick(zero) = %v, fn called %v; want an error and no call", err, called)
+	}
+	if err := c.DoTick(ctx, "src", at12, nil); err == nil {
+		t.Error("DoTick(nil fn): no error")
+	}
+	if failed != 2 {
+		t.Errorf("ClaimFailed hook called %d times, want 2", failed)
+	}
+	// Nothing was written: a plain claim and a tick claim both win.
+	run, err := c.Claim(ctx, "src")
+	if err != nil {
+		t.Fatalf("plain claim after the refused ones: %v", err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DoTick(ctx, "src", at12, func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+		t.Errorf("tick claim after the refused ones: %v", err)
+	}
+}
