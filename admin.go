@@ -21,41 +21,13 @@ type RunRecord struct {
 	Error       string    // the failure's text, if any
 }
 
-const recordColumns = `id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, ''), `
-
-// tickColumn is the last of recordColumns: the tick column from schema
-// version 4 on, NULL on an older table, which has none.
-func (s *PostgresStore) tickColumn(ctx context.Context) (string, error) {
-	if !s.schemaVer.useTickFunc() {
-		if _, _, err := s.schemaVersion(ctx); err != nil {
-			return "", err
-		}
-	}
-	if s.schemaVer.useTickFunc() {
-		return "tick", nil
-	}
-	return "NULL::timestamptz", nil
-}
-
 func scanRecords(rows pgx.Rows) ([]RunRecord, error) {
 	defer rows.Close()
 	var out []RunRecord
 	for rows.Next() {
-		var (
-			r        RunRecord
-			status   string
-			finished *time.Time
-		)
-		var tick *time.Time
-		if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error, &tick); err != nil {
+		r, err := scanRecord(rows)
+		if err != nil {
 			return nil, err
-		}
-		r.Status = Status(status)
-		if finished != nil {
-			r.FinishedAt = *finished
-		}
-		if tick != nil {
-			r.Tick = *tick
 		}
 		out = append(out, r)
 	}
@@ -77,15 +49,14 @@ func (s *PostgresStore) Running(ctx context.Context, source string) ([]RunRecord
 	}
 	var now time.Time
 	records, err := func() ([]RunRecord, error) {
-		if err := s.db.QueryRow(ctx, `SELECT pg_catalog.clock_timestamp()`).Scan(&now); err != nil {
+		if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {
 			return nil, err
 		}
-		tick, err := s.tickColumn(ctx)
+		ticks, err := s.recordsTicks(ctx)
 		if err != nil {
 			return nil, err
 		}
-		rows, err := s.db.Query(ctx, `SELECT `+recordColumns+tick+` FROM `+s.Table()+
-			` WHERE status = 'running' AND ($1 = '' OR source = $1) ORDER BY source`, source)
+		rows, err := s.db.Query(ctx, withTicks(s.sql.running, s.sql.runningTick, ticks), source)
 		if err != nil {
 			return nil, err
 		}
@@ -132,12 +103,11 @@ func (s *PostgresStore) HistoryFunc(ctx context.Context, source string, limit in
 		return errors.New("runclaim: history: nil function")
 	}
 	what := "history of " + quoteForError(source)
-	tick, err := s.tickColumn(ctx)
+	ticks, err := s.recordsTicks(ctx)
 	if err != nil {
 		return s.wrap(ctx, what, err)
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+tick+` FROM `+s.Table()+
-		` WHERE source = $1 ORDER BY started_at DESC, id DESC LIMIT $2`, source, limit)
+	rows, err := s.db.Query(ctx, withTicks(s.sql.history, s.sql.historyTick, ticks), source, limit)
 	if err != nil {
 		return s.wrap(ctx, what, err)
 	}
@@ -157,7 +127,8 @@ func (s *PostgresStore) HistoryFunc(ctx context.Context, source string, limit in
 	return nil
 }
 
-// scanRecord reads the row rows is on, selected as recordColumns.
+// scanRecord reads the row rows is on, selected as the ten columns of
+// sql/admin.sql.
 func scanRecord(rows pgx.Rows) (RunRecord, error) {
 	var (
 		r        RunRecord
@@ -178,6 +149,26 @@ func scanRecord(rows pgx.Rows) (RunRecord, error) {
 	return r, nil
 }
 
+// recordsTicks reports whether the runs table has the tick column (schema
+// version 4), reading the schema's state from the catalogs when the store
+// does not know it yet: the operator commands then read and keep ticks
+// with the "_tick" twins of their statements.
+func (s *PostgresStore) recordsTicks(ctx context.Context) (bool, error) {
+	if v := s.schemaVer.version.Load(); v != 0 {
+		return v >= tickFuncVersion, nil
+	}
+	st, err := s.schemaState(ctx)
+	return st.version() >= tickFuncVersion, err
+}
+
+// withTicks returns q, or its twin that reads ticks if ticks.
+func withTicks(q, twin string, ticks bool) string {
+	if ticks {
+		return twin
+	}
+	return q
+}
+
 // ErrNotRunning is returned by Release when there is no running run to
 // release.
 var ErrNotRunning = errors.New("runclaim: no such running run")
@@ -187,20 +178,6 @@ var ErrNotRunning = errors.New("runclaim: no such running run")
 // that row for milliseconds; a fenced transaction, for as long as it is
 // open.
 const releaseLockWait = time.Second
-
-// releaseSQL locks the run's row FOR UPDATE before it updates it. The lock
-// conflicts with the key-share lock of a fenced transaction (see Fence), so
-// Release waits for it instead of freeing the source under it; and
-// Postgres records a locked-then-updated row as an update of its key, so a
-// fence that meets the release sees it (READ COMMITTED) or fails with a
-// serialization error (REPEATABLE READ, SERIALIZABLE), rather than locking
-// the row as it was before.
-const releaseSQL = `UPDATE %[1]s SET status = 'released', finished_at = pg_catalog.clock_timestamp(),
-	error = 'released by an operator'
-WHERE id IN (
-	SELECT id FROM %[1]s WHERE status = 'running' AND (id = $1 OR $1 = 0 AND source = $2)
-	FOR UPDATE)
-RETURNING ` + recordColumns + `%[2]s`
 
 // Release ends a running run as released, for an operator freeing a stuck
 // source before its lease ends. The run's holder learns it at its next
@@ -227,25 +204,20 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 		}
 		what = "release " + quoteForError(source)
 	}
-	tick, err := s.tickColumn(ctx)
+	ticks, err := s.recordsTicks(ctx)
 	if err != nil {
 		return RunRecord{}, s.wrap(ctx, what, err)
 	}
+	release := withTicks(s.sql.release, s.sql.releaseTick, ticks)
 	// One transaction: the lock timeout is local to it.
 	var records []RunRecord
 	err = s.batchReadCommitted(ctx, func(b *pgx.Batch) {
-		b.Queue(fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true)`, releaseLockWait.Milliseconds()))
-		b.Queue(fmt.Sprintf(releaseSQL, s.Table(), tick), id, source)
-	}, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
+		records = nil // a retry in the explicit form reads them again
+		b.Queue(s.sql.releaseLockTimeout)
+		b.Queue(release, id, source).Query(func(rows pgx.Rows) (err error) {
+			records, err = scanRecords(rows)
 			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		records, err = scanRecords(rows)
-		return err
+		})
 	})
 	var pgErr *pgconn.PgError
 	switch {
@@ -282,35 +254,21 @@ func (s *PostgresStore) Prune(ctx context.Context, olderThan time.Duration) (int
 	if olderThan < 0 {
 		return 0, fmt.Errorf("runclaim: prune: olderThan must not be negative, got %v", olderThan)
 	}
-	t := s.Table()
-	tick, err := s.tickColumn(ctx)
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("runclaim: prune: %w", err)
+	}
+	ticks, err := s.recordsTicks(ctx)
 	if err != nil {
 		return 0, s.wrap(ctx, "prune", err)
 	}
-	keepTick := ""
-	if tick == "tick" {
-		keepTick = `
-	  AND NOT (r.tick IS NOT NULL AND r.status IN ('succeeded', 'failed') AND NOT EXISTS (
-		SELECT FROM ` + t + ` AS later WHERE later.source = r.source AND later.tick > r.tick AND later.status IN ('succeeded', 'failed')))`
-	}
-	q := `WITH batch AS (
-	SELECT id FROM ` + t + ` AS r
-	WHERE id > $1 AND status <> 'running'
-	  AND finished_at < pg_catalog.clock_timestamp() - $2::bigint * interval '1 microsecond'
-	  AND EXISTS (SELECT FROM ` + t + ` AS newer WHERE newer.source = r.source AND newer.started_at > r.started_at)` + keepTick + `
-	ORDER BY id LIMIT $3
-	FOR UPDATE OF r SKIP LOCKED
-), del AS (
-	DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM batch) RETURNING id
-)
-SELECT (SELECT count(*) FROM del), count(*), coalesce(max(id), 0) FROM batch`
+	prune := withTicks(s.sql.prune, s.sql.pruneTick, ticks)
 	var total, after int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("runclaim: prune: %w", err)
 		}
 		var deleted, picked, last int64
-		if err := s.queryRow(ctx, q, []any{after, olderThan.Microseconds(), PruneBatchSize}, &deleted, &picked, &last); err != nil {
+		if err := s.queryRow(ctx, prune, []any{after, olderThan.Microseconds(), PruneBatchSize}, &deleted, &picked, &last); err != nil {
 			return total, s.wrap(ctx, "prune", err)
 		}
 		total += deleted

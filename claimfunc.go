@@ -1,25 +1,30 @@
 package runclaim
 
 import (
-	"fmt"
+	"context"
+	"errors"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Schema version 3 adds the claim as one PL/pgSQL function in the runs
-// table's schema, named after the table with claimFuncSuffix: a claim is
-// then one statement, SELECT * FROM the function, instead of the three of
-// the batch (lock.go). The function does what the batch does, in the same
-// order and with the same answers:
+// table's schema (sql/003_claim_function.up.sql), named after the table
+// with claimFuncSuffix: a claim is then one statement, SELECT * FROM the
+// function (sql/claim_function.sql), instead of the three of the batch
+// (sql/claim_batch.sql). The function does what the batch does, in the
+// same order and with the same answers:
 //
 //   - Under an isolation level other than READ COMMITTED it takes no lock,
 //     reads and writes nothing, and reports the level: the store then sends
 //     the call inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT, as
 //     it does the batch.
-//   - It bounds the transaction's lock_timeout as lockSQL does, then tries
-//     the advisory lock.
+//   - It bounds the transaction's lock_timeout as the batch's lock
+//     statement does, then tries the advisory lock.
 //   - One query reads the source's running run: a busy lock or a live
 //     holder returns here. Only then does a second one read the next start
 //     the minimum interval allows: a claim too soon returns there. Neither
@@ -36,7 +41,17 @@ import (
 // and grants nothing of its own, and its search_path is pinned, with every
 // object it names schema-qualified. PL/pgSQL keeps the plans of its
 // statements for the session, as pgx keeps the batch's prepared
-// statements.
+// statements. Each step is as cheap as it can be for the claims that stop
+// there, since a lost claim is what every replica but one pays on every
+// tick: assignments are PL/pgSQL's simple expressions, which skip the
+// executor, and each query reads only what the decision after it needs.
+//
+// Its results: locked, whether it took the advisory lock; isolation, the
+// transaction's isolation level when it refused to claim under it (else
+// NULL); db_now, the database clock when it decided; won, whether it
+// inserted a run; run_*, the run it inserted (without the owner, which is
+// the caller's), or else the source's running run, if any; retry_after,
+// the earliest start the minimum interval allows, when it read it.
 //
 // The function's name is the table's with claimFuncSuffix, which fits in
 // Postgres's 63-byte identifiers for every table name WithTable accepts
@@ -51,84 +66,51 @@ const claimFuncSuffix = "_claim"
 // microseconds, and the lock timeout in milliseconds.
 const claimFuncArgs = "(bigint, text, text, bigint, bigint, bigint)"
 
-// claimFuncDDL creates the function: %[1]s is its quoted name, %[2]s the
-// dollar-quoted body. Its results: locked, whether it took the advisory
-// lock; isolation, the transaction's isolation level when it refused to
-// claim under it (else NULL); db_now, the database clock when it decided;
-// won, whether it inserted a run; run_*, the run it inserted (without the
-// owner, which is the caller's), or else the source's running run, if any;
-// retry_after, the earliest start the
-// minimum interval allows, when it read it.
-const claimFuncDDL = `CREATE OR REPLACE FUNCTION %[1]s(
-	p_key bigint, p_source text, p_owner text, p_lease bigint, p_min_interval bigint, p_lock_timeout bigint,
-	OUT locked boolean, OUT isolation text, OUT db_now timestamptz, OUT won boolean,
-	OUT run_id bigint, OUT run_owner text, OUT run_started timestamptz, OUT run_lease timestamptz,
-	OUT retry_after timestamptz)
-LANGUAGE plpgsql VOLATILE SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS %[2]s;
-`
+// funcClaim is what a call of the claim function sends and returns, in
+// one allocation: its arguments, its row, and the decision made of it.
+type funcClaim struct {
+	claimDecision
+	isolationText        pgtype.Text
+	won                  bool
+	runID                pgtype.Int8
+	runOwner             pgtype.Text
+	runStarted, runLease pgtype.Timestamptz
+	tick                 pgtype.Timestamptz // the tick sent to the function of version 4
+	args                 [7]any
+	dest                 [10]any
+}
 
-// claimFuncBody is the function's body: %[1]s is the runs table. Each step
-// is as cheap as it can be for the claims that stop there, since a lost
-// claim is what every replica but one pays on every tick: assignments are
-// PL/pgSQL's simple expressions, which skip the executor, and each query
-// reads only what the decision after it needs.
-const claimFuncBody = `
-DECLARE
-	ignored text;
-BEGIN
-	locked := false;
-	won := false;
-	IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-		isolation := pg_catalog.current_setting('transaction_isolation');
-		RETURN;
-	END IF;
-	IF pg_catalog.current_setting('lock_timeout') = '0'
-	   OR pg_catalog.current_setting('lock_timeout')::interval >= p_lock_timeout * interval '1 millisecond' THEN
-		ignored := pg_catalog.set_config('lock_timeout', p_lock_timeout::text, true);
-	END IF;
-	locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
-	SELECT c.id, c.owner, c.started_at, c.lease_until INTO run_id, run_owner, run_started, run_lease
-	  FROM %[1]s AS c WHERE c.source = p_source AND c.status = 'running';
-	db_now := pg_catalog.clock_timestamp();
-	IF NOT locked OR run_lease > db_now THEN
-		RETURN;
-	END IF;
-	SELECT l.started_at + greatest(l.min_interval, p_min_interval * interval '1 microsecond') INTO retry_after
-	  FROM %[1]s AS l WHERE l.source = p_source ORDER BY l.started_at DESC LIMIT 1;
-	db_now := pg_catalog.clock_timestamp();
-	IF retry_after > db_now THEN
-		RETURN;
-	END IF;
-	IF run_id IS NOT NULL THEN
-		UPDATE %[1]s AS e SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
-		WHERE e.id IN (
-			SELECT x.id FROM %[1]s AS x
-			WHERE x.source = p_source AND x.status = 'running' AND x.lease_until <= pg_catalog.clock_timestamp()
-			FOR UPDATE SKIP LOCKED);
-		IF NOT FOUND THEN
-			SELECT c.id, c.owner, c.started_at, c.lease_until
-			  INTO run_id, run_owner, run_started, run_lease
-			  FROM %[1]s AS c WHERE c.source = p_source AND c.status = 'running';
-			db_now := pg_catalog.clock_timestamp();
-			IF run_id IS NOT NULL THEN
-				RETURN;
-			END IF;
-		END IF;
-	END IF;
-	db_now := pg_catalog.clock_timestamp();
-	INSERT INTO %[1]s AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval)
-	VALUES (p_source, 'running', p_owner, db_now, db_now + p_lease * interval '1 microsecond', db_now,
-	        p_min_interval * interval '1 microsecond')
-	RETURNING i.id, i.started_at, i.lease_until INTO run_id, run_started, run_lease;
-	run_owner := NULL;
-	won := true;
-END
-`
-
-// claimCallSQL calls the function: %s is its quoted name.
-const claimCallSQL = `SELECT * FROM %s($1::bigint, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint)`
+// callClaim sends one call of the claim function: of version 4, with the
+// tick (NULL for a plain claim), if ticks, else of version 3.
+func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explicit bool, r *funcClaim, ticks bool) error {
+	r.args = [7]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds()}
+	r.dest = [10]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick}
+	sql, args, dest := s.sql.call, r.args[:6], r.dest[:9]
+	if ticks {
+		r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
+		r.args[6] = &r.tick
+		sql, args, dest = s.sql.callTick, r.args[:], r.dest[:]
+	}
+	var err error
+	if !explicit {
+		err = s.db.QueryRow(ctx, sql, args...).Scan(dest...)
+	} else {
+		err = s.explicitQueryRow(ctx, sql, args, dest...)
+	}
+	// The function names the level only when it refuses to claim under it,
+	// and returns one run: the one it inserted, or the source's running one.
+	r.isolation = "read committed"
+	if r.isolationText.Valid {
+		r.isolation = r.isolationText.String
+	}
+	if r.won {
+		r.insID, r.insStarted, r.insLease = r.runID, r.runStarted, r.runLease
+	} else {
+		r.curID, r.curOwner, r.curStarted, r.curLease = r.runID, r.runOwner, r.runStarted, r.runLease
+	}
+	return err
+}
 
 // claimFunc returns the quoted, schema-qualified name of the claim
 // function.
@@ -136,23 +118,23 @@ func (s *PostgresStore) claimFunc() string {
 	return pgx.Identifier{s.schema, s.table + claimFuncSuffix}.Sanitize()
 }
 
-// claimFuncSQL is the DDL of the claim function.
-func (s *PostgresStore) claimFuncSQL() string {
-	return fmt.Sprintf(claimFuncDDL, s.claimFunc(), dollarQuote(fmt.Sprintf(claimFuncBody, s.Table())))
-}
-
 // The store learns the schema version it claims on without a round trip
-// of its own: until it knows it, or while it knows a version without the
-// function and the knowledge is older than schemaRecheck, a claim sent as
-// a batch reads the version too, in the same batch. From version 3 on the
-// store calls the function; when a call finds no function (42883
-// undefined_function: a step undone, or a table replaced), the store
-// forgets the version and sends that claim again as a batch. Migrate and
-// SchemaVersion record what they find.
+// of its own. A new store, which does not know it yet, calls the function:
+// a call sets the claim's lock-wait bound before anything touches the
+// table, so even a first claim on a locked table waits at most that long,
+// and on a current table it is the claim. When a call finds no function,
+// in any of the forms a missing function takes (missingFunc), the store
+// goes by version 2: it sends that claim again as the batch, and sends the
+// batch, without calling the function, until schemaRecheck has passed.
+// Then a batch claim reads the schema state too, in the same batch: the
+// objects of each version, from the catalogs, not only the table's
+// comment, so that a table whose comment says version 3 but whose function
+// is missing keeps the store on the batch instead of sending it back to a
+// failed call on every claim. Migrate and SchemaVersion record what they
+// find.
 //
-// schemaRecheck bounds how long a store that started on a table without
-// the function goes on sending the batch after another replica's Migrate
-// added it.
+// schemaRecheck bounds how long a store that found no function goes on
+// sending the batch after another replica's Migrate added it.
 const schemaRecheck = 30 * time.Second
 
 // claimFuncVersion is the first schema version with the claim function.
@@ -166,20 +148,25 @@ type schemaCache struct {
 	checked atomic.Int64  // when version was read, as nanoseconds since base
 }
 
-// useFunc reports whether claims should call the function.
-func (c *schemaCache) useFunc() bool { return c.version.Load() >= claimFuncVersion }
-
-// useTickFunc reports whether claims should call the function of ticks.
-func (c *schemaCache) useTickFunc() bool { return c.version.Load() >= tickFuncVersion }
-
-// stale reports whether a batch claim should read the version too.
-func (c *schemaCache) stale() bool {
+// useFunc reports whether claims should call the function: when the
+// version is not known yet, or has it.
+func (c *schemaCache) useFunc() bool {
 	v := c.version.Load()
-	switch {
-	case v >= claimFuncVersion:
-		return false
-	case v == 0:
-		return true
+	return v == 0 || v >= claimFuncVersion
+}
+
+// useTickFunc reports whether plain claims should call the function of
+// version 4: when the version is not known yet, or has it. Tick claims
+// always do.
+func (c *schemaCache) useTickFunc() bool {
+	v := c.version.Load()
+	return v == 0 || v >= tickFuncVersion
+}
+
+// stale reports whether a batch claim should read the schema state too.
+func (c *schemaCache) stale() bool {
+	if v := c.version.Load(); v == 0 || v >= claimFuncVersion {
+		return v == 0
 	}
 	return time.Duration(int64(time.Since(c.base))-c.checked.Load()) >= c.recheck
 }
@@ -190,5 +177,24 @@ func (c *schemaCache) set(v int) {
 	c.version.Store(int64(v))
 }
 
-// forget makes the next claim read the version again.
-func (c *schemaCache) forget() { c.version.Store(0) }
+// noFunc records that a call found the function missing: claims go by the
+// version before it until the next recheck.
+func (c *schemaCache) noFunc() { c.set(claimFuncVersion - 1) }
+
+// missingFunc reports whether err says the claim function is missing: 42883
+// undefined_function when the call is parsed, or, for a call planned just
+// before a concurrent DROP FUNCTION committed (a step 3 Down under load),
+// XX000 "cache lookup failed for function".
+func missingFunc(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "42883": // undefined_function
+		return true
+	case "XX000": // internal_error
+		return strings.HasPrefix(pgErr.Message, "cache lookup failed for function")
+	}
+	return false
+}

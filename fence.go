@@ -12,64 +12,37 @@ import (
 )
 
 // How Fence works. It sends one batch, one round trip, inside the caller's
-// transaction:
+// transaction (sql/fence.sql, where each statement says what its locks let
+// through):
 //
-//  1. fenceLockSQL locks the run's row FOR KEY SHARE until the transaction
-//     ends. That mode conflicts only with FOR UPDATE and with updates of a
-//     key, and lets the other statements the run's row sees through:
-//     - the claim's expire takes FOR UPDATE SKIP LOCKED, so it skips the
-//     row: no claim can expire the run and take the source over (it
-//     reports ErrAlreadyRunning instead), however long the transaction
-//     stays open and whether or not the lease has ended meanwhile;
-//     - Heartbeat and Finish are updates of no key column (the partial
-//     unique index on running runs does not count as a key), so they do
-//     not wait. Postgres carries the key-share lock over to the row
-//     version they write, so a heartbeat does not end the fence;
-//     - Release locks FOR UPDATE first (see Release), so it waits for the
-//     fence, and then refuses with ErrFenced.
-//  2. Under SAVEPOINT, fenceCheckSQL locks the row again, FOR SHARE, which
-//     conflicts with the heartbeat's and the finish's updates. So it waits
-//     for one that is in flight and reads the row as that update left it
-//     (READ COMMITTED), or fails with a serialization error (40001) when the
-//     row changed after the transaction's snapshot (REPEATABLE READ,
-//     SERIALIZABLE). Without it, a key-share lock taken over a finish in
-//     flight, or in a snapshot older than a finish, would succeed on the
-//     row as it was before: the row looks running, the source is free.
-//     The check reads status and lease_until, and the database clock after
-//     the lock.
-//  3. ROLLBACK TO SAVEPOINT drops the FOR SHARE lock again (it belonged to
-//     the subtransaction), so heartbeats and finishes wait at most for the
-//     few statements of the batch, never for the caller's transaction.
+//  1. fence_lock locks the run's row FOR KEY SHARE until the transaction
+//     ends: no claim can expire the run and take the source over (claims
+//     skip the row and report ErrAlreadyRunning), however long the
+//     transaction stays open; Heartbeat and Finish, which update no key
+//     column, do not wait, and Postgres carries the key-share lock over to
+//     the row version they write; Release waits for it, then refuses with
+//     ErrFenced.
+//  2. Under SAVEPOINT, fence_check locks the row again, FOR SHARE, which
+//     waits for a heartbeat or finish in flight and reads the row as it
+//     left it (READ COMMITTED), or fails with 40001 when the row changed
+//     after the transaction's snapshot (REPEATABLE READ, SERIALIZABLE).
+//     Without it, a key-share lock taken over a finish in flight, or in a
+//     snapshot older than a finish, would succeed on the row as it was
+//     before: the row looks running, the source is free.
+//  3. ROLLBACK TO SAVEPOINT drops the FOR SHARE lock again, so heartbeats
+//     and finishes wait at most for the batch, never for the caller's
+//     transaction.
 //
 // Releases and claims' expires lock FOR UPDATE before they update the row,
 // which Postgres records as an update of the key: a fence that meets one
 // waits for it and sees its outcome (READ COMMITTED), or fails with 40001
 // (REPEATABLE READ, SERIALIZABLE).
-//
-// The lock statement matches the row by id, source, owner and started_at,
-// so that a transaction on another database never locks a row there that
-// happens to bear the same id, and locks only a running run whose lease
-// has not ended, so that a Fence that fails seldom leaves a lock behind;
-// the check reads the row by id alone, to tell a lost run from a
-// transaction on another database (see verdict).
-const (
-	fenceLockSQL = `SELECT id FROM %[1]s
-WHERE id = $1 AND source = $2 AND owner = $3 AND started_at = $4
-  AND status = 'running' AND lease_until > pg_catalog.clock_timestamp()
-FOR KEY SHARE`
 
-	fenceSavepointSQL = `SAVEPOINT runclaim_fence`
-
-	fenceCheckSQL = `WITH r AS (
-	SELECT source, owner, started_at, status, lease_until FROM %[1]s WHERE id = $1 FOR SHARE
-)
-SELECT r.source, r.owner, r.started_at, r.status, r.lease_until, pg_catalog.clock_timestamp(),
-	pg_catalog.current_setting('transaction_isolation'),
-	CASE WHEN r.source IS NULL THEN EXISTS (SELECT FROM %[1]s WHERE source = $2 AND id > $1) END
-FROM (SELECT) AS one LEFT JOIN r ON true`
-
-	fenceRollbackSQL = `ROLLBACK TO SAVEPOINT runclaim_fence`
-	fenceReleaseSQL  = `RELEASE SAVEPOINT runclaim_fence`
+// The savepoint statements, which name no table.
+var (
+	fenceSavepointSQL = statements["fence_savepoint"]
+	fenceRollbackSQL  = statements["fence_rollback"]
+	fenceReleaseSQL   = statements["fence_release"]
 )
 
 // fenceResult is the check statement's row.
@@ -153,44 +126,22 @@ func (s *PostgresStore) Fence(ctx context.Context, tx pgx.Tx, run *Run) error {
 		return fmt.Errorf("runclaim: %s: %w", what, err)
 	}
 
-	t := s.Table()
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 5)}
-	b.Queue(fmt.Sprintf(fenceLockSQL, t), run.ID, run.Source, run.Owner, run.StartedAt)
-	b.Queue(fenceSavepointSQL)
-	b.Queue(fmt.Sprintf(fenceCheckSQL, t), run.ID, run.Source)
-	b.Queue(fenceRollbackSQL)
-	b.Queue(fenceReleaseSQL)
-	br := tx.SendBatch(ctx, b)
 	var (
 		locked bool
 		r      fenceResult
 	)
-	err := func() error {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 5)}
+	b.Queue(s.sql.fenceLock, run.ID, run.Source, run.Owner, run.StartedAt).Query(func(rows pgx.Rows) error {
 		locked = rows.Next()
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if err := br.QueryRow().Scan(&r.source, &r.owner, &r.startedAt, &r.status, &r.leaseUntil, &r.now, &r.isolation, &r.newer); err != nil {
-			return err
-		}
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
 		return nil
-	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	})
+	b.Queue(fenceSavepointSQL)
+	b.Queue(s.sql.fenceCheck, run.ID, run.Source).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&r.source, &r.owner, &r.startedAt, &r.status, &r.leaseUntil, &r.now, &r.isolation, &r.newer)
+	})
+	b.Queue(fenceRollbackSQL)
+	b.Queue(fenceReleaseSQL)
+	err := tx.SendBatch(ctx, b).Close()
 	if err != nil {
 		return s.fenceError(ctx, what, err)
 	}

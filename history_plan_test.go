@@ -37,6 +37,14 @@ type recordedStmt struct {
 }
 
 func (r *stmtRecorder) add(sql string, args []any) {
+	if strings.HasPrefix(sql, "BEGIN") || sql == "COMMIT" || sql == "ROLLBACK" {
+		return // transaction control: the batch's bounded prepare, the explicit form
+	}
+	if len(args) > 0 {
+		if _, ok := args[0].(pgx.QueryRewriter); ok {
+			args = args[1:] // an option to pgx, not an argument
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stmts = append(r.stmts, recordedStmt{sql: sql, args: args})

@@ -419,32 +419,47 @@ func net2addr(host string, port uint16) string {
 // Rule: a claim never waits for another holder, and waits for a lock on
 // the runs table (DDL, VACUUM FULL, LOCK TABLE) at most about a second: it
 // then fails with a wrapped 55P03 and writes nothing, whatever the
-// session's lock_timeout (none here). The function form (schema version 3)
-// sets the bound before it touches the table, also on a connection that
-// has never claimed. The batch (a table at version 2, and a new store's
-// first claim) holds to it once the connection has prepared its
-// statements: preparing them parses them, which waits for the table lock
-// before any statement of the claim has run.
+// session's lock_timeout (none here). Every claim sets the bound before
+// anything of it touches the table, on a connection that has never
+// claimed too: the function form, the batch (a table at version 2, whose
+// statements pgx would otherwise parse, and so wait for the table lock,
+// before any of them has run), and a new store's first claim, which does
+// not know its table's version yet (runclaim exec's one claim is one).
 func TestClaimTableLockBounded(t *testing.T) {
 	t.Parallel()
-	for _, f := range claimForms {
-		t.Run(f.name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		version int  // the table's schema version
+		pin     bool // pin the store to the form of version; else a new store
+	}{
+		{"batch", 2, true},
+		{"function", 3, true},
+		{"new_store_v3", 3, false},
+		{"new_store_v2", 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
-			migratedStore(t, db.Pool)
+			migrateTo(t, db.Pool, tc.version)
 			pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
-			store := formStore(t, pool, f)
-			c := newClaimer(t, store)
-			warm, err := c.Claim(t.Context(), "warm")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Finish(t.Context(), nil); err != nil {
-				t.Fatal(err)
-			}
-			if f.version >= 3 {
+			var store *runclaim.PostgresStore
+			if tc.pin {
+				store = formStore(t, pool, claimForm{tc.name, tc.version})
+				warm, err := newClaimer(t, store).Claim(t.Context(), "warm")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := warm.Finish(t.Context(), nil); err != nil {
+					t.Fatal(err)
+				}
 				pool.Reset() // the claim below runs on a new connection
+			} else {
+				var err error
+				if store, err = runclaim.NewPostgresStore(pool); err != nil {
+					t.Fatal(err)
+				}
 			}
+			c := newClaimer(t, store)
 			before := readState(t, db.Pool, store.Table())
 			unlock := lockTable(t, db.Pool, store.Table())
 			defer unlock()
@@ -455,7 +470,10 @@ func TestClaimTableLockBounded(t *testing.T) {
 				_, err := c.Claim(ctx, "src")
 				done <- err
 			}()
-			err = awaitRecv(t, done, 30*time.Second, "the claim to give up on the table lock")
+			// The table stays locked until the claim returns: a claim that
+			// waited for the lock would not return within 30 s (slack for a
+			// loaded machine; the bound is a second).
+			err := awaitRecv(t, done, 30*time.Second, "the claim to give up on the table lock")
 			checkRealError(t, err, "runclaim: claim")
 			if pgCode(err) != "55P03" {
 				t.Errorf("claim on a locked table = %v, want a wrapped 55P03", err)
@@ -463,6 +481,9 @@ func TestClaimTableLockBounded(t *testing.T) {
 			unlock()
 			if after := readState(t, db.Pool, store.Table()); after != before {
 				t.Errorf("the claim changed the table from %+v to %+v", before, after)
+			}
+			if _, err := c.Claim(t.Context(), "src"); err != nil {
+				t.Errorf("claim once the table is free: %v", err)
 			}
 		})
 	}

@@ -57,55 +57,63 @@ const versionComment = "runclaim schema version "
 
 var versionCommentRE = regexp.MustCompile("^" + versionComment + "([0-9]+)$")
 
+// migrations are the schema's steps, oldest first. Each is two files of
+// sql/, NNN_<file>.up.sql and .down.sql, with the table's names as their
+// only placeholders (see sql.go). A released step never changes
+// (TestMigrationsGolden compares them with testdata/migrations): a new
+// function body or index is a new version. To add version N, add
+// sql/00N_<what>.up.sql and .down.sql, one entry here, and raise
+// LatestSchemaVersion; the objects it adds belong in schemaStateSQL and
+// stepGuard, so that Migrate can tell that they are missing.
+var migrations = []struct {
+	version int
+	file    string // the files' names without the extensions
+	name    string // Migration.Name
+}{
+	// The table as the first release created it, and its two indexes.
+	{1, "001_create_table", "create the runs table and its indexes"},
+	// A constant default makes ADD COLUMN a change of the catalog only: no
+	// rewrite of the table, and the previous release's inserts, which do
+	// not name the column, record 0.
+	{2, "002_min_interval", "record each run's minimum interval"},
+	// Creating a function takes no lock on the table; only the comment
+	// does, briefly. A store of this release that meets a table without
+	// the function sends the batch instead.
+	{3, "003_claim_function", "add the claim function"},
+	// A column without a default (a change of the catalog only: the
+	// previous release's inserts record NULL, a plain claim), the index of
+	// ticks served, and the function's overload with a tick; the function
+	// of version 3 stays for the previous release.
+	{4, "004_ticks", "record the tick each run serves"},
+}
+
 // Migrations returns the steps of the schema, oldest first, written for the
 // store's table and schema (see WithTable). Applying every Up in order is
 // what Migrate does.
 func (s *PostgresStore) Migrations() []Migration {
-	t := s.Table()
-	comment := s.versionCommentSQL
-	v1 := s.tableSQL() + comment(1)
-	if s.schema != DefaultSchema {
-		v1 = fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize()) + v1
+	out := make([]Migration, 0, len(migrations))
+	for _, m := range migrations {
+		up := s.renderStep(m.file + ".up.sql")
+		if m.version == 1 && s.schema != DefaultSchema {
+			up = fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize()) + up
+		}
+		out = append(out, Migration{Version: m.version, Name: m.name, Up: up, Down: s.renderStep(m.file + ".down.sql")})
 	}
-	return []Migration{
-		{
-			Version: 1,
-			Name:    "create the runs table and its indexes",
-			Up:      v1,
-			Down:    fmt.Sprintf("DROP TABLE IF EXISTS %s;\n", t),
-		},
-		{
-			Version: 2,
-			Name:    "record each run's minimum interval",
-			// A constant default makes ADD COLUMN a change of the catalog
-			// only: no rewrite of the table, and the previous release's
-			// inserts, which do not name the column, record 0.
-			Up: fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS min_interval interval NOT NULL DEFAULT '0';\n", t) +
-				comment(2),
-			Down: fmt.Sprintf("ALTER TABLE %s DROP COLUMN IF EXISTS min_interval;\n", t) + comment(1),
-		},
-		{
-			Version: 3,
-			Name:    "add the claim function",
-			// Creating a function takes no lock on the table; only the
-			// comment does, briefly. A store of this release that meets a
-			// table without the function sends the batch instead.
-			Up:   s.claimFuncSQL() + comment(3),
-			Down: fmt.Sprintf("DROP FUNCTION IF EXISTS %s%s;\n", s.claimFunc(), claimFuncArgs) + comment(2),
-		},
-		{
-			Version: 4,
-			Name:    "record the tick each run serves",
-			// The column has no default: ADD COLUMN changes the catalog
-			// only, and the previous release's inserts record NULL, a
-			// plain claim. Building the index scans the table while it
-			// holds off writes; on a large table, create it first with
-			// CREATE UNIQUE INDEX CONCURRENTLY (the same definition), and
-			// this step finds it there.
-			Up:   s.tickStepSQL() + comment(4),
-			Down: s.tickStepDownSQL() + comment(3),
-		},
+	return out
+}
+
+// renderStep fills the store's names into a step's file. A function body
+// in the file is dollar-quoted with the tag $q$; should the names filled
+// into it end the literal early, the body gets a tag that they do not.
+func (s *PostgresStore) renderStep(file string) string {
+	q := s.fillNames(readSQL("sql/" + file))
+	const open, closing = "AS $q$", "$q$;\n"
+	i, j := strings.Index(q, open), strings.LastIndex(q, closing)
+	if i < 0 || j < i+len(open) {
+		return q
 	}
+	body := q[i+len(open) : j]
+	return q[:i] + "AS " + dollarQuote(body) + q[j+len("$q$"):]
 }
 
 // SchemaSQL returns the DDL of every step of the schema (see Migrations),
@@ -125,63 +133,98 @@ func (s *PostgresStore) versionCommentSQL(v int) string {
 	return fmt.Sprintf("COMMENT ON TABLE %s IS '%s%d';\n", s.Table(), versionComment, v)
 }
 
-// tableSQL is the DDL of version 1 without the CREATE SCHEMA statement.
+// tableSQL is the DDL of version 1 without the CREATE SCHEMA statement
+// and the version comment.
 func (s *PostgresStore) tableSQL() string {
-	t := s.Table()
-	running := pgx.Identifier{s.table + "_running"}.Sanitize()
-	history := pgx.Identifier{s.table + "_history"}.Sanitize()
-	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	source       text NOT NULL,
-	status       text NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'expired', 'released')),
-	owner        text NOT NULL,
-	started_at   timestamptz NOT NULL,
-	lease_until  timestamptz NOT NULL,
-	heartbeat_at timestamptz NOT NULL,
-	finished_at  timestamptz,
-	error        text
-);
-CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s (source) WHERE status = 'running';
-CREATE INDEX IF NOT EXISTS %s ON %s (source, started_at DESC);
-`, t, running, t, history, t)
+	return strings.TrimSuffix(s.renderStep(migrations[0].file+".up.sql"), s.versionCommentSQL(1))
 }
 
 // schemaStateSQL reads, from the catalogs only, whether the schema and the
-// table exist and the table's comment. It takes no lock on the table.
-const schemaStateSQL = `SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), '')
-FROM (SELECT) AS one
-LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = $1
-LEFT JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = $2 AND c.relkind IN ('r', 'p')`
+// table exist, the table's comment, and whether the objects each version
+// adds are there (sql/schema_state.sql). It takes no lock on the table.
+var schemaStateSQL = statements["schema_state"]
+
+// schemaState is schemaStateSQL's row.
+type schemaState struct {
+	schemaExists, tableExists bool
+	comment                   string
+	indexes, column, function, ticks bool
+}
+
+// dest returns the scan targets of schemaStateSQL's row.
+func (st *schemaState) dest() []any {
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks}
+}
+
+// commentVersion is the version the table's comment records: 0 without a
+// table.
+func (st *schemaState) commentVersion() int {
+	if !st.tableExists {
+		return 0
+	}
+	return parseSchemaVersion(st.comment)
+}
+
+// version is the highest version whose objects are all there, and that
+// the comment records: a table whose comment says 3 but that lacks its
+// function is at version 2.
+func (st *schemaState) version() int {
+	v := st.commentVersion()
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks} {
+		if i+1 <= v && !ok {
+			return i
+		}
+	}
+	return v
+}
+
+// schemaStateArgs are schemaStateSQL's arguments for s's table.
+func (s *PostgresStore) schemaStateArgs() []any {
+	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs,
+		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs}
+}
+
+// Suffixes of the indexes' names.
+const (
+	runningSuffix = "_running"
+	historySuffix = "_history"
+)
+
+// indexName returns the quoted, schema-qualified name of an index of the
+// runs table.
+func (s *PostgresStore) indexName(suffix string) string {
+	return pgx.Identifier{s.schema, s.table + suffix}.Sanitize()
+}
 
 // SchemaVersion returns the schema version of the runs table in the
 // database (have) and the one this release needs (want, which is
-// LatestSchemaVersion). have is 0 when there is no runs table, and 1 for a
-// table that records no version, as the first release created them. It
-// reads the catalogs only and takes no lock on the table.
+// LatestSchemaVersion). have is the version the table's comment records
+// (1 for a table that records none, as the first release created them),
+// lowered to the last version whose objects are all there: a table whose
+// comment says 3 but whose claim function is missing (dropped by hand,
+// restored with pg_dump -t, moved with ALTER TABLE SET SCHEMA) is at 2,
+// and Migrate repairs it. have is 0 when there is no runs table or its
+// indexes are missing. It reads the catalogs only and takes no lock on the
+// table.
 func (s *PostgresStore) SchemaVersion(ctx context.Context) (have, want int, err error) {
 	if err := checkContext(ctx); err != nil {
 		return 0, LatestSchemaVersion, err
 	}
-	have, _, err = s.schemaVersion(ctx)
+	st, err := s.schemaState(ctx)
 	if err != nil {
 		return 0, LatestSchemaVersion, s.wrap(ctx, "schema version", err)
 	}
-	return have, LatestSchemaVersion, nil
+	return st.version(), LatestSchemaVersion, nil
 }
 
-func (s *PostgresStore) schemaVersion(ctx context.Context) (version int, schemaExists bool, err error) {
-	var tableExists bool
-	var comment string
-	if err := s.db.QueryRow(ctx, schemaStateSQL, s.schema, s.table).Scan(&schemaExists, &tableExists, &comment); err != nil {
-		return 0, false, err
+// schemaState reads the schema state and records its version for claims.
+func (s *PostgresStore) schemaState(ctx context.Context) (schemaState, error) {
+	var st schemaState
+	if err := s.db.QueryRow(ctx, schemaStateSQL, s.schemaStateArgs()...).Scan(st.dest()...); err != nil {
+		return schemaState{}, err
 	}
-	if !tableExists {
-		s.schemaVer.set(0)
-		return 0, schemaExists, nil
-	}
-	v := parseSchemaVersion(comment)
-	s.schemaVer.set(v)
-	return v, true, nil
+	s.schemaVer.set(st.version())
+	return st, nil
 }
 
 // parseSchemaVersion returns the version a runs table's comment records:
@@ -218,10 +261,16 @@ const skipStepCode = "RCSKP"
 // missing steps of Migrations in order. It is idempotent and safe to call
 // from every replica at once, at every start:
 //
-//   - On a current (or newer) schema it only reads the catalogs: it takes
-//     no lock on the runs table and changes nothing, so it never stalls the
-//     claims of running replicas, and a role that may only read and write
-//     rows can call it.
+//   - It goes by the objects each version needs (the indexes, the
+//     min_interval column, the claim function), read from the catalogs,
+//     not by the table's comment alone: a step whose object is missing
+//     (a function dropped by hand, a table restored with pg_dump -t or
+//     moved with ALTER TABLE SET SCHEMA) is applied again, leaving the
+//     comment as it is (see SchemaVersion).
+//   - On a current (or newer) schema with every object in place it only
+//     reads the catalogs: it takes no lock on the runs table and changes
+//     nothing, so it never stalls the claims of running replicas, and a
+//     role that may only read and write rows can call it.
 //   - Each missing step runs in its own short transaction under a
 //     transaction-scoped advisory lock, after a check that no other
 //     Migrate applied it meanwhile. The step's DDL waits at most 500 ms for
@@ -239,17 +288,24 @@ func (s *PostgresStore) Migrate(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	have, schemaExists, err := s.schemaVersion(ctx)
+	st, err := s.schemaState(ctx)
 	if err != nil {
 		return s.wrap(ctx, "migrate", err)
 	}
+	have, recorded := st.version(), st.commentVersion()
 	for _, m := range s.Migrations() {
 		if m.Version <= have {
 			continue
 		}
 		up := m.Up
-		if m.Version == 1 && schemaExists {
+		if m.Version == 1 && st.schemaExists {
 			up = s.tableSQL() + s.versionCommentSQL(1)
+		}
+		if m.Version <= recorded {
+			// A repair: the comment records the step but an object of it
+			// is missing. The step's DDL is idempotent; its comment would
+			// lower the version the table records, so it is left out.
+			up = strings.TrimSuffix(up, s.versionCommentSQL(m.Version))
 		}
 		if err := s.applyStep(ctx, m, up); err != nil {
 			return err
@@ -291,23 +347,46 @@ func (s *PostgresStore) applyStep(ctx context.Context, m Migration, up string) e
 }
 
 // stepGuard is a statement that aborts the step's transaction with
-// skipStepCode if the table has reached version v since Migrate read it.
-// Names are written as dollar-quoted literals, which no setting of
-// standard_conforming_strings changes.
+// skipStepCode if, since Migrate read the schema state, the table has
+// reached version v and has the objects step v adds: another Migrate
+// applied or repaired the step meanwhile. Names are written as
+// dollar-quoted literals, which no setting of standard_conforming_strings
+// changes.
 func (s *PostgresStore) stepGuard(v int) string {
 	nsp, rel := dollarQuote(s.schema), dollarQuote(s.table)
+	var objects string
+	switch v {
+	case 1:
+		objects = fmt.Sprintf("pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regclass(%s) IS NOT NULL",
+			dollarQuote(s.indexName(runningSuffix)), dollarQuote(s.indexName(historySuffix)))
+	case 2:
+		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'min_interval' AND NOT a.attisdropped)",
+			dollarQuote(s.Table()))
+	case 3:
+		objects = fmt.Sprintf("pg_catalog.to_regprocedure(%s) IS NOT NULL", dollarQuote(s.claimFunc()+claimFuncArgs))
+	case 4:
+		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'tick' AND NOT a.attisdropped)"+
+			" AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
+			dollarQuote(s.Table()), dollarQuote(s.indexName(tickSuffix)), dollarQuote(s.claimFunc()+tickFuncArgs))
+	default:
+		objects = "true"
+	}
 	cond := fmt.Sprintf(`(SELECT coalesce(substring(pg_catalog.obj_description(c.oid, 'pg_class') FROM '^%s([0-9]+)$')::int, 1)
 	FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-	WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')) >= %d`, versionComment, nsp, rel, v)
+	WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')) >= %d
+	AND %s`, versionComment, nsp, rel, v, objects)
 	body := fmt.Sprintf("BEGIN IF %s THEN RAISE EXCEPTION USING ERRCODE = '%s', MESSAGE = 'runclaim: schema step already applied'; END IF; END", cond, skipStepCode)
 	return "DO " + dollarQuote(body) + ";"
 }
 
-// dollarQuote quotes s as a dollar-quoted string literal whose tag does
-// not occur in s.
+// dollarQuote quotes s as a dollar-quoted string literal. The literal
+// ends at the first occurrence of its tag after the opening one, so the
+// tag must first occur in s followed by the tag at the very end: not
+// inside s, and not across its end (s = "runs$q" with tag "$q$" would end
+// the literal at "$q$q$"'s first "$q$").
 func dollarQuote(s string) string {
 	tag := "$q$"
-	for i := 0; strings.Contains(s, tag); i++ {
+	for i := 0; strings.Index(s+tag, tag) != len(s); i++ {
 		tag = "$q" + strconv.Itoa(i) + "$"
 	}
 	return tag + s + tag

@@ -30,10 +30,7 @@ func TestPlanIndexesPerStatement(t *testing.T) {
 
 	rec := &stmtRecorder{}
 	traced := db.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
-	tstore, err := runclaim.NewPostgresStore(traced)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tstore := formStore(t, traced, claimForms[0]) // the batch: its statements are the ones planned here
 	c := benchClaimer(t, tstore, "plan", runclaim.WithMinInterval(time.Millisecond))
 	run, err := c.Claim(ctx, "src-0007") // has history
 	if err != nil {

@@ -117,12 +117,19 @@ type PostgresStore struct {
 	namespace string
 	// syncCommit is the SET LOCAL statement of WithSynchronousCommit, or "".
 	syncCommit string
-	sql        struct {
-		expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
+	// sql holds the statements of sql/, filled in for the store's table.
+	sql struct {
+		lock, expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
+		fenceLock, fenceCheck                                                    string
+		clock, running, history, releaseLockTimeout, release, prune              string
+		runningTick, historyTick, releaseTick, pruneTick                         string
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
 	schemaVer schemaCache
+	// prepared prepares the batch's statements on each connection under
+	// the claim's lock bound.
+	prepared boundedPrepare
 	// explicit is set once a session is seen whose default isolation level
 	// is not READ COMMITTED; from then on claims, heartbeats and finishes
 	// use the explicit BEGIN ISOLATION LEVEL READ COMMITTED form.
@@ -161,15 +168,28 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 			return nil, err
 		}
 	}
-	t := s.Table()
-	s.sql.expire = fmt.Sprintf(expireSQL, t)
-	s.sql.claim = fmt.Sprintf(claimSQL, t)
-	s.sql.call = fmt.Sprintf(claimCallSQL, s.claimFunc())
-	s.sql.callTick = fmt.Sprintf(tickCallSQL, s.claimFunc())
-	s.sql.heartbeat = fmt.Sprintf(heartbeatSQL, t)
-	s.sql.finish = fmt.Sprintf(finishSQL, t)
-	s.sql.unclaim = fmt.Sprintf(unclaimSQL, t)
-	s.sql.readRun = fmt.Sprintf(readRunSQL, t)
+	s.sql.lock = s.statement("lock")
+	s.sql.expire = s.statement("expire")
+	s.sql.claim = s.statement("claim")
+	s.prepared.stmts = []string{s.sql.expire, s.sql.claim}
+	s.sql.call = s.statement("call")
+	s.sql.callTick = s.statement("call_tick")
+	s.sql.heartbeat = s.statement("heartbeat")
+	s.sql.finish = s.statement("finish")
+	s.sql.unclaim = s.statement("unclaim")
+	s.sql.readRun = s.statement("read_run")
+	s.sql.fenceLock = s.statement("fence_lock")
+	s.sql.fenceCheck = s.statement("fence_check")
+	s.sql.clock = s.statement("clock")
+	s.sql.running = s.statement("running")
+	s.sql.history = s.statement("history")
+	s.sql.releaseLockTimeout = s.statement("release_lock_timeout")
+	s.sql.release = s.statement("release")
+	s.sql.prune = s.statement("prune")
+	s.sql.runningTick = s.statement("running_tick")
+	s.sql.historyTick = s.statement("history_tick")
+	s.sql.releaseTick = s.statement("release_tick")
+	s.sql.pruneTick = s.statement("prune_tick")
 	return s, nil
 }
 
@@ -235,22 +255,6 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 // context ends, to learn whether it won (see Claim).
 const claimGrace = 5 * time.Second
 
-// unclaimSQL deletes a run its claimer won after giving up on the claim, so
-// that a failed claim leaves no row (G8). This is why the service role needs
-// DELETE on the runs table, besides Prune.
-const unclaimSQL = `DELETE FROM %[1]s WHERE id = $1 AND status = 'running' RETURNING id`
-
-// heartbeatSQL reads the clock once, so that lease_until - heartbeat_at is
-// exactly the lease. It finds the row by its ID and its source, which the
-// partial index on running runs answers in one probe whatever the
-// statistics say, and extends only a lease that has not ended: a lapsed
-// lease is lost (G2), whether or not a claim has expired the run yet.
-const heartbeatSQL = `UPDATE %[1]s
-SET lease_until = c.now + $3::bigint * interval '1 microsecond', heartbeat_at = c.now
-FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
-WHERE id = $1 AND source = $2 AND status = 'running' AND lease_until > c.now
-RETURNING lease_until`
-
 // Heartbeat implements Store in one statement.
 func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (time.Time, error) {
 	if err := checkContext(ctx); err != nil {
@@ -270,35 +274,6 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (ti
 	return until.Time, nil
 }
 
-// finishSQL records the outcome of a running run, or marks it expired if
-// its lease has ended by the database clock, and reports the row as it was
-// before, so that a repeated Finish can be told from a lost run in one
-// statement. The two clock readings of a row are one: the CTE reads it
-// once. The old row is found by its ID alone (a primary-key probe whatever
-// the statistics), then checked for the source: a planner that used the
-// source's history index for "id = $1 AND source = $2" would read the
-// source's whole history.
-const finishSQL = `WITH c AS MATERIALIZED (
-	SELECT pg_catalog.clock_timestamp() AS now
-), byid AS MATERIALIZED (
-	SELECT status, error, source FROM %[1]s WHERE id = $1
-), old AS (
-	SELECT status, error FROM byid WHERE source = $2
-), upd AS (
-	UPDATE %[1]s AS r SET
-		status = CASE WHEN r.lease_until > c.now THEN $3 ELSE 'expired' END,
-		error = $4, finished_at = c.now
-	FROM c
-	WHERE r.id = $1 AND r.source = $2 AND r.status = 'running'
-	RETURNING r.status
-)
-SELECT (SELECT status FROM upd), old.status, old.error
-FROM (SELECT) AS one LEFT JOIN old ON true`
-
-// readRunSQL reads a run's status and error text, found by its ID alone
-// (see finishSQL) and checked for its source.
-const readRunSQL = `SELECT status, error FROM (SELECT status, error, source FROM %[1]s WHERE id = $1 OFFSET 0) AS r WHERE source = $2`
-
 // Finish implements Store in one statement; two when it raced another
 // Finish of the same run (see below).
 func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
@@ -314,7 +289,7 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 	}
 	what := "finish run " + strconv.FormatInt(req.ID, 10)
 	// One allocation for all scan targets; pgtype.Text rather than *string
-	// spares pgx an allocation per column (see claimResult).
+	// spares pgx an allocation per column (see claimDecision).
 	var r struct {
 		newStatus, oldStatus, oldError pgtype.Text
 	}
@@ -339,33 +314,33 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 	return finishConflict(req, textPtr(r.oldStatus), textPtr(r.oldError))
 }
 
-// batchReadCommitted sends the statements that queue adds as one batch, one
-// transaction: implicit, or inside BEGIN ISOLATION LEVEL READ COMMITTED ...
-// COMMIT under the same rule as queryRow; read reads their results.
-func (s *PostgresStore) batchReadCommitted(ctx context.Context, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
+// sendBatch sends the statements queue adds as one batch, one
+// transaction: implicit, or, with explicit, inside BEGIN ISOLATION LEVEL
+// READ COMMITTED ... COMMIT (with WithSynchronousCommit's SET LOCAL, see
+// queueBegin). Each statement's result is read by the callback queue set
+// on it (pgx.QueuedQuery), in the order queued; a statement without one is
+// only checked for an error.
+func (s *PostgresStore) sendBatch(ctx context.Context, explicit bool, queue func(*pgx.Batch)) error {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 7)}
+	if explicit {
+		s.queueBegin(b)
+	}
+	queue(b)
+	if explicit {
+		b.Queue(commitSQL)
+	}
+	return s.db.SendBatch(ctx, b).Close()
+}
+
+// batchReadCommitted sends the statements that queue adds as sendBatch
+// does, in the explicit form under the same rule as queryRow: once the
+// store has seen a session whose default isolation is not READ COMMITTED,
+// with WithSynchronousCommit, or when the implicit form fails with a
+// serialization error.
+func (s *PostgresStore) batchReadCommitted(ctx context.Context, queue func(*pgx.Batch)) error {
 	explicit := s.useExplicit()
 	for {
-		b := &pgx.Batch{}
-		if explicit {
-			s.queueBegin(b)
-		}
-		queue(b)
-		if explicit {
-			b.Queue(commitSQL)
-		}
-		br := s.db.SendBatch(ctx, b)
-		err := func() error {
-			if explicit {
-				if err := s.readBegin(br); err != nil {
-					return err
-				}
-			}
-			return read(br)
-		}()
-		// Close reads the COMMIT's result, if any.
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+		err := s.sendBatch(ctx, explicit, queue)
 		if explicit || pgCode(err) != "40001" {
 			return err
 		}

@@ -592,11 +592,18 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 	}
 }
 
-// cancelAfterSend is a Querier that cancels a context once a batch has
-// been sent: a claim whose caller gives up after the server has it.
+// cancelAfterSend is a Querier that cancels a context once a batch or a
+// one-row query (the claim function's call) has been sent: a claim whose
+// caller gives up after the server has it.
 type cancelAfterSend struct {
 	runclaim.Querier
 	cancel context.CancelFunc
+}
+
+func (q cancelAfterSend) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	r := q.Querier.QueryRow(ctx, sql, args...)
+	q.cancel()
+	return r
 }
 
 func (q cancelAfterSend) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {

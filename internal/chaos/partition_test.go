@@ -405,8 +405,9 @@ func testPartitionClaimCut(t *testing.T, version int) {
 	ctx := context.Background()
 
 	// The size of one claim on a warm connection. Sources of equal length
-	// give batches of equal size. (A new store's first claim also reads the
-	// schema version: the second warm-up is a claim as all later ones.)
+	// give batches of equal size. (A new store's first claim calls the
+	// function first, and on a version 2 table sends the batch after it: the
+	// second warm-up is a claim as all later ones.)
 	warmUp(t, p, "warm-00")
 	warmUp(t, p, "warm-0a")
 	before := px.Stats().BytesToServer

@@ -1,0 +1,305 @@
+package runclaim_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
+)
+
+// This file tests the schema-version machinery where it could trap a
+// store: a downgrade under load, a table whose comment says more than its
+// objects, names that need careful quoting, and a first claim on a locked
+// table.
+
+// claimFuncExists reports whether store's claim function exists.
+func claimFuncExists(t *testing.T, pool *pgxpool.Pool, store *runclaim.PostgresStore) bool {
+	t.Helper()
+	var ok bool
+	err := pool.QueryRow(t.Context(), `SELECT pg_catalog.to_regprocedure($1) IS NOT NULL`,
+		runclaim.ClaimFuncName(store)+runclaim.ClaimFuncArgs).Scan(&ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestDowngradeUnderLoad: step 3's Down (dropping the claim function) and
+// its Up again, applied over and over while 6 claimers claim and finish.
+// A claim that planned the call a moment before the drop commits meets the
+// function missing in one of its forms (42883 undefined_function, or XX000
+// "cache lookup failed for function"); it must then be sent as the batch.
+// Every claim wins or is skipped: none fails.
+func TestDowngradeUnderLoad(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	var down, up string
+	for _, m := range store.Migrations() {
+		if m.Version == 3 {
+			down, up = m.Down, m.Up
+		}
+	}
+	// Each claimer has a store of its own, as replicas do; a short recheck
+	// sends them back to the function soon after each Up.
+	const claimers = 6
+	stop := make(chan struct{})
+	var (
+		wg              sync.WaitGroup
+		claims, skipped atomic.Int64
+		mu              sync.Mutex
+		failures        []error
+	)
+	for i := range claimers {
+		s, err := runclaim.NewPostgresStore(db.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runclaim.SetSchemaRecheck(s, 5*time.Millisecond)
+		c := newClaimer(t, s, runclaim.WithLease(time.Minute))
+		source := []string{"a", "b", "c"}[i%3] // two claimers per source: some claims lose
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				run, err := c.Claim(ctx, source)
+				claims.Add(1)
+				switch {
+				case err == nil:
+					if err := run.Finish(ctx, nil); err != nil {
+						mu.Lock()
+						failures = append(failures, err)
+						mu.Unlock()
+					}
+				case errors.Is(err, runclaim.ErrNotClaimed):
+					skipped.Add(1)
+				default:
+					mu.Lock()
+					failures = append(failures, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	// Bounded by count, not time: 40 drops and 40 creations of the
+	// function while the claims run.
+	for range 40 {
+		for _, q := range []string{down, up} {
+			if _, err := db.Pool.Exec(ctx, q); err != nil {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("step 3: %v", err)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d claims, %d skipped, %d failed", claims.Load(), skipped.Load(), len(failures))
+	for i, err := range failures {
+		if i == 5 {
+			t.Errorf("... and %d more", len(failures)-i)
+			break
+		}
+		t.Errorf("a claim during the downgrade failed: %v", err)
+	}
+}
+
+// TestMigrateRepairsMissingFunction: a table whose comment says version 3
+// but whose claim function is missing (dropped by hand, restored with
+// pg_dump -t, moved with ALTER TABLE SET SCHEMA). SchemaVersion reports it
+// as version 2, Migrate creates the function again, and a Migrate with
+// nothing missing takes no lock on the table.
+func TestMigrateRepairsMissingFunction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	t.Run("dropped_by_hand", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		store := migratedStore(t, db.Pool)
+		if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimFuncName(store)+runclaim.ClaimFuncArgs); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := runclaim.NewPostgresStore(db.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != 2 {
+			t.Errorf("SchemaVersion with the function missing = %d, %v; want 2", have, err)
+		}
+		if err := fresh.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		if !claimFuncExists(t, db.Pool, fresh) {
+			t.Fatalf("Migrate left the claim function missing")
+		}
+		if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != runclaim.LatestSchemaVersion {
+			t.Errorf("SchemaVersion after the repair = %d, %v; want %d", have, err, runclaim.LatestSchemaVersion)
+		}
+		checkMigrateTakesNoLock(t, db.Pool, fresh)
+	})
+	t.Run("moved_schema", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		store := migratedStore(t, db.Pool)
+		if _, err := db.Pool.Exec(ctx, `CREATE SCHEMA moved; ALTER TABLE `+store.Table()+` SET SCHEMA moved`); err != nil {
+			t.Fatal(err)
+		}
+		moved := migratedStore(t, db.Pool, runclaim.WithTable("moved", runclaim.DefaultTable))
+		if !claimFuncExists(t, db.Pool, moved) {
+			t.Fatalf("Migrate on the moved table left its claim function missing")
+		}
+		rec := &sqlRecorder{}
+		pool := db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = rec })
+		s, err := runclaim.NewPostgresStore(pool, runclaim.WithTable("moved", runclaim.DefaultTable))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newClaimer(t, s)
+		for range 3 {
+			if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := checkForm(t, rec, s, claimForms[1]); n != 3 {
+			t.Errorf("%d claims recorded, want 3 calls of the function", n)
+		}
+	})
+}
+
+// checkMigrateTakesNoLock: with the table held ACCESS EXCLUSIVE by
+// another transaction, Migrate on a complete schema returns at once
+// without waiting for it (it reads the catalogs only).
+func checkMigrateTakesNoLock(t *testing.T, pool *pgxpool.Pool, store *runclaim.PostgresStore) {
+	t.Helper()
+	unlock := lockTable(t, pool, store.Table())
+	defer unlock()
+	done := make(chan error, 1)
+	go func() { done <- store.Migrate(t.Context()) }()
+	// If Migrate waited for the table lock it would not return before
+	// unlock; 30 s is slack for a loaded machine.
+	if err := awaitRecv(t, done, 30*time.Second, "Migrate on a complete schema while the table is locked"); err != nil {
+		t.Errorf("Migrate on a complete schema: %v", err)
+	}
+}
+
+// TestMissingFunctionStaysOnBatch: a store whose table's comment says
+// version 3 but whose function is missing pays one failed call, then
+// sends the batch until a periodic recheck finds the function: it does
+// not call the missing function again on every claim.
+func TestMissingFunctionStaysOnBatch(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	setup := migratedStore(t, db.Pool)
+	if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimFuncName(setup)+runclaim.ClaimFuncArgs); err != nil {
+		t.Fatal(err)
+	}
+	pool, rec := recordingPool(t, db)
+	store, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runclaim.SetSchemaRecheck(store, pinForm)
+	c := newClaimer(t, store)
+	const n = 5
+	for range n {
+		if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batches, queries := rec.take()
+	calls := callsOf(queries, store)
+	claimBatches := 0
+	for _, b := range batches {
+		if strings.Contains(strings.Join(b, "\n"), "pg_try_advisory_xact_lock") {
+			claimBatches++
+		}
+	}
+	if calls != 1 || claimBatches != n {
+		t.Errorf("%d claims with the function missing: %d calls, %d batches; want 1 failed call, then the batch each time", n, calls, claimBatches)
+	}
+
+	// Rechecks (on every claim now) read the schema state from the
+	// catalogs: the comment says 3, but the function is still missing, so
+	// the store stays on the batch.
+	runclaim.SetSchemaRecheck(store, 0)
+	for range 3 {
+		if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batches, queries = rec.take()
+	if n := callsOf(queries, store); n != 0 || len(batches) != 3 {
+		t.Errorf("3 claims with rechecks and the function still missing: %d calls, %d batches; want 0 calls and 3 batches", n, len(batches))
+	}
+
+	// Repaired: after a recheck the store calls the function again.
+	if err := setup.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := runclaim.ClaimSchema(store); v < 3 {
+		t.Errorf("after the repair and a recheck the store claims by version %d, want 3", v)
+	}
+}
+
+// TestDollarNames: table and schema names with dollar signs, which a
+// dollar-quoted literal must not end early on, work end to end: Migrate
+// (twice), claim, finish.
+func TestDollarNames(t *testing.T) {
+	t.Parallel()
+	for _, n := range []struct{ schema, table string }{
+		{"public", "runs$q"},
+		{"sch$q", "runs"},
+		{"public", "a$$b"},
+		{"$x$", "$x$"},
+		{"q$", "$q"},
+		{"$q0$", "runs$q0"},
+	} {
+		t.Run(n.schema+"."+n.table, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := pgtest.New(t)
+			store := migratedStore(t, db.Pool, runclaim.WithTable(n.schema, n.table))
+			if err := store.Migrate(ctx); err != nil {
+				t.Fatalf("second Migrate: %v", err)
+			}
+			if have, want, err := store.SchemaVersion(ctx); err != nil || have != want {
+				t.Fatalf("SchemaVersion = %d, %d, %v", have, want, err)
+			}
+			if !claimFuncExists(t, db.Pool, store) {
+				t.Fatalf("no claim function")
+			}
+			c := newClaimer(t, store)
+			run, err := c.Claim(ctx, "src")
+			if err != nil {
+				t.Fatalf("Claim: %v", err)
+			}
+			if _, err := c.Claim(ctx, "src"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+				t.Errorf("second Claim: %v, want ErrAlreadyRunning", err)
+			}
+			if err := run.Finish(ctx, nil); err != nil {
+				t.Fatalf("Finish: %v", err)
+			}
+			if got := readState(t, db.Pool, store.Table()); got.Rows != 1 || got.Running != 0 {
+				t.Errorf("table after claim and finish: %+v", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,153 @@
+package runclaim
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The store's SQL lives in sql/, embedded:
+//
+//   - NNN_<what>.up.sql and .down.sql are the schema's steps (see
+//     migrations in migrate.go), frozen once released.
+//   - The other files hold the statements the store sends, each after a
+//     "-- name: <name>" line (a file without such lines is embedded and
+//     filled by its own code), with "--" comments beside the clauses they
+//     explain. The comments are cut when the files are loaded, so the
+//     server gets the statements as they were before they moved here.
+//
+// The SQL names the runs table, and what is named after it, through
+// placeholders, filled in once per store (fillNames):
+//
+//   - {{table}}: the table, quoted and schema-qualified;
+//   - {{table_running}}, {{table_history}}: its indexes, quoted;
+//   - {{table_claim}}: the claim function, quoted and schema-qualified;
+//   - {{table_tick}}: the index of ticks served (version 4), quoted, and
+//     {{schema_table_tick}}, the same schema-qualified.
+//
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// statements are the named statements of sql/, comments cut and the
+// store-independent placeholders filled.
+var statements = loadStatements()
+
+// loadStatements reads every statement file of sql/: the files whose names
+// do not start with a digit (those are the migrations) and that name their
+// statements.
+func loadStatements() map[string]string {
+	consts := strings.NewReplacer(
+		"{{lock_timeout_ms}}", strconv.FormatInt(claimLockTimeout.Milliseconds(), 10),
+		"{{release_lock_wait_ms}}", strconv.FormatInt(releaseLockWait.Milliseconds(), 10),
+	)
+	out := map[string]string{}
+	files, err := fs.Glob(sqlFiles, "sql/*.sql")
+	if err != nil {
+		panic("runclaim: " + err.Error())
+	}
+	for _, f := range files {
+		base := strings.TrimPrefix(f, "sql/")
+		if base[0] >= '0' && base[0] <= '9' {
+			continue
+		}
+		text := readSQL(f)
+		if !strings.HasPrefix(text, nameMarker) && !strings.Contains(text, "\n"+nameMarker) {
+			continue // a file its own code embeds and fills (check.go's)
+		}
+		for name, q := range parseStatements(base, text) {
+			if _, dup := out[name]; dup {
+				panic("runclaim: statement " + name + " is named twice in sql/")
+			}
+			out[name] = consts.Replace(q)
+		}
+	}
+	return out
+}
+
+// readSQL returns an embedded file's text.
+func readSQL(path string) string {
+	b, err := sqlFiles.ReadFile(path)
+	if err != nil {
+		panic("runclaim: " + err.Error())
+	}
+	return string(b)
+}
+
+// nameMarker starts the line that names the statement after it.
+const nameMarker = "-- name: "
+
+// parseStatements splits a statement file at its "-- name: " lines, and
+// cuts the comments of each statement.
+func parseStatements(file, text string) map[string]string {
+	const marker = nameMarker
+	out := map[string]string{}
+	var name string
+	var lines []string
+	flush := func() {
+		if name != "" {
+			out[name] = strings.TrimRight(strings.Join(lines, "\n"), "\n")
+		}
+	}
+	for line := range strings.SplitSeq(text, "\n") {
+		if n, ok := strings.CutPrefix(line, marker); ok {
+			flush()
+			name, lines = strings.TrimSpace(n), nil
+			continue
+		}
+		code, hadComment := cutComment(line)
+		if name == "" || hadComment && strings.TrimSpace(code) == "" {
+			continue // before the first statement, or a line of comment only
+		}
+		lines = append(lines, code)
+	}
+	flush()
+	if len(out) == 0 {
+		panic("runclaim: sql/" + file + " names no statement")
+	}
+	return out
+}
+
+// cutComment cuts a "--" comment, and the blanks before it, from an SQL
+// line. A "--" inside a quoted string or identifier is not a comment.
+func cutComment(line string) (code string, cut bool) {
+	var quote byte
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '-' && i+1 < len(line) && line[i+1] == '-':
+			return strings.TrimRight(line[:i], " \t"), true
+		}
+	}
+	return line, false
+}
+
+// statement returns the named statement with s's names filled in.
+func (s *PostgresStore) statement(name string) string {
+	q, ok := statements[name]
+	if !ok {
+		panic(fmt.Sprintf("runclaim: no statement %q in sql/", name))
+	}
+	return s.fillNames(q)
+}
+
+// fillNames fills the table's names into SQL from sql/.
+func (s *PostgresStore) fillNames(q string) string {
+	return strings.NewReplacer(
+		"{{table}}", s.Table(),
+		"{{table_running}}", pgx.Identifier{s.table + runningSuffix}.Sanitize(),
+		"{{table_history}}", pgx.Identifier{s.table + historySuffix}.Sanitize(),
+		"{{table_claim}}", s.claimFunc(),
+		"{{table_tick}}", pgx.Identifier{s.table + tickSuffix}.Sanitize(),
+		"{{schema_table_tick}}", s.indexName(tickSuffix),
+	).Replace(q)
+}
