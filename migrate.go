@@ -146,8 +146,8 @@ var schemaStateSQL = statements["schema_state"]
 
 // schemaState is schemaStateSQL's row.
 type schemaState struct {
-	schemaExists, tableExists bool
-	comment                   string
+	schemaExists, tableExists        bool
+	comment                          string
 	indexes, column, function, ticks bool
 }
 

@@ -32,4 +32,3 @@ const tickFuncArgs = "(bigint, text, text, bigint, bigint, bigint, timestamptz)"
 // tickSuffix makes the name of the index of ticks served from the
 // table's.
 const tickSuffix = "_tick"
-
