@@ -92,6 +92,10 @@
 //		}
 //	}
 //
+// The loop that ticks every replica on the same wall-clock minute is
+// ExampleClaimer_Do_ticker, explained in the README's "A plain ticker"
+// section; examples/ticker runs it on three replicas.
+//
 // Do heartbeats while the function runs and, once the run can no longer be
 // trusted to be this holder's, closes Run.Lost and cancels the function's
 // context with cause ErrLeaseLost. A context is cancelled only once: after

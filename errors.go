@@ -17,11 +17,11 @@ var ErrNotClaimed = errors.New("runclaim: not claimed")
 
 // ErrAlreadyRunning means another run holds the source, or another claim for
 // it is in flight. It matches ErrNotClaimed too.
-var ErrAlreadyRunning error = &skipError{"runclaim: source is already running"}
+var ErrAlreadyRunning = newSkip("runclaim: source is already running")
 
 // ErrTooSoon means the minimum interval since the source's last run start has
 // not passed. It matches ErrNotClaimed too.
-var ErrTooSoon error = &skipError{"runclaim: too soon since the last run"}
+var ErrTooSoon = newSkip("runclaim: too soon since the last run")
 
 // ErrTickDone means a run has served the tick that a ClaimTick named, or a
 // later one: a run of the source with that tick or a later one is running,
@@ -54,6 +54,11 @@ var ErrFinished = errors.New("runclaim: run already finished")
 // skipError is the type of the specific skip sentinels; each one also matches
 // ErrNotClaimed.
 type skipError struct{ msg string }
+
+// newSkip returns a sentinel error for a reason to skip, with text msg,
+// that matches ErrNotClaimed too. Declared as "var ErrX = newSkip(...)",
+// a sentinel reads in go doc as errors.New's do.
+func newSkip(msg string) error { return &skipError{msg} }
 
 func (e *skipError) Error() string        { return e.msg }
 func (e *skipError) Is(target error) bool { return target == ErrNotClaimed }

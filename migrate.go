@@ -95,7 +95,7 @@ func (s *PostgresStore) Migrations() []Migration {
 	for _, m := range migrations {
 		up := s.renderStep(m.file + ".up.sql")
 		if m.version == 1 && s.schema != DefaultSchema {
-			up = fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s;\n", pgx.Identifier{s.schema}.Sanitize()) + up
+			up = s.createSchemaSQL() + up
 		}
 		out = append(out, Migration{Version: m.version, Name: m.name, Up: up, Down: s.renderStep(m.file + ".down.sql")})
 	}
@@ -114,6 +114,21 @@ func (s *PostgresStore) renderStep(file string) string {
 	}
 	body := q[i+len(open) : j]
 	return q[:i] + "AS " + dollarQuote(body) + q[j+len("$q$"):]
+}
+
+// createSchemaSQL creates the store's schema if it is missing. CREATE
+// SCHEMA IF NOT EXISTS alone would not do: Postgres checks the CREATE
+// privilege on the database before it looks for the schema, so an owner
+// role that owns an existing schema, and may not create schemas, would get
+// 42501 from a script that starts with it. The statement is therefore run
+// in a block that ignores that refusal: if the schema is missing, the
+// CREATE TABLE that follows fails with 3F000, schema does not exist. The
+// schema is named only as a quoted identifier, and the block's dollar-quote
+// tag is one that the name does not hold (see dollarQuote).
+func (s *PostgresStore) createSchemaSQL() string {
+	body := fmt.Sprintf(" BEGIN CREATE SCHEMA IF NOT EXISTS %s; EXCEPTION WHEN insufficient_privilege THEN NULL; END ",
+		pgx.Identifier{s.schema}.Sanitize())
+	return "DO " + dollarQuote(body) + ";\n"
 }
 
 // SchemaSQL returns the DDL of every step of the schema (see Migrations),

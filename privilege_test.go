@@ -336,10 +336,11 @@ func TestClaimFunctionExecute(t *testing.T) {
 //   - The default table, public.runclaim_runs: CREATE on schema public,
 //     nothing on the database.
 //   - A schema the owner owns, without CREATE on the database: Migrate
-//     sends CREATE SCHEMA IF NOT EXISTS, which Postgres refuses with 42501
-//     "permission denied for database" before it finds the schema. That is
-//     logged, not failed: it is a known limitation with a proposed fix; once
-//     fixed, Migrate works here.
+//     works, and so does the script of SchemaSQL ('runclaim migrate
+//     --sql'), applied as it is, twice: CREATE SCHEMA IF NOT EXISTS alone
+//     would be refused with 42501 "permission denied for database" before
+//     Postgres finds the schema, so the script runs it in a block that
+//     ignores that refusal.
 //   - USAGE only on someone else's schema: 42501, wrapped.
 func TestMigrateOwnerPrivileges(t *testing.T) {
 	t.Parallel()
@@ -373,12 +374,35 @@ func TestMigrateOwnerPrivileges(t *testing.T) {
 	if err := migrate(owned); err != nil {
 		t.Errorf("Migrate into a schema the role owns, without CREATE on the database: %v", err)
 	}
+	script := "script_" + sfx
+	admin(t, e.db, fmt.Sprintf("CREATE SCHEMA %s AUTHORIZATION %s", script, plain.name))
+	scriptStore, err := runclaim.NewPostgresStore(pool, runclaim.WithTable(script, runclaim.DefaultTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := pool.Exec(ctx, scriptStore.SchemaSQL()); err != nil {
+			t.Fatalf("SchemaSQL applied as the owner of the schema, without CREATE on the database (time %d): %v", i+1, err)
+		}
+	}
+	if have, _, err := scriptStore.SchemaVersion(ctx); err != nil || have != runclaim.LatestSchemaVersion {
+		t.Errorf("after SchemaSQL: version %d, %v; want %d", have, err, runclaim.LatestSchemaVersion)
+	}
+	// A schema that is missing, without CREATE on the database: the refusal
+	// is ignored, and the CREATE TABLE says the schema does not exist.
+	missingStore, err := runclaim.NewPostgresStore(pool, runclaim.WithTable("missing_"+sfx, runclaim.DefaultTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, missingStore.SchemaSQL()); pgCode(err) != "3F000" {
+		t.Errorf("SchemaSQL for a missing schema, without CREATE on the database: %v, want 3F000 (schema does not exist)", err)
+	}
 
 	other := "other_" + sfx
 	admin(t, e.db, "CREATE SCHEMA "+other)
 	admin(t, e.db, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", other, plain.name))
 	admin(t, e.db, fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", dbID, plain.name))
-	err := migrate(other)
+	err = migrate(other)
 	if pgCode(err) != "42501" || !strings.HasPrefix(err.Error(), "runclaim: migrate: ") {
 		t.Errorf("Migrate with USAGE only on the schema: %v, want a wrapped 42501", err)
 	}

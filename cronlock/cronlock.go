@@ -4,17 +4,22 @@
 // A cron job has no name and no context, so the source to claim is given
 // when the job is wrapped:
 //
-//	c := cron.New(cron.WithChain(
-//		cron.Recover(logger),
-//		cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger),
-//	))
-//	_, err := c.AddFunc("*/5 * * * *", sweep)
+//	claimed, err := cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger)
+//	if err != nil {
+//		return err
+//	}
+//	c := cron.New(cron.WithChain(cron.Recover(logger), claimed))
+//	_, err = c.AddFunc("*/5 * * * *", sweep)
 //
 // or, for a job that wants the run's context (cancelled when the run's lease
 // is lost) and its ID (a fencing token), and whose error should be recorded:
 //
-//	_, err := c.AddJob("*/5 * * * *", cronlock.Job(ctx, claimer, "sweep-avito", logger,
-//		func(ctx context.Context, run *runclaim.Run) error { return sweep(ctx, run.ID) }))
+//	job, err := cronlock.Job(ctx, claimer, "sweep-avito", logger,
+//		func(ctx context.Context, run *runclaim.Run) error { return sweep(ctx, run.ID) })
+//	if err != nil {
+//		return err
+//	}
+//	_, err = c.AddJob("*/5 * * * *", job)
 //
 // Job's function gets the run itself, and with it run.Lost(), which closes
 // once the run is lost, also after a shutdown has cancelled ctx: a job that
@@ -24,7 +29,15 @@
 // A chain wraps every job of its Cron, and all of them would then claim the
 // one source; to give each job a source of its own, wrap it when adding it:
 //
-//	_, err := c.AddJob("*/5 * * * *", cronlock.SkipUnlessClaimed(claimer, "sweep-cian", logger)(cron.FuncJob(sweepCian)))
+//	claimedCian, err := cronlock.SkipUnlessClaimed(claimer, "sweep-cian", logger)
+//	if err != nil {
+//		return err
+//	}
+//	_, err = c.AddJob("*/5 * * * *", claimedCian(cron.FuncJob(sweepCian)))
+//
+// Both return an error, and nothing else, for a nil or invalid argument
+// (an invalid source matches runclaim.ErrInvalidSource), as
+// gocronlock.New does.
 //
 // A skipped tick is logged at Info with the message "skip", as cron's own
 // SkipIfStillRunning does. Because a claim keeps the source for the whole
@@ -53,9 +66,12 @@
 // With a schedule and WithStartingDeadline, a job also catches up after a
 // restart: run it once when the service starts, before or after c.Start:
 //
-//	job := cronlock.Job(ctx, claimer, "sweep-cian", logger, sweep,
+//	job, err := cronlock.Job(ctx, claimer, "sweep-cian", logger, sweep,
 //		cronlock.WithSchedule(sched), cronlock.WithStartingDeadline(time.Minute))
-//	_, err := c.Schedule(sched, job)
+//	if err != nil {
+//		return err
+//	}
+//	c.Schedule(sched, job)
 //	go job.Run() // catch up on a tick missed while the service was down
 //
 // That run names the latest tick that has passed: if no replica has served
@@ -125,20 +141,25 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// buildConfig applies opts. It panics, as the wrappers do on misuse, on a
-// nil or invalid option.
-func buildConfig(fn string, opts []Option) config {
+// prepare checks the arguments common to the wrappers, and applies opts.
+func prepare(fn string, claimer *runclaim.Claimer, source string, opts []Option) (config, error) {
+	if claimer == nil {
+		return config{}, errors.New("cronlock: " + fn + ": nil Claimer")
+	}
+	if err := runclaim.ValidateSource(source); err != nil {
+		return config{}, fmt.Errorf("cronlock: %s: %w", fn, err)
+	}
 	cfg := config{now: time.Now}
 	for _, o := range opts {
 		if o == nil {
-			panic("cronlock: " + fn + ": nil Option")
+			return config{}, errors.New("cronlock: " + fn + ": nil Option")
 		}
 		o(&cfg)
 	}
 	if len(cfg.errs) > 0 {
-		panic("cronlock: " + cfg.errs[0])
+		return config{}, errors.New("cronlock: " + cfg.errs[0])
 	}
-	return cfg
+	return cfg, nil
 }
 
 // errMissed is the skip of a tick older than the starting deadline.
@@ -160,14 +181,6 @@ func (cfg config) doTick(ctx context.Context, claimer *runclaim.Claimer, source 
 	return claimer.DoTick(ctx, source, tick, fn)
 }
 
-// checkSource logs an invalid source at Error when a job is wrapped, ahead
-// of the errors of its ticks.
-func checkSource(logger cron.Logger, source string) {
-	if err := runclaim.ValidateSource(source); err != nil {
-		logger.Error(err, "invalid source: the job will never run", "source", source)
-	}
-}
-
 // SkipUnlessClaimed returns a cron.JobWrapper that runs the wrapped job only
 // when claimer claims source, and records the run's end when the job
 // returns. A panic in the job is recorded as a failed run and then
@@ -178,17 +191,16 @@ func checkSource(logger cron.Logger, source string) {
 // Skips are logged to logger at Info with the message "skip" and the keys
 // "source" and "reason", plus "holder" and "run" when the holder is known.
 // Failures (the claim failed, or the run could not be recorded) are logged
-// at Error. An invalid source is logged at Error at once, and on every tick.
-// A nil logger means cron.DefaultLogger. The claim runs with
+// at Error. A nil logger means cron.DefaultLogger. The claim runs with
 // context.Background. Each run claims its tick (see Ticks in the package
-// doc). It panics if claimer or an option is nil, or an option is invalid.
-func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Logger, opts ...Option) cron.JobWrapper {
-	if claimer == nil {
-		panic("cronlock: SkipUnlessClaimed: nil Claimer")
+// doc). It returns an error if claimer or an option is nil, an option is
+// invalid, or source is not a valid source (runclaim.ErrInvalidSource).
+func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Logger, opts ...Option) (cron.JobWrapper, error) {
+	cfg, err := prepare("SkipUnlessClaimed", claimer, source, opts)
+	if err != nil {
+		return nil, err
 	}
-	cfg := buildConfig("SkipUnlessClaimed", opts)
 	logger = orDefault(logger)
-	checkSource(logger, source)
 	return func(j cron.Job) cron.Job {
 		return cron.FuncJob(func() {
 			err := cfg.doTick(context.Background(), claimer, source, func(context.Context, *runclaim.Run) error {
@@ -197,7 +209,7 @@ func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Log
 			})
 			logResult(logger, source, err)
 		})
-	}
+	}, nil
 }
 
 // Job returns a cron.Job that calls fn with a run of source when claimer
@@ -205,26 +217,28 @@ func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Log
 // the parent of every run's context: cancel it to stop claiming and to
 // cancel running runs, for example when the service shuts down. fn's error
 // is recorded as the run's outcome and logged at Error, unless it is ctx's
-// own, which is logged at Info as "cancelled"; skips and an invalid source
-// are logged as by SkipUnlessClaimed, and ticks are claimed as there. A nil logger means cron.DefaultLogger. It panics if ctx, claimer,
-// fn or an option is nil, or an option is invalid.
+// own, which is logged at Info as "cancelled"; skips are logged as by
+// SkipUnlessClaimed, and ticks are claimed as there. A nil logger means
+// cron.DefaultLogger. It returns an error if ctx, claimer, fn or an option
+// is nil, an option is invalid, or source is not a valid source
+// (runclaim.ErrInvalidSource).
 //
 // When ctx is cancelled, fn's context is cancelled too, and the run is kept
 // alive until fn returns. A run lost while fn winds down after that shows
 // in run.Lost() only, since fn's context was already cancelled: a fn that
 // goes on working after its context ends selects on run.Lost() as well.
-func Job(ctx context.Context, claimer *runclaim.Claimer, source string, logger cron.Logger, fn func(ctx context.Context, run *runclaim.Run) error, opts ...Option) cron.Job {
+func Job(ctx context.Context, claimer *runclaim.Claimer, source string, logger cron.Logger, fn func(ctx context.Context, run *runclaim.Run) error, opts ...Option) (cron.Job, error) {
 	switch {
 	case ctx == nil:
-		panic("cronlock: Job: nil Context")
-	case claimer == nil:
-		panic("cronlock: Job: nil Claimer")
+		return nil, errors.New("cronlock: Job: nil Context")
 	case fn == nil:
-		panic("cronlock: Job: nil function")
+		return nil, errors.New("cronlock: Job: nil function")
 	}
-	cfg := buildConfig("Job", opts)
+	cfg, err := prepare("Job", claimer, source, opts)
+	if err != nil {
+		return nil, err
+	}
 	logger = orDefault(logger)
-	checkSource(logger, source)
 	return cron.FuncJob(func() {
 		err := cfg.doTick(ctx, claimer, source, fn)
 		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -232,7 +246,7 @@ func Job(ctx context.Context, claimer *runclaim.Claimer, source string, logger c
 			return
 		}
 		logResult(logger, source, err)
-	})
+	}), nil
 }
 
 func orDefault(l cron.Logger) cron.Logger {

@@ -117,17 +117,17 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 		switch variant {
 		case "SkipUnlessClaimed":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger),
-				cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep", logger, cronlock.WithClock(clk.Now))))
+				cron.WithChain(cron.Recover(logger), must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "sweep", logger, cronlock.WithClock(clk.Now)))))
 			job = cron.FuncJob(hold)
 		case "Job":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger), cron.WithChain(cron.Recover(logger)))
-			job = cronlock.Job(ctx, claimer, "sweep", logger, func(ctx context.Context, run *runclaim.Run) error {
+			job = must[cron.Job](t)(cronlock.Job(ctx, claimer, "sweep", logger, func(ctx context.Context, run *runclaim.Run) error {
 				if run.Source != "sweep" || run.Owner != replica || ctx.Err() != nil {
 					return fmt.Errorf("fn called with run %+v, ctx error %v", run, ctx.Err())
 				}
 				hold()
 				return nil
-			}, cronlock.WithClock(clk.Now))
+			}, cronlock.WithClock(clk.Now)))
 		}
 		g := &gate{ticks: make(chan struct{}), done: done}
 		gates = append(gates, g)
@@ -236,7 +236,7 @@ func TestOutcomes(t *testing.T) {
 
 	t.Run("JobError", func(t *testing.T) {
 		boom := errors.New("boom")
-		cronlock.Job(t.Context(), claimer, "fails", log, func(context.Context, *runclaim.Run) error { return boom }).Run()
+		must[cron.Job](t)(cronlock.Job(t.Context(), claimer, "fails", log, func(context.Context, *runclaim.Run) error { return boom })).Run()
 		if len(events) != 1 || events[0].Status != runclaim.StatusFailed || !errors.Is(events[0].Err, boom) {
 			t.Fatalf("finished events %+v; want one failed with boom", events)
 		}
@@ -247,7 +247,7 @@ func TestOutcomes(t *testing.T) {
 
 	t.Run("Panic", func(t *testing.T) {
 		events, log.lines = nil, nil
-		job := cron.NewChain(cron.Recover(log), cronlock.SkipUnlessClaimed(claimer, "panics", log)).
+		job := cron.NewChain(cron.Recover(log), must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "panics", log))).
 			Then(cron.FuncJob(func() { panic("kaboom") }))
 		job.Run()
 		if len(events) != 1 || events[0].Status != runclaim.StatusFailed || !strings.Contains(events[0].Err.Error(), "kaboom") {
@@ -264,7 +264,7 @@ func TestOutcomes(t *testing.T) {
 		// Two ticks a second apart, by the wrapper's clock: the second
 		// comes within the claimer's interval of an hour.
 		clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-		job := cronlock.SkipUnlessClaimed(claimer, "fast", log, cronlock.WithClock(clk.Now))(cron.FuncJob(func() { ran++ }))
+		job := must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "fast", log, cronlock.WithClock(clk.Now)))(cron.FuncJob(func() { ran++ }))
 		job.Run()
 		clk.Advance(time.Second)
 		job.Run()
@@ -279,11 +279,11 @@ func TestOutcomes(t *testing.T) {
 	t.Run("Cancelled", func(t *testing.T) {
 		events, log.lines = nil, nil
 		ctx, cancel := context.WithCancel(t.Context())
-		cronlock.Job(ctx, claimer, "cancelled", log, func(ctx context.Context, _ *runclaim.Run) error {
+		must[cron.Job](t)(cronlock.Job(ctx, claimer, "cancelled", log, func(ctx context.Context, _ *runclaim.Run) error {
 			cancel() // the service shuts down while the job runs
 			<-ctx.Done()
 			return ctx.Err()
-		}).Run()
+		})).Run()
 		if len(events) != 1 || events[0].Status != runclaim.StatusFailed || !errors.Is(events[0].Err, context.Canceled) {
 			t.Fatalf("finished events %+v; want one failed with context.Canceled", events)
 		}
@@ -294,61 +294,73 @@ func TestOutcomes(t *testing.T) {
 
 	t.Run("InvalidSource", func(t *testing.T) {
 		for _, source := range []string{"", "tab\tname", strings.Repeat("s", runclaim.MaxSourceLen+1)} {
-			for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
-				events, log.lines = nil, nil
-				var job cron.Job
-				switch variant {
-				case "SkipUnlessClaimed":
-					job = cronlock.SkipUnlessClaimed(claimer, source, log)(cron.FuncJob(func() { t.Error("the job ran") }))
-				case "Job":
-					job = cronlock.Job(t.Context(), claimer, source, log, func(context.Context, *runclaim.Run) error {
-						t.Error("the job ran")
-						return nil
-					})
-				}
-				// Logged when the job is wrapped, before any tick.
-				wantWrap := fmt.Sprintf("error invalid source: the job will never run [source %s] %s", source, runclaim.ErrInvalidSource)
-				if got := log.String(); !strings.HasPrefix(got, wantWrap) || strings.Contains(got, "\n") {
-					t.Fatalf("%s(%.20q): logged %q when wrapped; want one line starting %q", variant, source, got, wantWrap)
-				}
-				job.Run()
-				wantTick := fmt.Sprintf("error run failed [source %s] %s", source, runclaim.ErrInvalidSource)
-				if got := log.lines[len(log.lines)-1]; !strings.HasPrefix(got, wantTick) {
-					t.Fatalf("%s(%.20q): logged %q on a tick; want %q", variant, source, got, wantTick)
-				}
-				if len(events) != 0 {
-					t.Fatalf("%s(%.20q): finished events %+v", variant, source, events)
-				}
+			log.lines = nil
+			w, err := cronlock.SkipUnlessClaimed(claimer, source, log)
+			if w != nil || !errors.Is(err, runclaim.ErrInvalidSource) || !strings.HasPrefix(err.Error(), "cronlock: SkipUnlessClaimed: ") {
+				t.Errorf("SkipUnlessClaimed(%.20q): %v, %v; want no wrapper and an ErrInvalidSource", source, w, err)
+			}
+			j, err := cronlock.Job(t.Context(), claimer, source, log, func(context.Context, *runclaim.Run) error { return nil })
+			if j != nil || !errors.Is(err, runclaim.ErrInvalidSource) || !strings.HasPrefix(err.Error(), "cronlock: Job: ") {
+				t.Errorf("Job(%.20q): %v, %v; want no job and an ErrInvalidSource", source, j, err)
+			}
+			if len(log.lines) != 0 {
+				t.Errorf("%.20q: logged %q; want the error returned, not logged", source, log.lines)
 			}
 		}
 	})
 }
 
-func TestNilArgumentsPanic(t *testing.T) {
+// TestBadArgumentsAreErrors: a nil or invalid argument is an error from
+// SkipUnlessClaimed and Job, with no wrapper or job, as gocronlock.New
+// does, not a panic.
+func TestBadArgumentsAreErrors(t *testing.T) {
 	claimer, err := runclaim.New(runclaim.NewMemoryStore())
 	if err != nil {
 		t.Fatal(err)
 	}
 	fn := func(context.Context, *runclaim.Run) error { return nil }
 	var nilCtx context.Context
-	for name, f := range map[string]func(){
-		"SkipUnlessClaimed nil claimer": func() { cronlock.SkipUnlessClaimed(nil, "s", nil) },
-		"Job nil claimer":               func() { cronlock.Job(t.Context(), nil, "s", nil, fn) },
-		"Job nil fn":                    func() { cronlock.Job(t.Context(), claimer, "s", nil, nil) },
-		"Job nil ctx":                   func() { cronlock.Job(nilCtx, claimer, "s", nil, fn) },
-		"SkipUnlessClaimed nil option":  func() { cronlock.SkipUnlessClaimed(claimer, "s", nil, nil) },
-		"Job nil option":                func() { cronlock.Job(t.Context(), claimer, "s", nil, fn, nil) },
-		"zero starting deadline":        func() { cronlock.SkipUnlessClaimed(claimer, "s", nil, cronlock.WithStartingDeadline(0)) },
-		"nil schedule":                  func() { cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithSchedule(nil)) },
-		"nil clock":                     func() { cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithClock(nil)) },
+	wrap := func(w cron.JobWrapper, err error) (bool, error) { return w != nil, err }
+	job := func(j cron.Job, err error) (bool, error) { return j != nil, err }
+	for name, f := range map[string]func() (bool, error){
+		"SkipUnlessClaimed nil claimer": func() (bool, error) { return wrap(cronlock.SkipUnlessClaimed(nil, "s", nil)) },
+		"Job nil claimer":               func() (bool, error) { return job(cronlock.Job(t.Context(), nil, "s", nil, fn)) },
+		"Job nil fn":                    func() (bool, error) { return job(cronlock.Job(t.Context(), claimer, "s", nil, nil)) },
+		"Job nil ctx":                   func() (bool, error) { return job(cronlock.Job(nilCtx, claimer, "s", nil, fn)) },
+		"SkipUnlessClaimed nil option":  func() (bool, error) { return wrap(cronlock.SkipUnlessClaimed(claimer, "s", nil, nil)) },
+		"Job nil option":                func() (bool, error) { return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, nil)) },
+		"zero starting deadline": func() (bool, error) {
+			return wrap(cronlock.SkipUnlessClaimed(claimer, "s", nil, cronlock.WithStartingDeadline(0)))
+		},
+		"nil schedule": func() (bool, error) {
+			return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithSchedule(nil)))
+		},
+		"nil clock": func() (bool, error) {
+			return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithClock(nil)))
+		},
 	} {
 		func() {
 			defer func() {
-				if r := recover(); r == nil || !strings.HasPrefix(fmt.Sprint(r), "cronlock: ") {
-					t.Errorf("%s: recovered %v; want a cronlock panic", name, r)
+				if r := recover(); r != nil {
+					t.Errorf("%s: panicked with %v; want an error", name, r)
 				}
 			}()
-			f()
+			got, err := f()
+			if got || err == nil || !strings.HasPrefix(err.Error(), "cronlock: ") {
+				t.Errorf("%s: returned a value %v, error %v; want only a cronlock error", name, got, err)
+			}
 		}()
+	}
+}
+
+// must returns a function that returns v, and fails t if err is not nil:
+// must[cron.Job](t)(cronlock.Job(...)).
+func must[T any](t testing.TB) func(v T, err error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
 	}
 }

@@ -24,10 +24,11 @@ func ExampleSkipUnlessClaimed() {
 	}
 	logger := cron.VerbosePrintfLogger(log.New(os.Stdout, "cron: ", 0))
 
-	c := cron.New(cron.WithChain(
-		cron.Recover(logger),
-		cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger),
-	))
+	claimed, err := cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger)
+	if err != nil {
+		log.Fatal(err)
+	}
+	c := cron.New(cron.WithChain(cron.Recover(logger), claimed))
 	id, err := c.AddFunc("*/5 * * * *", func() { fmt.Println("sweeping avito") })
 	if err != nil {
 		log.Fatal(err)
@@ -66,13 +67,17 @@ func ExampleJob() {
 	logger := cron.PrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
 
 	c := cron.New(cron.WithChain(cron.Recover(logger)))
-	id, err := c.AddJob("*/5 * * * *", cronlock.Job(ctx, claimer, "sweep-cian", logger,
+	job, err := cronlock.Job(ctx, claimer, "sweep-cian", logger,
 		func(ctx context.Context, run *runclaim.Run) error {
 			// ctx ends if the run is lost; run.ID is a fencing token; an
 			// error is recorded as the run's outcome.
 			fmt.Printf("sweeping cian as run %d\n", run.ID)
 			return nil
-		}))
+		})
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := c.AddJob("*/5 * * * *", job)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestJobSeesLostAfterShutdown(t *testing.T) {
 		defer cancel()
 		t0 := time.Now()
 		var lostAt time.Duration
-		job := cronlock.Job(ctx, claimer, "sweep", cron.DiscardLogger, func(runCtx context.Context, run *runclaim.Run) error {
+		job := must[cron.Job](t)(cronlock.Job(ctx, claimer, "sweep", cron.DiscardLogger, func(runCtx context.Context, run *runclaim.Run) error {
 			cancel() // the service shuts down
 			<-runCtx.Done()
 			store.down.Store(true)
@@ -53,7 +53,7 @@ func TestJobSeesLostAfterShutdown(t *testing.T) {
 			case <-time.After(10 * claimer.Lease()):
 			}
 			return runCtx.Err()
-		})
+		}))
 		job.Run()
 		if want := claimer.Lease() - claimer.ExpiryMargin(); lostAt != want {
 			t.Errorf("fn saw Lost at t0+%v, want t0+%v (the lease less the expiry margin)", lostAt, want)

@@ -33,12 +33,12 @@ func TestTicks(t *testing.T) {
 				}
 				opts = append(opts, cronlock.WithClock(clk.Now))
 				if variant == "Job" {
-					return cronlock.Job(t.Context(), claimer, "job/"+name[:1], log, func(context.Context, *runclaim.Run) error {
+					return must[cron.Job](t)(cronlock.Job(t.Context(), claimer, "job/"+name[:1], log, func(context.Context, *runclaim.Run) error {
 						ran[name]++
 						return nil
-					}, opts...)
+					}, opts...))
 				}
-				return cronlock.SkipUnlessClaimed(claimer, "job/"+name[:1], log, opts...)(cron.FuncJob(func() { ran[name]++ }))
+				return must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "job/"+name[:1], log, opts...))(cron.FuncJob(func() { ran[name]++ }))
 			}
 			// Same first letter, same source.
 			early, late := replica("e-early"), replica("e-late")
@@ -105,7 +105,7 @@ func TestJobKeepsRunAliveAfterCancel(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			var overlaps []string
-			job := cronlock.Job(ctx, claimer, "wind-down", cron.DiscardLogger, func(runCtx context.Context, _ *runclaim.Run) error {
+			job := must[cron.Job](t)(cronlock.Job(ctx, claimer, "wind-down", cron.DiscardLogger, func(runCtx context.Context, _ *runclaim.Run) error {
 				cancel() // the service shuts down
 				<-runCtx.Done()
 				// Wind down past the claim's own lease end (the claim ran
@@ -122,7 +122,7 @@ func TestJobKeepsRunAliveAfterCancel(t *testing.T) {
 					}
 				}
 				return runCtx.Err()
-			})
+			}))
 			job.Run()
 			if len(overlaps) > 0 {
 				t.Errorf("another replica started the source %d times while fn wound down (at %v after the cancel)", len(overlaps), overlaps)

@@ -81,12 +81,12 @@ func testEachTickOnce(t *testing.T, store runclaim.Store, variant string) {
 		var job cron.Job
 		switch variant {
 		case "SkipUnlessClaimed":
-			job = cronlock.SkipUnlessClaimed(claimer, "every-second", logger)(cron.FuncJob(work))
+			job = must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "every-second", logger))(cron.FuncJob(work))
 		case "Job":
-			job = cronlock.Job(t.Context(), claimer, "every-second", logger, func(context.Context, *runclaim.Run) error {
+			job = must[cron.Job](t)(cronlock.Job(t.Context(), claimer, "every-second", logger, func(context.Context, *runclaim.Run) error {
 				work()
 				return nil
-			})
+			}))
 		}
 		c := cron.New(cron.WithSeconds(), cron.WithLogger(cron.DiscardLogger))
 		if _, err := c.AddJob("* * * * * *", job); err != nil {

@@ -37,13 +37,9 @@
 // a lock in the database) fails them, though it may pass every case that
 // uses one Store.
 //
-// Run is the older entry point: it gives every subtest the Store that
-// newStore returns and runs the replica cases with that one Store standing
-// for every replica, so it cannot see a store whose values disagree. Use
-// RunReplicas for a backend that more than one process shares.
-//
 // Every subtest uses source names of its own, so a backend may also be
-// shared by all subtests. The suite uses only the Store interface and the
+// shared by all subtests: newBackend may return the same open function
+// each time. The suite uses only the Store interface and the
 // exported types of package runclaim; it never reads the backend's storage
 // directly. Run the test with -race.
 //

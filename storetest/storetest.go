@@ -55,9 +55,12 @@ var cases = []suiteCase{
 	{name: "TickUnderContention", replicas: testTickUnderContention},
 }
 
-// RunReplicas runs the whole suite, including the cases that need several replicas:
-// newBackend makes a fresh, empty backend and returns a function that opens one more
-// Store on it, as another replica of a service would.
+// RunReplicas runs the whole suite, each check as a subtest of t, the cases
+// that need several replicas included: newBackend makes a fresh, empty
+// backend and returns a function that opens one more Store on it, as
+// another replica of a service would. A backend whose Store value is
+// shared by its replicas (the memory store) returns that one value from
+// open.
 //
 // newBackend is called once per subtest, with the subtest's t; open is
 // called only from that subtest's goroutine, at most a few times. See the
@@ -87,24 +90,6 @@ func RunReplicas(t *testing.T, newBackend func(t *testing.T) (open func() runcla
 			tc.replicas(t, checked)
 		})
 	}
-}
-
-// Run runs the conformance suite against the stores newStore returns, each
-// check as a subtest of t. The cases that need several replicas get the one
-// Store for each of them, so Run cannot tell a store whose values disagree;
-// RunReplicas can. See the package documentation.
-func Run(t *testing.T, newStore func(t *testing.T) runclaim.Store) {
-	t.Helper()
-	if newStore == nil {
-		t.Fatal("storetest: Run: nil newStore")
-	}
-	RunReplicas(t, func(t *testing.T) func() runclaim.Store {
-		s := newStore(t)
-		if s == nil {
-			t.Fatal("storetest: newStore returned nil")
-		}
-		return func() runclaim.Store { return s }
-	})
 }
 
 // suiteTimeout bounds every subtest, so that a store that hangs fails

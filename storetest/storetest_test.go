@@ -1,6 +1,11 @@
 package storetest_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -21,9 +26,39 @@ func TestMemoryStore(t *testing.T) {
 	})
 }
 
-// TestSharedMemoryStore runs the suite through Run, with one store shared
-// by every subtest, as a backend on a single shared database would be.
+// TestSharedMemoryStore runs the suite with one store shared by every
+// subtest, as a backend on a single shared database would be.
 func TestSharedMemoryStore(t *testing.T) {
 	s := runclaim.NewMemoryStore()
-	storetest.Run(t, func(t *testing.T) runclaim.Store { return s })
+	storetest.RunReplicas(t, func(t *testing.T) func() runclaim.Store {
+		return func() runclaim.Store { return s }
+	})
+}
+
+// TestOneEntryPoint: the package exports one function to run the suite,
+// RunReplicas, and no older variant beside it.
+func TestOneEntryPoint(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exported []string
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.IsExported() {
+				exported = append(exported, fn.Name.Name)
+			}
+		}
+	}
+	if len(exported) != 1 || exported[0] != "RunReplicas" {
+		t.Errorf("exported functions %v, want only RunReplicas", exported)
+	}
 }

@@ -100,6 +100,13 @@ default it is half of the time between the stop and the lease's end,
 --heartbeat). A longer --kill-grace is refused; lengthen --lease or
 shorten --heartbeat to allow one.
 
+Each heartbeat attempt may take a part of what the lease leaves after the
+heartbeat interval and that stop (the library's Claimer.HeartbeatTimeout:
+(lease - margin - heartbeat)/3, margin being (lease - 2*heartbeat)/4). exec
+refuses a --lease and --heartbeat that give it less than 500ms, room for a
+new connection on a slow link: with the default --heartbeat, a --lease
+under 2.6s.
+
 The command should not read from the terminal: it is not in the terminal's
 foreground process group.
 
@@ -130,8 +137,12 @@ Exit codes:
           database went away); the run stays "running" until its lease
           passes, and exec prints the command's status (EX_IOERR;
           --unrecorded-exit-code)
-  126     the command could not be started (e.g. permission denied)
+  126     the command is not executable (permission denied, a directory),
+          or could not be started
   127     the command was not found
+          (a missing or non-executable command is found before the claim:
+          no run is recorded; one that fails to start after the claim, such
+          as a script with a missing interpreter, is recorded as failed)
   2       bad usage; nothing was run
   128+N   exec was stopped by signal N before the command started
 The command's own codes can collide with these; the outcome in 'runclaim
@@ -194,7 +205,66 @@ func (o *execOptions) Validate() error {
 		return err
 	}
 	o.tickAt = tick
-	return runclaim.ValidateSource(o.source)
+	if err := runclaim.ValidateSource(o.source); err != nil {
+		return fmt.Errorf("--source: %s", strings.TrimPrefix(err.Error(), "runclaim: "))
+	}
+	// The claimer's own checks, on a store that is never used, with its
+	// messages naming the flags rather than the options.
+	claimer, err := runclaim.New(runclaim.NewMemoryStore(), o.claimOptions(runclaim.Hooks{})...)
+	if err != nil {
+		return flagError(err)
+	}
+	return checkHeartbeatRoom(claimer)
+}
+
+// minHeartbeatAttempt is the least time exec lets one heartbeat attempt
+// take (Claimer.HeartbeatTimeout: a run is given up ExpiryMargin before its
+// lease ends, and an attempt that hangs is abandoned in time for two more).
+// A heartbeat is one short UPDATE, but it may need a new connection first
+// (TCP, TLS, authentication), and a loaded host or link can hold that up
+// for a few hundred milliseconds. With the default --heartbeat (a third of
+// the lease) an attempt gets 7/36 of the lease, so the shortest --lease is
+// about 36/7 of this: 2.6s, in steps of 100ms (minDefaultLease).
+const minHeartbeatAttempt = 500 * time.Millisecond
+
+// minDefaultLease is the shortest --lease, in steps of 100ms, that the
+// default --heartbeat allows, as the library computes the attempt's bound.
+var minDefaultLease = func() time.Duration {
+	for lease := 100 * time.Millisecond; ; lease += 100 * time.Millisecond {
+		c, err := runclaim.New(runclaim.NewMemoryStore(), runclaim.WithLease(lease))
+		if err == nil && c.HeartbeatTimeout() >= minHeartbeatAttempt {
+			return lease
+		}
+	}
+}()
+
+// checkHeartbeatRoom refuses a --lease and --heartbeat that leave a
+// heartbeat attempt less than minHeartbeatAttempt: with such a lease a
+// heartbeat that meets a slow connection loses the run, and the command's
+// kill grace is a few milliseconds.
+func checkHeartbeatRoom(claimer *runclaim.Claimer) error {
+	lease, hb := claimer.Lease(), claimer.HeartbeatInterval()
+	if attempt := claimer.HeartbeatTimeout(); attempt < minHeartbeatAttempt {
+		return fmt.Errorf("--lease %v with --heartbeat %v leaves a heartbeat attempt %v, under the %v exec needs; "+
+			"lengthen --lease (at least %v with the default --heartbeat) or shorten --heartbeat",
+			lease, hb.Round(time.Millisecond), attempt.Round(time.Millisecond), minHeartbeatAttempt, minDefaultLease)
+	}
+	return nil
+}
+
+// optionFlags maps the claimer's option names, as its errors give them, to
+// exec's flags.
+var optionFlags = strings.NewReplacer(
+	"runclaim: ", "",
+	"WithLease:", "--lease:",
+	"WithHeartbeat:", "--heartbeat:",
+	"WithMinInterval:", "--min-interval:",
+	"WithOwner:", "--owner:",
+)
+
+// flagError is an error of runclaim.New, in the words of exec's flags.
+func flagError(err error) error {
+	return errors.New(optionFlags.Replace(err.Error()))
 }
 
 // claimOptions are the claimer's options, with hooks.
@@ -274,7 +344,7 @@ func runExec(ctx context.Context, c *cli, o *execOptions) int {
 	var events runEvents
 	claimer, err := runclaim.New(store, o.claimOptions(events.hooks(c, o))...)
 	if err != nil {
-		return c.badUsage("%v", err)
+		return c.badUsage("%v", flagError(err)) // Validate has checked them
 	}
 	if err := o.fitKillGrace(claimer); err != nil {
 		return c.badUsage("%v", err)
@@ -296,11 +366,14 @@ func runExec(ctx context.Context, c *cli, o *execOptions) int {
 }
 
 // lookCommand finds the program that name (argv[0]) runs, as exec.Command
-// does, and checks that a path given with a slash exists.
+// does, and checks that a path given with a slash names an executable
+// file, as the search of PATH does for a bare name: a missing command
+// (127) and one that is not executable (126) are both refused before the
+// claim, so neither records a run.
 func lookCommand(name string) (string, error) {
 	cmd := exec.Command(name)
 	if cmd.Err == nil && strings.ContainsRune(name, os.PathSeparator) {
-		if _, err := os.Stat(cmd.Path); errors.Is(err, fs.ErrNotExist) {
+		if _, err := exec.LookPath(cmd.Path); err != nil {
 			cmd.Err = err
 		}
 	}
@@ -404,7 +477,7 @@ func (x *execution) supervise(ctx context.Context, run *runclaim.Run, p *proc) (
 	case <-ctx.Done():
 		stopCause = context.Cause(ctx)
 		fmt.Fprintf(stderr, "runclaim exec: run %d of %q: %s; sending SIGTERM to the command, SIGKILL in %v\n",
-			run.ID, run.Source, x.c.redact(stopCause.Error()), grace)
+			run.ID, run.Source, x.c.redact(stopReason(run, stopCause)), grace)
 		x.fw.signal(syscall.SIGTERM)
 	case <-p.leftover():
 		fmt.Fprintf(stderr, "runclaim exec: %s, but processes of its group still run; sending SIGTERM to them, SIGKILL in %v\n",
@@ -423,6 +496,16 @@ func (x *execution) supervise(ctx context.Context, run *runclaim.Run, p *proc) (
 	x.fw.signal(syscall.SIGKILL)
 	<-p.ended()
 	return stopCause
+}
+
+// stopReason is why run's context ended, for a line that already names
+// the run: without the library's "runclaim: " prefixes and the run's ID
+// again, so that "heartbeat run 11: runclaim: lease lost" reads
+// "heartbeat: lease lost".
+func stopReason(run *runclaim.Run, cause error) string {
+	msg := strings.ReplaceAll(cause.Error(), "runclaim: ", "")
+	msg = strings.ReplaceAll(msg, fmt.Sprintf("heartbeat run %d: ", run.ID), "heartbeat: ")
+	return strings.ReplaceAll(msg, fmt.Sprintf("run %d's lease", run.ID), "its lease")
 }
 
 // exitCode reports how the execution went and returns exec's exit code.
@@ -446,10 +529,10 @@ func (x *execution) exitCode(ctx, claimCtx context.Context, err error, lost, rec
 		case errors.As(x.startErr, &kErr):
 			return c.failCode("exec", fmt.Errorf("cannot run %s: %w", x.path, kErr), o.errorCode)
 		case x.startErr != nil:
+			// Found and executable before the claim, so 126 even for
+			// ENOENT (a script whose interpreter is missing): 127 means
+			// "not found, nothing recorded".
 			fmt.Fprintf(c.stderr, "runclaim exec: cannot run %s: %v\n", x.path, x.startErr)
-			if errors.Is(x.startErr, fs.ErrNotExist) {
-				return exitNotFound
-			}
 			return exitCannotRun
 		case err == nil:
 			err = errors.New("the command did not start")

@@ -90,12 +90,32 @@ func TestExec(t *testing.T) {
 		if err := os.WriteFile(path, []byte("#!/bin/sh\necho ran\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		r := runCLI(t, db, nil, "exec", "--source", "noexec", "--", path)
-		if r.code != exitCannotRun || r.stdout != "" || !strings.Contains(r.stderr, "permission denied") {
+		// Like a missing command (127), one that is not executable is
+		// refused before the claim: no run is recorded.
+		for _, name := range []string{path, t.TempDir()} {
+			r := runCLI(t, db, nil, "exec", "--source", "noexec", "--", name)
+			if r.code != exitCannotRun || r.stdout != "" || !strings.Contains(r.stderr, name) {
+				t.Errorf("%s: %+v, want exit 126", name, r)
+			}
+		}
+		if runs := history(t, store, "noexec"); len(runs) != 0 {
+			t.Errorf("history %+v, want no run", runs)
+		}
+	})
+
+	t.Run("interpreter missing", func(t *testing.T) {
+		// Executable, so claimed; the kernel's ENOENT for the missing
+		// interpreter comes at start: a failed run, and 126, not 127,
+		// which says that nothing was recorded.
+		path := filepath.Join(t.TempDir(), "script")
+		if err := os.WriteFile(path, []byte("#!/no/such/interpreter\necho ran\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r := runCLI(t, db, nil, "exec", "--source", "badinterp", "--", path)
+		if r.code != exitCannotRun || r.stdout != "" {
 			t.Errorf("%+v, want exit 126", r)
 		}
-		if runs := history(t, store, "noexec"); len(runs) != 1 || runs[0].Status != runclaim.StatusFailed ||
-			!strings.Contains(runs[0].Error, "permission denied") {
+		if runs := history(t, store, "badinterp"); len(runs) != 1 || runs[0].Status != runclaim.StatusFailed {
 			t.Errorf("history %+v, want a failed run", runs)
 		}
 	})
@@ -116,6 +136,7 @@ func TestExec(t *testing.T) {
 			{"exec", "--source", "x", "--unrecorded-exit-code", "1000", "--", "true"},
 			{"exec", "--source", "x", "--lease", "1ms", "--", "true"},
 			{"exec", "--source", "x", "--lease", "1s", "--heartbeat", "1s", "--", "true"},
+			{"exec", "--source", "x", "--lease", "100ms", "--", "true"},
 			{"exec", "--source", "x", "--min-interval", "-1s", "--", "true"},
 			{"exec", "--source", "x", "--owner", "a\tb", "--", "true"},
 		} {
@@ -259,6 +280,12 @@ func TestExecLeaseLost(t *testing.T) {
 				if !strings.Contains(msgs, want) {
 					t.Errorf("stderr lacks %q:\n%s", want, msgs)
 				}
+			}
+			// Said once: not "run 11 of ...: runclaim: heartbeat run 11:
+			// runclaim: lease lost".
+			if want := fmt.Sprintf(`runclaim exec: run %d of %q: heartbeat: lease lost;`, released.ID, source); !strings.Contains(msgs, want) ||
+				strings.Contains(msgs, "runclaim: ") || strings.Contains(msgs, fmt.Sprintf("heartbeat run %d", released.ID)) {
+				t.Errorf("stderr lacks %q, or repeats a prefix:\n%s", want, msgs)
 			}
 			if got := strings.Contains(msgs, "sending SIGKILL\n"); got != tc.sigkill {
 				t.Errorf("SIGKILL sent: %v, want %v:\n%s", got, tc.sigkill, msgs)

@@ -20,8 +20,15 @@ func (c *cli) badUsage(format string, args ...any) int {
 // usageError reports a bad command line for cmd and returns exitUsage. The
 // message is made printable: it may quote what the operator typed.
 func (c *cli) usageError(cmd *command, format string, args ...any) int {
+	// The library's "runclaim: " prefix (from ValidateSource, say) after
+	// "runclaim <command>: " would say it twice.
+	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "runclaim: ")
+	if c.json {
+		c.jsonError(cmd.name, msg, "usage: runclaim "+cmd.usage+"; run 'runclaim "+cmd.name+" --help' for details")
+		return exitUsage
+	}
 	fmt.Fprintf(c.stderr, "runclaim %s: %s\nusage: runclaim %s\nRun 'runclaim %s --help' for details.\n",
-		cmd.name, visible(fmt.Sprintf(format, args...)), cmd.usage, cmd.name)
+		cmd.name, visible(msg), cmd.usage, cmd.name)
 	return exitUsage
 }
 
@@ -45,13 +52,19 @@ Global flags (also accepted after the command name):
   --namespace ns         advisory lock namespace, used by exec (default runclaim,
                          or $RUNCLAIM_NAMESPACE); must match the services' WithNamespace
   --json                 print one JSON document instead of a table (every
-                         command but exec, whose output is its command's)
+                         command but exec, whose output is its command's);
+                         errors too, as {"command", "error", "hint"} on stderr
+
+Other flags:
+  --version              print the module version and VCS revision, and exit
 
 Connection:
   DATABASE_URL (postgres://user:pass@host:5432/db?sslmode=... or key=value
   form) if set, else the standard PG* variables: PGHOST, PGPORT, PGUSER,
   PGPASSWORD, PGDATABASE, PGSSLMODE, PGCONNECT_TIMEOUT, PGAPPNAME, ...,
-  and ~/.pgpass. Passwords are never printed.
+  and ~/.pgpass. Passwords are never printed. With none of them set, a
+  failure to connect to pgx's defaults (a Unix socket, the system user) says
+  so.
 
 Exit codes: 0 success, 1 error (database, or nothing to act on), 2 bad usage;
 exec has more (see 'runclaim exec --help').

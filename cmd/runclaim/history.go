@@ -36,7 +36,10 @@ JSON output: an array of
    "heartbeat_at", "finished_at", "tick", "duration_seconds", "error"}
 where finished_at and duration_seconds are null while the run is running,
 tick is the scheduled tick the run serves (ClaimTick, exec --tick) or null,
-and error is "" when there is none.`,
+and error is "" when there is none. An expired run's duration runs to its
+last heartbeat (heartbeat_at), the last time its holder was known to be at
+work, not to its finished_at, when a later claim found its lease over; the
+table shows it as "≥" that.`,
 }
 
 // historyOptions are history's: a source and --limit.

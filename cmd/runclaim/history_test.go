@@ -116,3 +116,30 @@ func TestHistory(t *testing.T) {
 		t.Errorf("library history: %+v", runs)
 	}
 }
+
+// TestHistoryExpiredDuration: an expired run's duration runs from its
+// start to its last heartbeat, not to the claim that expired it an hour
+// later; the table marks it as a lower bound.
+func TestHistoryExpiredDuration(t *testing.T) {
+	db, store := setup(t)
+	ctx := t.Context()
+	old := hold(t, store, "lapsed", "host-1")
+	// Started 2h ago, last heartbeat 1h59m ago, lease over since 1h58m.
+	if _, err := db.Pool.Exec(ctx, "UPDATE "+store.Table()+` SET started_at = now() - interval '2 hours',
+		heartbeat_at = now() - interval '119 minutes', lease_until = now() - interval '118 minutes' WHERE id = $1`, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	hold(t, store, "lapsed", "host-2") // expires the old run now
+	r := mustRun(t, db, exitOK, "history", "lapsed", "--json")
+	objs := decodeObjects(t, r.stdout, historyKeys...)
+	if len(objs) != 2 || objs[1]["status"] != "expired" {
+		t.Fatalf("want the new run and the expired one:\n%s", r.stdout)
+	}
+	if d := num(t, objs[1]["duration_seconds"]); d < 59 || d > 61 {
+		t.Errorf("expired run's duration %vs, want 60s, to its last heartbeat", d)
+	}
+	r = mustRun(t, db, exitOK, "history", "lapsed")
+	if got := lines(r.stdout); len(got) != 3 || !regexp.MustCompile(`^\d+ +lapsed +expired +host-1 +\S+ +≥1m00s +-$`).MatchString(got[2]) {
+		t.Errorf("table:\n%s\nwant the expired run's duration as ≥1m00s", r.stdout)
+	}
+}

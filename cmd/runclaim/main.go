@@ -152,6 +152,7 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	top := flag.NewFlagSet("runclaim", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	c.globalFlags(top, true)
+	version := top.Bool("version", false, "print runclaim's version and exit")
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			c.topUsage(c.stdout)
@@ -160,6 +161,10 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stderr, "runclaim: %s\n\n", visible(err.Error()))
 		c.topUsage(c.stderr)
 		return exitUsage
+	}
+	if *version {
+		fmt.Fprintln(c.stdout, versionLine())
+		return exitOK
 	}
 	rest := top.Args()
 	if len(rest) == 0 {
@@ -188,6 +193,10 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 
+	if cmd.noJSON && c.json {
+		c.json = false // the error is about --json: not in JSON
+		return c.usageError(cmd, "--json does not apply: %s prints no output of its own", cmd.name)
+	}
 	fs := flag.NewFlagSet("runclaim "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.globalFlags(fs, !cmd.noJSON)
@@ -266,10 +275,27 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // fail prints err for cmd, without secrets, printable (see visibleLines)
-// and with a hint where one helps, and returns exitError.
+// and with a hint where one helps, and returns exitError. With --json it
+// prints {"command": cmd, "error": ..., "hint": ...} on one line instead.
 func (c *cli) fail(cmd string, err error) int {
-	fmt.Fprintf(c.stderr, "runclaim %s: %s%s\n", cmd, visibleLines(c.redact(describeError(cmd, err))), hint(err))
+	msg := c.redact(describeError(cmd, err))
+	if c.json {
+		c.jsonError(cmd, msg, strings.TrimPrefix(strings.TrimSuffix(hint(err), ")"), "\n(hint: "))
+		return exitError
+	}
+	fmt.Fprintf(c.stderr, "runclaim %s: %s%s\n", cmd, visibleLines(msg), hint(err))
 	return exitError
+}
+
+// jsonError prints an error of cmd as a JSON object on stderr, for --json:
+// {"command": "prune", "error": "...", "hint": "..."}, without "hint" if
+// hint is "".
+func (c *cli) jsonError(cmd, msg, hint string) {
+	_ = writeJSON(c.stderr, struct {
+		Command string `json:"command"`
+		Error   string `json:"error"`
+		Hint    string `json:"hint,omitempty"`
+	}{cmd, msg, hint})
 }
 
 // describeError is err's text without the prefixes that the command's name
@@ -277,7 +303,30 @@ func (c *cli) fail(cmd string, err error) int {
 // line reads "runclaim prune: ..." and not "runclaim prune: prune: ...".
 func describeError(cmd string, err error) string {
 	msg := strings.TrimPrefix(err.Error(), "runclaim: ")
-	return strings.TrimPrefix(msg, cmd+": ")
+	return causeFirst(strings.TrimPrefix(msg, cmd+": "))
+}
+
+// causeFirst moves, in a connection error of pgx that lists one attempt a
+// line (the default sslmode "prefer" tries TLS, then plain TCP), the lines
+// of attempts that failed only because the server refused TLS after the
+// others, so that a wrong password or an unknown database reads first.
+func causeFirst(msg string) string {
+	lines := strings.Split(msg, "\n")
+	if len(lines) < 3 {
+		return msg
+	}
+	var cause, tlsRefused []string
+	for _, l := range lines[1:] {
+		if strings.Contains(l, "server refused TLS connection") {
+			tlsRefused = append(tlsRefused, l)
+		} else {
+			cause = append(cause, l)
+		}
+	}
+	if len(cause) == 0 || len(tlsRefused) == 0 {
+		return msg
+	}
+	return strings.Join(append(append(lines[:1:1], cause...), tlsRefused...), "\n")
 }
 
 // hint is a line of advice for the mistakes operators make, or "".
@@ -394,10 +443,23 @@ func (c *cli) store(ctx context.Context) (*runclaim.PostgresStore, error) {
 	return runclaim.NewPostgresStore(c.pool, c.storeOptions()...)
 }
 
+// pgEnv are the PG* variables that name a server to connect to, or who to
+// connect as.
+var pgEnv = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSERVICE", "PGSERVICEFILE", "PGPASSFILE"}
+
 // openPool connects lazily: the first query makes the first connection.
+// When neither DATABASE_URL nor a PG* variable names a server, it connects
+// at once instead, so that a failure to reach pgx's defaults (a Unix
+// socket, the operating system's user name) says that nothing was set.
 func (c *cli) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	dsn := c.getenv(envDatabaseURL)
 	c.dsn = dsn
+	unset := dsn == ""
+	for _, k := range pgEnv {
+		if c.getenv(k) != "" {
+			unset = false
+		}
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, parseConfigError(err)
@@ -414,7 +476,24 @@ func (c *cli) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open connection pool: %w", err)
 	}
+	if unset {
+		if err := pool.Ping(ctx); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("neither %s nor a PG* variable (PGHOST, PGUSER, ...) is set, and the defaults (user %s on %s) do not work; "+
+				"set %s=postgres://user@host:5432/dbname (a password from PGPASSWORD or ~/.pgpass): %w",
+				envDatabaseURL, cfg.ConnConfig.User, describeHost(cfg), envDatabaseURL, err)
+		}
+	}
 	return pool, nil
+}
+
+// describeHost says where cfg connects, for a message.
+func describeHost(cfg *pgxpool.Config) string {
+	h := cfg.ConnConfig.Host
+	if strings.HasPrefix(h, "/") {
+		return fmt.Sprintf("the Unix socket in %s", h)
+	}
+	return fmt.Sprintf("%s port %d", h, cfg.ConnConfig.Port)
 }
 
 // interruptible returns ctx cancelled on SIGINT or SIGTERM, for commands

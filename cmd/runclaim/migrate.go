@@ -48,8 +48,9 @@ Examples:
   runclaim migrate --print > migrations/runclaim.sql
 
 JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
-"version": 2}; with --status, {"table": ..., "have": 1, "want": 2,
-"current": false, "missing": [{"version": 2, "name": "..."}]}; with --print,
+"from": 0, "version": 3}, where migrated says whether this run applied a
+step; with --status, {"table": ..., "have": 1, "want": 3, "current": false,
+"missing": [{"version": 2, "name": "..."}, ...]}; with --print,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
 quoted, as --table accepts it.`,
@@ -100,6 +101,10 @@ func runMigrate(ctx context.Context, c *cli, o *migrateOptions) int {
 	if o.status {
 		return migrateStatus(ctx, c, store)
 	}
+	before, _, err := store.SchemaVersion(ctx)
+	if err != nil {
+		return c.fail("migrate", err)
+	}
 	if err := store.Migrate(ctx); err != nil {
 		return c.fail("migrate", err)
 	}
@@ -107,17 +112,28 @@ func runMigrate(ctx context.Context, c *cli, o *migrateOptions) int {
 	if err != nil {
 		return c.fail("migrate", err)
 	}
+	// Another migrate may have applied the steps meanwhile: migrated says
+	// whether the version moved while this one ran.
+	migrated := have > before
 	if c.json {
 		if err := writeJSON(c.stdout, struct {
 			Table    string `json:"table"`
 			Migrated bool   `json:"migrated"`
+			From     int    `json:"from"`
 			Version  int    `json:"version"`
-		}{store.Table(), true, have}); err != nil {
+		}{store.Table(), migrated, before, have}); err != nil {
 			return c.fail("migrate", err)
 		}
 		return exitOK
 	}
-	fmt.Fprintf(c.stdout, "%s is ready (schema version %d)\n", store.Table(), have)
+	switch {
+	case !migrated:
+		fmt.Fprintf(c.stdout, "%s is already at schema version %d: nothing to do\n", store.Table(), have)
+	case before == 0:
+		fmt.Fprintf(c.stdout, "created %s at schema version %d\n", store.Table(), have)
+	default:
+		fmt.Fprintf(c.stdout, "migrated %s from schema version %d to %d\n", store.Table(), before, have)
+	}
 	return exitOK
 }
 
@@ -199,7 +215,7 @@ func migrateStatus(ctx context.Context, c *cli, store *runclaim.PostgresStore) i
 	if err != nil {
 		return c.fail("migrate", err)
 	}
-	var missing []stepJSON
+	missing := []stepJSON{} // [] in JSON, not null
 	for _, m := range store.Migrations() {
 		if m.Version > have {
 			missing = append(missing, stepJSON{Version: m.Version, Name: m.Name})

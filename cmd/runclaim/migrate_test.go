@@ -12,14 +12,24 @@ import (
 func TestMigrate(t *testing.T) {
 	db := pgtest.New(t)
 	r := mustRun(t, db, exitOK, "migrate")
-	if want := fmt.Sprintf(`"public"."runclaim_runs" is ready (schema version %d)`, runclaim.LatestSchemaVersion); !strings.Contains(r.stdout, want) {
+	if want := fmt.Sprintf(`created "public"."runclaim_runs" at schema version %d`, runclaim.LatestSchemaVersion); !strings.Contains(r.stdout, want) {
 		t.Errorf("stdout %q, want %q", r.stdout, want)
 	}
-	// Idempotent, and JSON.
+	// Idempotent, and says that it did nothing.
+	r = mustRun(t, db, exitOK, "migrate")
+	if want := fmt.Sprintf(`"public"."runclaim_runs" is already at schema version %d: nothing to do`, runclaim.LatestSchemaVersion); !strings.Contains(r.stdout, want) {
+		t.Errorf("second migrate: stdout %q, want %q", r.stdout, want)
+	}
 	r = mustRun(t, db, exitOK, "migrate", "--json")
-	obj := decodeObject(t, r.stdout, "table", "migrated", "version")
-	if obj["table"] != `"public"."runclaim_runs"` || obj["migrated"] != true || num(t, obj["version"]) != float64(runclaim.LatestSchemaVersion) {
+	obj := decodeObject(t, r.stdout, "table", "migrated", "from", "version")
+	if obj["table"] != `"public"."runclaim_runs"` || obj["migrated"] != false ||
+		num(t, obj["from"]) != float64(runclaim.LatestSchemaVersion) || num(t, obj["version"]) != float64(runclaim.LatestSchemaVersion) {
 		t.Errorf("JSON %v", obj)
+	}
+	r = mustRun(t, db, exitOK, "--table", "json.runs", "migrate", "--json")
+	obj = decodeObject(t, r.stdout, "table", "migrated", "from", "version")
+	if obj["migrated"] != true || num(t, obj["from"]) != 0 || num(t, obj["version"]) != float64(runclaim.LatestSchemaVersion) {
+		t.Errorf("JSON of a migrate that created the table: %v", obj)
 	}
 
 	// --table with a schema, before or after the command.
@@ -160,10 +170,18 @@ func TestMigrateStatus(t *testing.T) {
 	if have, _, err := store.SchemaVersion(t.Context()); err != nil || have != 1 {
 		t.Errorf("--status changed the table: version %d, %v", have, err)
 	}
-	mustRun(t, db, exitOK, "migrate")
+	r = mustRun(t, db, exitOK, "migrate")
+	if w := fmt.Sprintf("migrated %s from schema version 1 to %d", store.Table(), want); !strings.Contains(r.stdout, w) {
+		t.Errorf("migrate of a version 1 table: %q, want %q", r.stdout, w)
+	}
 	r = mustRun(t, db, exitOK, "migrate", "--status")
 	if !strings.Contains(r.stdout, fmt.Sprintf("schema version %d: current", want)) || strings.Contains(r.stdout, "missing") {
 		t.Errorf("status after migrate: %q", r.stdout)
+	}
+	// Nothing missing: an empty list, not null.
+	r = mustRun(t, db, exitOK, "migrate", "--status", "--json")
+	if obj := decodeObject(t, r.stdout, "table", "have", "want", "current", "missing"); !strings.Contains(r.stdout, `"missing": []`) || obj["current"] != true {
+		t.Errorf("status --json of a current table: %s, want \"missing\": []", r.stdout)
 	}
 }
 

@@ -59,6 +59,18 @@ func TestOptionsValidate(t *testing.T) {
 		{"exec", []string{"--source", "s", "--kill-grace", "-1s", "--", "true"}, "--kill-grace must not be negative"},
 		{"exec", []string{"--source", "s", "--lost-exit-code", "256", "--", "true"}, "--lost-exit-code must be between 0 and 255"},
 		{"exec", []string{"--source", "s", "--", "true"}, ""},
+		// The claimer's checks, in the words of the flags.
+		{"exec", []string{"--source", "s", "--lease", "1ms", "--", "true"}, "--lease: lease must be between"},
+		{"exec", []string{"--source", "s", "--lease", "1s", "--heartbeat", "1s", "--", "true"}, "--heartbeat: interval 1s must be shorter"},
+		{"exec", []string{"--source", "s", "--min-interval", "-1s", "--", "true"}, "--min-interval: interval must be"},
+		{"exec", []string{"--source", "s", "--owner", "a\tb", "--", "true"}, "--owner: control character"},
+		{"exec", []string{"--source", "bad\x00", "--", "true"}, "--source: "},
+		// The floor that leaves a heartbeat room: 500ms per attempt,
+		// which the default heartbeat gives from a lease of 2.6s on.
+		{"exec", []string{"--source", "s", "--lease", "100ms", "--", "true"}, "--lease 100ms with --heartbeat 33ms leaves a heartbeat attempt 19ms, under the 500ms"},
+		{"exec", []string{"--source", "s", "--lease", "2500ms", "--", "true"}, "lengthen --lease (at least 2.6s with the default --heartbeat)"},
+		{"exec", []string{"--source", "s", "--lease", "2600ms", "--", "true"}, ""},
+		{"exec", []string{"--source", "s", "--lease", "3s", "--heartbeat", "100ms", "--", "true"}, ""},
 	} {
 		name := tc.cmd + " " + strings.Join(tc.args, " ")
 		cmd := lookup(tc.cmd)
@@ -83,6 +95,8 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("%s: %v, want valid", name, err)
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: %v, want an error with %q", name, err, tc.err)
+		case tc.cmd == "exec" && err != nil && (strings.Contains(err.Error(), "runclaim:") || strings.Contains(err.Error(), "With")):
+			t.Errorf("%s: %v names the library or its options, not the flags", name, err)
 		}
 	}
 	// Validate parses what it checks.

@@ -333,7 +333,7 @@ func toRunJSON(r runclaim.RunRecord) runJSON {
 		Error:       r.Error,
 	}
 	if !r.FinishedAt.IsZero() {
-		s := seconds(r.FinishedAt.Sub(r.StartedAt))
+		s := seconds(runEnd(r).Sub(r.StartedAt))
 		out.DurationSeconds = &s
 	}
 	return out
@@ -347,12 +347,29 @@ func formatTick(t time.Time) string {
 	return formatTime(t)
 }
 
-// runDuration is a run's duration for a table.
+// runEnd is the end of a finished run's duration: when it finished, or,
+// for an expired run, its last heartbeat, the last time its holder was
+// known to be at work. An expired run's finished_at is when a claim (or
+// the holder's own late Finish) found its lease over, which may be long
+// after the holder stopped.
+func runEnd(r runclaim.RunRecord) time.Time {
+	if r.Status == runclaim.StatusExpired && !r.HeartbeatAt.IsZero() && r.HeartbeatAt.Before(r.FinishedAt) {
+		return r.HeartbeatAt
+	}
+	return r.FinishedAt
+}
+
+// runDuration is a run's duration for a table; an expired run's is "≥"
+// the time to its last heartbeat (see runEnd).
 func runDuration(r runclaim.RunRecord) string {
 	if r.FinishedAt.IsZero() {
 		return "running"
 	}
-	return formatDuration(r.FinishedAt.Sub(r.StartedAt))
+	d := formatDuration(runEnd(r).Sub(r.StartedAt))
+	if r.Status == runclaim.StatusExpired {
+		return "≥" + d
+	}
+	return d
 }
 
 // runList prints runs as history and release do, one at a time: a table,

@@ -25,10 +25,14 @@ in small batches, each its own short transaction, so it never holds up
 claims; Ctrl-C stops it between batches.
 
 D is a Go duration (90m, 720h) or a number of days (30d), or both (1d12h).
+Under an hour (0 deletes every finished run but each source's newest), prune
+asks first, as release does: it reads the answer from stdin, and refuses
+when stdin is not a terminal; --yes prunes without asking.
 
 Examples:
   runclaim prune --older-than 30d
   runclaim prune --older-than 720h --json
+  runclaim prune --older-than 0 --yes
 
 JSON output: {"deleted": 123, "older_than_seconds": 2592000}`,
 }
@@ -38,10 +42,16 @@ type pruneOptions struct {
 	noArgs
 	olderThanArg string        // as given
 	olderThan    time.Duration // parsed by Validate
+	yes          bool
 }
+
+// pruneAskBelow is the age under which prune asks before deleting: such a
+// prune removes the history of runs that have only just finished.
+const pruneAskBelow = time.Hour
 
 func (o *pruneOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.olderThanArg, "older-than", "", "delete runs that finished more than `D` ago (required; e.g. 720h or 30d)")
+	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation when D is under an hour")
 }
 
 // Validate checks and parses --older-than.
@@ -59,9 +69,23 @@ func (o *pruneOptions) Validate() error {
 
 func runPrune(ctx context.Context, c *cli, o *pruneOptions) int {
 	arg, olderThan := o.olderThanArg, o.olderThan
+	ask := olderThan < pruneAskBelow && !o.yes
+	if ask && !isTerminal(c.stdin) {
+		return c.badUsage("--older-than %s deletes the runs that have just finished, and stdin is not a terminal, so there is no one to confirm; add --yes to prune without asking", arg)
+	}
 	store, err := c.store(ctx)
 	if err != nil {
 		return c.fail("prune", err)
+	}
+	if ask {
+		ok, err := c.confirm(fmt.Sprintf("Delete every finished run that finished more than %s ago (but each source's newest) from %s? [y/N] ", arg, store.Table()))
+		if err != nil {
+			return c.fail("prune", fmt.Errorf("read the answer: %w", err))
+		}
+		if !ok {
+			fmt.Fprintf(c.stderr, "runclaim prune: nothing deleted\n")
+			return exitError
+		}
 	}
 	ctx, stop := interruptible(ctx)
 	defer stop()

@@ -23,7 +23,7 @@ func TestPrune(t *testing.T) {
 
 	// Everything finished is old enough, but each source keeps its newest
 	// run and running runs stay: a's two older runs and c's finished one go.
-	r = mustRun(t, db, exitOK, "prune", "--older-than", "0s", "--json")
+	r = mustRun(t, db, exitOK, "prune", "--older-than", "0s", "--json", "--yes")
 	obj := decodeObject(t, r.stdout, "deleted", "older_than_seconds")
 	if num(t, obj["deleted"]) != 3 || num(t, obj["older_than_seconds"]) != 0 {
 		t.Errorf("JSON %v, want 3 deleted", obj)
@@ -36,7 +36,7 @@ func TestPrune(t *testing.T) {
 	if got := history(t, store, "c"); got[0].Status != "running" {
 		t.Errorf("c's run left is %s, want the running one", got[0].Status)
 	}
-	if r := mustRun(t, db, exitOK, "prune", "--older-than=0s", "--json"); num(t, decodeObject(t, r.stdout, "deleted", "older_than_seconds")["deleted"]) != 0 {
+	if r := mustRun(t, db, exitOK, "prune", "--older-than=0s", "--json", "--yes"); num(t, decodeObject(t, r.stdout, "deleted", "older_than_seconds")["deleted"]) != 0 {
 		t.Errorf("second prune: %s", r.stdout)
 	}
 

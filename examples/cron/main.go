@@ -94,10 +94,14 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 	)
 
 	// With a chain for every job, this would be
-	// cron.New(cron.WithChain(cron.Recover(logger), cronlock.SkipUnlessClaimed(claimer, "sweep-books", logger)))
-	// and c.AddFunc(spec, ...). Each run claims its tick, the whole second
+	// cron.New(cron.WithChain(cron.Recover(logger), claimedBooks)) and
+	// c.AddFunc(spec, ...). Each run claims its tick, the whole second
 	// cron fires at: a late replica's claim of the same tick is skipped.
-	_, err = c.AddJob(spec, cronlock.SkipUnlessClaimed(claimer, "sweep-books", logger)(cron.FuncJob(func() {
+	claimedBooks, err := cronlock.SkipUnlessClaimed(claimer, "sweep-books", logger)
+	if err != nil {
+		return nil, err
+	}
+	_, err = c.AddJob(spec, claimedBooks(cron.FuncJob(func() {
 		fmt.Printf("%s  %s  books swept\n", time.Now().Format("15:04:05.000000"), name)
 		sweeps.add("books")
 		time.Sleep(work) // the real work, such as scraping a site
@@ -106,7 +110,7 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 		return nil, err
 	}
 
-	_, err = c.AddJob(spec, cronlock.Job(ctx, claimer, "sweep-news", logger,
+	news, err := cronlock.Job(ctx, claimer, "sweep-news", logger,
 		func(ctx context.Context, run *runclaim.Run) error {
 			fmt.Printf("%s  %s  news swept as run %d\n", time.Now().Format("15:04:05.000000"), name, run.ID)
 			sweeps.add("news")
@@ -116,8 +120,11 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
-		}))
+		})
 	if err != nil {
+		return nil, err
+	}
+	if _, err = c.AddJob(spec, news); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -10,7 +10,10 @@
 //     named by PGTEST_IMAGE (default "postgres:16-alpine"), once per test
 //     binary, on first use, and removed by [Main] when the tests are done.
 //   - Otherwise tests that need a database are skipped with a message saying
-//     how to run them, or fail when PGTEST_REQUIRED=1.
+//     how to run them, or fail when PGTEST_REQUIRED=1. Since "go test"
+//     shows a passing package as one "ok" line, hiding its skips, [Main]
+//     then fails the package with a line "pgtest: N database tests SKIPPED:
+//     no PostgreSQL server; ..." unless PGTEST_OPTIONAL=1 accepts the skips.
 //
 // The server must be PostgreSQL 13 or later (the oldest release runclaim is
 // tested on; DROP DATABASE ... WITH (FORCE) needs it). With
@@ -59,6 +62,7 @@ package pgtest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -88,6 +92,7 @@ const (
 	envImage    = "PGTEST_IMAGE"
 	envRequired = "PGTEST_REQUIRED"
 	envMajor    = "PGTEST_SERVER_MAJOR"
+	envOptional = "PGTEST_OPTIONAL"
 
 	defaultImage = "postgres:16-alpine"
 
@@ -108,7 +113,7 @@ const (
 )
 
 const howToRun = "to run database tests, set PGTEST_DSN to the DSN of a PostgreSQL server " +
-	"(a superuser or CREATEDB role, e.g. postgres://postgres:secret@127.0.0.1:5432/postgres?sslmode=disable), " +
+	"(a superuser or CREATEDB role, e.g. postgres://postgres:secret@127.0.0.1:5432/postgres), " +
 	"or make a Docker daemon available (image from PGTEST_IMAGE, default " + defaultImage + "); " +
 	"set PGTEST_REQUIRED=1 to fail instead of skipping"
 
@@ -152,7 +157,9 @@ var (
 	sharedErr  error
 
 	dbCounter atomic.Int64
-	runID     = randomHex(4)
+	// skipped counts the tests skipped for want of a server.
+	skipped atomic.Int64
+	runID   = randomHex(4)
 )
 
 // Main runs the tests of a package and then tears down the shared server
@@ -160,12 +167,35 @@ var (
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //
+// When tests were skipped because no server could be had, it prints how
+// many on standard error and, unless PGTEST_OPTIONAL=1, makes the result
+// non-zero: "go test" shows a passing package as a single "ok" line, so a
+// skip that passed would go unseen, and a failed package shows its output.
+//
 // When the tests pass, it then checks with go.uber.org/goleak that no
 // goroutines were leaked, ignoring those that the Docker client and
 // testcontainers-go legitimately leave behind. Leaks are printed and make
 // the result non-zero. The result is the exit code to pass to os.Exit.
 func Main(m *testing.M) int {
 	code := m.Run()
+	if n := skipped.Load(); n > 0 {
+		tests := "tests"
+		if n == 1 {
+			tests = "test"
+		}
+		sharedMu.Lock()
+		err := sharedErr
+		sharedMu.Unlock()
+		if os.Getenv(envOptional) == "1" {
+			fmt.Fprintf(os.Stderr, "pgtest: %d database %s SKIPPED (%s=1): no PostgreSQL server: %v\n", n, tests, envOptional, err)
+		} else {
+			fmt.Fprintf(os.Stderr, "pgtest: %d database %s SKIPPED: no PostgreSQL server: %v;\n"+
+				"pgtest: %s; or set %s=1 to accept the skips and pass\n", n, tests, err, howToRun, envOptional)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
 	if err := teardown(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: tearing down the shared server: %v\n", err)
 		if code == 0 {
@@ -267,6 +297,7 @@ func SharedServer(t testing.TB) *Server {
 		if os.Getenv(envRequired) == "1" {
 			t.Fatalf("pgtest: no PostgreSQL server (PGTEST_REQUIRED=1): %v", err)
 		}
+		skipped.Add(1)
 		t.Skipf("pgtest: no PostgreSQL server: %v; %s", err, howToRun)
 	}
 	return srv
@@ -296,6 +327,9 @@ func startServer() (*Server, error) {
 			return err
 		}
 		defer conn.Close(context.Background())
+		if srv.AdminDSN, err = pinTLS(srv.AdminDSN, conn); err != nil {
+			return err
+		}
 		return conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('server_version'), pg_catalog.current_setting('server_version_num')::int").
 			Scan(&srv.Version, &srv.VersionNum)
 	}()
@@ -499,6 +533,56 @@ func withDatabase(dsn, name string) (string, error) {
 	}
 	// Keyword/value form: a later keyword overrides an earlier one.
 	return strings.TrimSpace(dsn) + " dbname=" + name, nil
+}
+
+// withParam returns dsn with the connection parameter key set to value (a
+// plain word, which needs no quoting).
+func withParam(dsn, key, value string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", fmt.Errorf("parse DSN: %w", err)
+		}
+		q := u.Query()
+		q.Set(key, value)
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	return strings.TrimSpace(dsn) + " " + key + "=" + value, nil
+}
+
+// pinTLS returns dsn with the TLS choice that conn, connected with dsn,
+// made: with an sslmode that tries TLS and then plain TCP or the other way
+// round (pgx's default "prefer", or "allow"), it adds sslmode=disable if
+// conn is plain and sslmode=require if conn is encrypted; any other dsn is
+// returned as it is. Tests that dial a single way, clearing pgx's
+// Fallbacks (through a proxy, or to count the bytes on the wire), then
+// reach a server without TLS with the DSN the README shows, which names no
+// sslmode.
+func pinTLS(dsn string, conn *pgx.Conn) (string, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "", err
+	}
+	if len(cfg.Fallbacks) == 0 {
+		return dsn, nil
+	}
+	plainTried, tlsTried := cfg.TLSConfig == nil, cfg.TLSConfig != nil
+	for _, fb := range cfg.Fallbacks {
+		if fb.TLSConfig != nil {
+			tlsTried = true
+		} else {
+			plainTried = true
+		}
+	}
+	if !plainTried || !tlsTried {
+		return dsn, nil // Several hosts, one TLS choice: nothing to pin.
+	}
+	mode := "disable"
+	if _, ok := conn.PgConn().Conn().(*tls.Conn); ok {
+		mode = "require"
+	}
+	return withParam(dsn, "sslmode", mode)
 }
 
 // describeDSN returns host:port of dsn, without credentials.

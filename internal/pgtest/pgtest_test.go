@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -278,5 +280,93 @@ func TestWrongMajorFails(t *testing.T) {
 	want := fmt.Sprintf("%s=%d", envMajor, other)
 	if !strings.Contains(string(out), "--- FAIL: TestNewIsolated") || !strings.Contains(string(out), want) {
 		t.Fatalf("child with %s: want TestNewIsolated to fail naming %s; output:\n%s", want, want, out)
+	}
+}
+
+// TestNoServerFailsPackage runs this test binary again, without -v, on a
+// PGTEST_DSN where nothing listens and without PGTEST_REQUIRED: the
+// database test skips, and the binary must still fail with a line naming
+// the skips, since "go test" shows a passing package only as "ok". With
+// PGTEST_OPTIONAL=1 the same run passes.
+func TestNoServerFailsPackage(t *testing.T) {
+	if os.Getenv("PGTEST_CHILD") == "1" {
+		t.Skip("in the child")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close() // Nothing listens there now: every connection is refused.
+	child := func(optional string) ([]byte, error) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNewIsolated$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "PGTEST_CHILD=1",
+			envDSN+"=postgres://postgres:postgres@"+closed+"/postgres?connect_timeout=5",
+			envRequired+"=", envMajor+"=", envOptional+"="+optional)
+		return cmd.CombinedOutput()
+	}
+
+	out, err := child("")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("child without a server: %v, want a failed run; output:\n%s", err, out)
+	}
+	for _, want := range []string{"pgtest: 1 database test SKIPPED: no PostgreSQL server", envOptional + "=1"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("child without a server: output lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, err = child("1")
+	if err != nil {
+		t.Fatalf("child without a server, %s=1: %v, want a passing run; output:\n%s", envOptional, err, out)
+	}
+}
+
+// TestDSNWithoutSSLMode runs this test binary again with PGTEST_DSN as the
+// README shows it, without sslmode (so pgx's default "prefer": TLS first,
+// then plain TCP), on the shared server, and checks that a test which
+// clears pgx's Fallbacks, as the proxy and wire-counting tests do, still
+// connects. The container's server has no TLS, so before pinTLS the
+// child's pool tried TLS only and failed.
+func TestDSNWithoutSSLMode(t *testing.T) {
+	if os.Getenv("PGTEST_CHILD") == "1" {
+		db := New(t)
+		pool := db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Fallbacks = nil })
+		if err := pool.Ping(t.Context()); err != nil {
+			t.Fatalf("pool without fallbacks on %s: %v", db.Name, err)
+		}
+		return
+	}
+	srv := SharedServer(t)
+	u, err := url.Parse(srv.AdminDSN)
+	if err != nil {
+		t.Skipf("AdminDSN is not a URL: %v", err)
+	}
+	q := u.Query()
+	q.Del("sslmode")
+	u.RawQuery = q.Encode()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDSNWithoutSSLMode$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "PGTEST_CHILD=1", envDSN+"="+u.String(), envMajor+"=", envRequired+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child with a DSN without sslmode: %v; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestDSNWithoutSSLMode") {
+		t.Fatalf("child did not run the test; output:\n%s", out)
+	}
+}
+
+// TestPinTLS: pinTLS leaves a DSN alone unless its sslmode tries both ways.
+func TestPinTLS(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://u:p@127.0.0.1:1/db?sslmode=disable",
+		"postgres://u:p@127.0.0.1:1/db?sslmode=require",
+		"host=127.0.0.1 port=1 sslmode=verify-full",
+	} {
+		got, err := pinTLS(dsn, nil)
+		if err != nil || got != dsn {
+			t.Errorf("pinTLS(%q) = %q, %v; want it unchanged", dsn, got, err)
+		}
 	}
 }
