@@ -139,7 +139,7 @@ func TestHistoryExpiredDuration(t *testing.T) {
 		t.Errorf("expired run's duration %vs, want 60s, to its last heartbeat", d)
 	}
 	r = mustRun(t, db, exitOK, "history", "lapsed")
-	if got := lines(r.stdout); len(got) != 3 || !regexp.MustCompile(`^\d+ +lapsed +expired +host-1 +\S+ +≥1m00s +-$`).MatchString(got[2]) {
+	if got := lines(r.stdout); len(got) != 3 || !regexp.MustCompile(`^\d+ +lapsed +expired +host-1 +\S+ +- +≥1m00s +-$`).MatchString(got[2]) {
 		t.Errorf("table:\n%s\nwant the expired run's duration as ≥1m00s", r.stdout)
 	}
 }
