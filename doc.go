@@ -66,35 +66,19 @@
 //	if err != nil {
 //		return err
 //	}
-//	// Every whole minute, the same ticks on every replica (a time.Ticker
-//	// would count from each replica's start); a tick missed by a restart
-//	// is delivered at once if it is at most 30 s old.
-//	ticker, err := runclaim.NewTicker(runclaim.Every(time.Minute), 30*time.Second)
-//	if err != nil {
-//		return err
-//	}
-//	defer ticker.Stop()
-//	for {
-//		var tick time.Time
-//		select {
-//		case <-ctx.Done():
-//			return ctx.Err()
-//		case tick = <-ticker.C:
-//		}
-//		err := claimer.DoTick(ctx, "avito", tick, func(ctx context.Context, run *runclaim.Run) error {
-//			return sweep(ctx, run.ID) // pass run.ID on as a fencing token
-//		})
-//		switch {
-//		case errors.Is(err, runclaim.ErrNotClaimed):
-//			// another replica runs this tick, or has run it
-//		case err != nil:
-//			log.Printf("sweep: %v", err)
-//		}
+//	// On each tick of a schedule, on every replica, naming the tick (see
+//	// NewTicker for a schedule's ticks on the wall clock):
+//	err = claimer.DoTick(ctx, "avito", tick, func(ctx context.Context, run *runclaim.Run) error {
+//		return sweep(ctx, run.ID) // pass run.ID on as a fencing token
+//	})
+//	if errors.Is(err, runclaim.ErrNotClaimed) {
+//		// another replica runs this tick, or has run it
 //	}
 //
-// The loop that ticks every replica on the same wall-clock minute is
-// ExampleClaimer_Do_ticker, explained in the README's "A plain ticker"
-// section; examples/ticker runs it on three replicas.
+// The loop that claims every tick of a Ticker, the same ticks on every
+// replica, is ExampleClaimer_DoTick, explained in the README's "A plain
+// ticker" section; examples/ticker runs it on three replicas. Ticks and
+// catch-up: docs/ticks.md.
 //
 // Do heartbeats while the function runs and, once the run can no longer be
 // trusted to be this holder's, closes Run.Lost and cancels the function's

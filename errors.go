@@ -27,7 +27,7 @@ var ErrTooSoon = newSkip("runclaim: too soon since the last run")
 // later one: a run of the source with that tick or a later one is running,
 // succeeded or failed. A run that expired leaves its tick open. It matches
 // ErrNotClaimed too.
-var ErrTickDone error = &skipError{"runclaim: tick already served"}
+var ErrTickDone = newSkip("runclaim: tick already served")
 
 // ErrLeaseLost means the run is no longer this holder's: its lease ended and
 // another claim expired it, or an operator released it. Heartbeat and Finish
