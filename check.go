@@ -161,7 +161,7 @@ func (s *PostgresStore) Check(ctx context.Context, source string, maxAge time.Du
 	if maxAge <= 0 {
 		return Health{}, fmt.Errorf("runclaim: check: maxAge must be positive, got %v", maxAge)
 	}
-	states, err := s.sourceStates(ctx, fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL), source)
+	states, err := s.sourceStates(ctx, s.sql.sourceStateOne, source)
 	if err != nil {
 		return Health{}, s.wrap(ctx, "check "+quoteForError(source), err)
 	}
@@ -183,8 +183,7 @@ func (s *PostgresStore) SourceStates(ctx context.Context) ([]SourceState, error)
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	q := fmt.Sprintf(sourceStateSQL, s.Table(), fmt.Sprintf(sourceStateAllSQL, s.Table()))
-	states, err := s.sourceStates(ctx, q, int64(MaxSourceStates+1))
+	states, err := s.sourceStates(ctx, s.sql.sourceStateAll, int64(MaxSourceStates+1))
 	if err != nil {
 		return nil, s.wrap(ctx, "source states", err)
 	}

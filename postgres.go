@@ -123,6 +123,7 @@ type PostgresStore struct {
 		fenceLock, fenceCheck                                                    string
 		clock, running, history, releaseLockTimeout, release, prune              string
 		runningTick, historyTick, releaseTick, pruneTick                         string
+		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
@@ -190,6 +191,8 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.historyTick = s.statement("history_tick")
 	s.sql.releaseTick = s.statement("release_tick")
 	s.sql.pruneTick = s.statement("prune_tick")
+	s.sql.sourceStateOne = fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL)
+	s.sql.sourceStateAll = fmt.Sprintf(sourceStateSQL, s.Table(), fmt.Sprintf(sourceStateAllSQL, s.Table()))
 	return s, nil
 }
 
