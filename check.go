@@ -23,7 +23,7 @@ const MaxSourceStates = 10000
 // A SourceState is what the runs table says about one source at one
 // moment, as Check and SourceStates read it. Its times are the database's.
 type SourceState struct {
-	Source    string
+	Source    string    // the source's name
 	CheckedAt time.Time // the database's time of the read: ages are measured from it
 	// Latest is the source's newest run: the running one if Latest.Status
 	// is StatusRunning. nil if the source never ran.
@@ -74,7 +74,7 @@ func (s SourceState) Overdue(maxAge time.Duration) bool {
 // within MaxAge, and what the table says about it.
 type Health struct {
 	SourceState
-	MaxAge  time.Duration
+	MaxAge  time.Duration // the age asked for
 	Healthy bool // a succeeded run started within MaxAge before CheckedAt
 }
 
