@@ -75,7 +75,7 @@ func (s SourceState) Overdue(maxAge time.Duration) bool {
 type Health struct {
 	SourceState
 	MaxAge  time.Duration // the age asked for
-	Healthy bool // a succeeded run started within MaxAge before CheckedAt
+	Healthy bool          // a succeeded run started within MaxAge before CheckedAt
 }
 
 // String says in one line why the source is healthy or not: its last
