@@ -17,8 +17,9 @@ type MemoryStore struct {
 	mu      sync.Mutex // protects the fields below
 	lastID  int64
 	runs    map[int64]*memRun
-	running map[string]*memRun // by source
-	latest  map[string]*memRun // by source: the run that started last
+	running map[string]*memRun   // by source
+	latest  map[string]*memRun   // by source: the run that started last
+	served  map[string]time.Time // by source: the latest tick of a run that succeeded or failed
 }
 
 type memRun struct {
@@ -52,6 +53,7 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 		runs:    make(map[int64]*memRun),
 		running: make(map[string]*memRun),
 		latest:  make(map[string]*memRun),
+		served:  make(map[string]time.Time),
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -76,15 +78,22 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 	defer s.mu.Unlock()
 	now := s.now()
 	cur := s.running[req.Source]
+	tick := NormalTick(req.Tick)
 	if cur != nil && cur.info.LeaseUntil.After(now) {
 		holder := cur.info
-		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
+		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil, Tick: tick}
 	}
-	// Too soon is decided before a lapsed run is expired: a skip writes
-	// nothing.
+	// The tick and the interval are decided before a lapsed run is
+	// expired: a skip writes nothing. A lapsed run serves no tick, so the
+	// latest tick served is that of a finished run.
+	if !tick.IsZero() {
+		if done := s.served[req.Source]; !done.IsZero() && !tick.After(done) {
+			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTickDone, Tick: tick, DoneTick: done}
+		}
+	}
 	if last := s.latest[req.Source]; last != nil {
 		if next := last.info.StartedAt.Add(max(last.minInterval, req.MinInterval)); next.After(now) {
-			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTooSoon, RetryAfter: next}
+			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTooSoon, RetryAfter: next, Tick: tick}
 		}
 	}
 	if cur != nil {
@@ -93,7 +102,7 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 	}
 	s.lastID++
 	r := &memRun{
-		info:        RunInfo{ID: s.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease)},
+		info:        RunInfo{ID: s.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease), Tick: tick},
 		minInterval: req.MinInterval,
 		status:      StatusRunning,
 	}
@@ -161,5 +170,8 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	}
 	r.status, r.errText, r.finished = req.Status, req.Error, now
 	delete(s.running, r.info.Source)
+	if r.info.Tick.After(s.served[r.info.Source]) {
+		s.served[r.info.Source] = r.info.Tick
+	}
 	return nil
 }

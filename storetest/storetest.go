@@ -46,6 +46,13 @@ var cases = []suiteCase{
 	{name: "FinishRace", replicas: testFinishRace},
 	{name: "SourceMustMatch", store: testSourceMustMatch},
 	{name: "LostClaimAnswer", store: testLostClaimAnswer},
+	{name: "TickDone", store: testTickDone},
+	{name: "TickLiveRun", store: testTickLiveRun},
+	{name: "TickExpiredReopens", store: testTickExpiredReopens},
+	{name: "TickMinInterval", store: testTickMinInterval},
+	{name: "TickPrecision", store: testTickPrecision},
+	{name: "TickPlainShare", store: testTickPlainShare},
+	{name: "TickUnderContention", replicas: testTickUnderContention},
 }
 
 // RunReplicas runs the whole suite, each check as a subtest of t, the cases

@@ -52,6 +52,27 @@ const (
 	bugFinishReadThenWrite
 	// Heartbeat and Finish find the run by its ID alone.
 	bugSourceIgnored
+	// The tick of a claim is not checked at all.
+	bugTickIgnored
+	// A failed run does not serve its tick: the tick can be run again.
+	bugTickFailedReopens
+	// A run serves its tick from its claim on, even once it expired.
+	bugTickExpiredServes
+	// Only the tick served is done, not the older ones.
+	bugTickEqualOnly
+	// The tick is checked before the live holder, and a running run
+	// serves it: a claim of a running run's tick says ErrTickDone.
+	bugTickBeforeHolder
+	// A tick claim ignores the minimum interval.
+	bugTickNoInterval
+	// Ticks compare at nanoseconds.
+	bugTickNanos
+	// The tick is checked before the claim's critical section, and not
+	// again inside it.
+	bugTickOutside
+	// A tick claim sees only running runs of tick claims: a plain run does
+	// not keep it out.
+	bugTickPlainSeparate
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -68,8 +89,9 @@ type memBackend struct {
 	mu        sync.Mutex // protects the fields below
 	lastID    int64
 	runs      map[int64]*memRun
-	running   map[string]*memRun // by source
-	lastStart map[string]lastRun // by source: the latest start that counts
+	running   map[string]*memRun   // by source
+	lastStart map[string]lastRun   // by source: the latest start that counts
+	served    map[string]time.Time // by source: the latest tick served
 }
 
 // lastRun is the start of a source's latest run and the interval its
@@ -87,7 +109,7 @@ type memRun struct {
 }
 
 func newMemBackend() *memBackend {
-	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun)}
+	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun), served: make(map[string]time.Time)}
 }
 
 // copyStore is one Store value on a memBackend.
@@ -105,14 +127,32 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		return runclaim.RunInfo{}, fmt.Errorf("claim %q: %w", req.Source, err)
 	}
 	b := s.b
+	if s.bug != bugTickNanos {
+		req.Tick = runclaim.NormalTick(req.Tick)
+	}
 	switch s.bug {
+	case bugTickOutside:
+		b.mu.Lock()
+		err := b.tickDone(req, s.bug)
+		b.mu.Unlock()
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		gap()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		lapsed, err := b.check(req, true, s.bug)
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		return b.act(req, lapsed, s.bug), nil
 	case bugValueMutex:
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		fallthrough
 	case bugCheckThenAct:
 		b.mu.Lock()
-		lapsed, err := b.check(req, true)
+		lapsed, err := b.check(req, true, s.bug)
 		b.mu.Unlock()
 		if err != nil {
 			return runclaim.RunInfo{}, err
@@ -123,7 +163,7 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		return b.act(req, lapsed, s.bug), nil
 	case bugLapsedTakeover:
 		b.mu.Lock()
-		lapsed, err := b.check(req, true)
+		lapsed, err := b.check(req, true, s.bug)
 		if err != nil || lapsed == nil {
 			defer b.mu.Unlock()
 			if err != nil {
@@ -146,7 +186,7 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		gap()
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		lapsed, err := b.check(req, false)
+		lapsed, err := b.check(req, false, s.bug)
 		if err != nil {
 			return runclaim.RunInfo{}, err
 		}
@@ -154,7 +194,7 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 	default:
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		lapsed, err := b.check(req, true)
+		lapsed, err := b.check(req, true, s.bug)
 		if err != nil {
 			return runclaim.RunInfo{}, err
 		}
@@ -164,16 +204,30 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 
 // check decides a claim, with b.mu held: a skip, or a claim that takes over
 // lapsed (nil if the source is free). It checks the interval if interval.
-func (b *memBackend) check(req runclaim.ClaimRequest, interval bool) (lapsed *memRun, err error) {
+func (b *memBackend) check(req runclaim.ClaimRequest, interval bool, bug bug) (lapsed *memRun, err error) {
 	now := time.Now()
-	if cur := b.running[req.Source]; cur != nil {
+	if bug == bugTickBeforeHolder {
+		if err := b.tickDone(req, bug); err != nil {
+			return nil, err
+		}
+	}
+	cur := b.running[req.Source]
+	if bug == bugTickPlainSeparate && !req.Tick.IsZero() && cur != nil && cur.info.Tick.IsZero() {
+		cur = nil // and a plain run still running is left so when the tick claim inserts
+	}
+	if cur != nil {
 		if cur.info.LeaseUntil.After(now) {
 			holder := cur.info
-			return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
+			return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil, Tick: req.Tick}
 		}
 		lapsed = cur
 	}
-	if interval {
+	if bug != bugTickOutside && bug != bugTickBeforeHolder {
+		if err := b.tickDone(req, bug); err != nil {
+			return nil, err
+		}
+	}
+	if interval && (bug != bugTickNoInterval || req.Tick.IsZero()) {
 		last, ok := b.lastStart[req.Source]
 		if err := tooSoon(req, last, ok, now); err != nil {
 			return nil, err
@@ -182,12 +236,30 @@ func (b *memBackend) check(req runclaim.ClaimRequest, interval bool) (lapsed *me
 	return lapsed, nil
 }
 
+// tickDone returns the ErrTickDone skip of a claim whose tick is served,
+// with b.mu held.
+func (b *memBackend) tickDone(req runclaim.ClaimRequest, bug bug) error {
+	if req.Tick.IsZero() || bug == bugTickIgnored {
+		return nil
+	}
+	done := b.served[req.Source]
+	if bug == bugTickBeforeHolder {
+		if cur := b.running[req.Source]; cur != nil && cur.info.Tick.After(done) {
+			done = cur.info.Tick
+		}
+	}
+	if done.IsZero() || req.Tick.After(done) || bug == bugTickEqualOnly && req.Tick.Before(done) {
+		return nil
+	}
+	return &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrTickDone, Tick: req.Tick, DoneTick: done}
+}
+
 func tooSoon(req runclaim.ClaimRequest, last lastRun, ok bool, now time.Time) error {
 	if ignoreRecorded {
 		last.interval = 0
 	}
 	if next := last.start.Add(max(last.interval, req.MinInterval)); ok && next.After(now) {
-		return &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrTooSoon, RetryAfter: next}
+		return &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrTooSoon, RetryAfter: next, Tick: req.Tick}
 	}
 	return nil
 }
@@ -200,12 +272,15 @@ func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) run
 	}
 	b.lastID++
 	r := &memRun{
-		info:     runclaim.RunInfo{ID: b.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease)},
+		info:     runclaim.RunInfo{ID: b.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease), Tick: req.Tick},
 		interval: req.MinInterval,
 		status:   runclaim.StatusRunning,
 	}
 	b.runs[r.info.ID] = r
 	b.running[req.Source] = r
+	if bug == bugTickExpiredServes && req.Tick.After(b.served[req.Source]) {
+		b.served[req.Source] = req.Tick
+	}
 	if bug != bugIntervalSucceededOnly {
 		b.lastStart[req.Source] = lastRun{now, req.MinInterval}
 	}
@@ -279,6 +354,9 @@ func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) erro
 		s.b.lastStart[r.info.Source] = lastRun{r.info.StartedAt, r.interval}
 	}
 	delete(s.b.running, r.info.Source)
+	if (req.Status == runclaim.StatusSucceeded || s.bug != bugTickFailedReopens) && r.info.Tick.After(s.b.served[r.info.Source]) {
+		s.b.served[r.info.Source] = r.info.Tick
+	}
 	return nil
 }
 
@@ -446,6 +524,16 @@ var wrongStores = []wrongStore{
 		"FinishRace", copyBackend(bugFinishReadThenWrite)},
 	{"source-ignored", "heartbeats and finishes find the run by its ID alone",
 		"SourceMustMatch", copyBackend(bugSourceIgnored)},
+	{"tick-ignored", "the tick of a claim not checked", "TickDone", copyBackend(bugTickIgnored)},
+	{"tick-failed-reopens", "a failed run does not serve its tick", "TickDone", copyBackend(bugTickFailedReopens)},
+	{"tick-expired-serves", "an expired run keeps its tick served", "TickExpiredReopens", copyBackend(bugTickExpiredServes)},
+	{"tick-equal-only", "only the tick served is done, not older ones", "TickDone", copyBackend(bugTickEqualOnly)},
+	{"tick-before-holder", "the tick checked before the live holder, so a running run's tick says ErrTickDone",
+		"TickLiveRun", copyBackend(bugTickBeforeHolder)},
+	{"tick-no-interval", "a tick claim ignores the minimum interval", "TickMinInterval", copyBackend(bugTickNoInterval)},
+	{"tick-nanos", "ticks compared and kept at nanoseconds", "TickPrecision", copyBackend(bugTickNanos)},
+	{"tick-outside", "the tick checked outside the claim's critical section", "TickUnderContention", copyBackend(bugTickOutside)},
+	{"tick-plain-separate", "a tick claim not kept out by a running plain run", "TickPlainShare", copyBackend(bugTickPlainSeparate)},
 	{"case-insensitive", "sources compared without regard to case",
 		"LookalikeSources", func() func() runclaim.Store {
 			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)

@@ -24,15 +24,19 @@ import (
 
 // The redeploy test runs replicas as OS processes through a rolling
 // redeploy on a loop: replicas start and call Migrate while a maintenance
-// transaction holds a lock on the runs table, claim through Do with jobs of
-// random length, and are then stopped gracefully (SIGTERM, with a
-// wind-down longer than the lease) or killed with SIGKILL.
+// transaction holds a lock on the runs table, claim each tick of a
+// runclaim.Ticker through DoTick, on clocks skewed by up to redeploySkew
+// either way, with jobs of random length, and are then stopped gracefully
+// (SIGTERM, with a wind-down longer than the lease) or killed with SIGKILL.
 const (
 	envRedeployChild = "CHAOS_REDEPLOY_CHILD" // "1" in a child
+	envRedeploySkew  = "CHAOS_REDEPLOY_SKEW"  // how far the child's clock is ahead, for its ticks
 
 	redeploySources  = 4
 	redeployLease    = time.Second // heartbeat: the default, a third of it
 	redeployTick     = 50 * time.Millisecond
+	redeploySkew     = 120 * time.Millisecond // more than two ticks, more than the shortest job
+	redeployDeadline = time.Second            // the Ticker's starting deadline
 	redeployReplicas = 3
 	redeployTime     = 32 * time.Second // how long the parent keeps redeploying
 	redeployWindDown = 3 * redeployLease / 2
@@ -69,6 +73,11 @@ func TestRedeployChild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", envSeed, err)
 	}
+	skew, err := time.ParseDuration(os.Getenv(envRedeploySkew))
+	if err != nil {
+		t.Fatalf("%s: %v", envRedeploySkew, err)
+	}
+	clock := func() time.Time { return time.Now().Add(skew) }
 	pool, err := pgxpool.New(context.Background(), os.Getenv(envDSN))
 	if err != nil {
 		t.Fatal(err)
@@ -124,16 +133,21 @@ func TestRedeployChild(t *testing.T) {
 		source := redeploySource(i)
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
-			tick := time.NewTicker(redeployTick)
-			defer tick.Stop()
+			ticker, err := runclaim.NewTicker(runclaim.Every(redeployTick), redeployDeadline, runclaim.WithTickerClock(clock))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer ticker.Stop()
 			for term.Err() == nil {
+				var tick time.Time
 				select {
 				case <-term.Done():
 					return
-				case <-tick.C:
+				case tick = <-ticker.C:
 				}
-				// Do gets the replica's context: SIGTERM cancels fn's.
-				err := claimer.Do(term, source, func(ctx context.Context, run *runclaim.Run) error {
+				// DoTick gets the replica's context: SIGTERM cancels fn's.
+				err := claimer.DoTick(term, source, tick, func(ctx context.Context, run *runclaim.Run) error {
 					return redeployJob(ctx, pool, run, claimer.ExpiryMargin(), time.Duration(50+rng.IntN(1500))*time.Millisecond)
 				})
 				switch {
@@ -292,6 +306,9 @@ func maintenance(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table st
 //   - no two runs of a source worked at the same time, checked in SQL and
 //     in Go;
 //   - the history of the runs table has no overlapping runs either;
+//   - every run served a tick, no tick was served twice, and each source's
+//     ticks were served in order, on replica clocks up to 120 ms apart
+//     either way (checked in SQL);
 //   - no statement waited for a lock on the runs table or for an advisory
 //     lock (claims of held sources are skipped at once, and nothing, a
 //     Migrate on a current schema least of all, may make a claim wait): a
@@ -349,8 +366,9 @@ func TestRedeploy(t *testing.T) {
 		owner := fmt.Sprintf("deploy-%02d", started)
 		// A minute to be ready: a stalled Migrate shows as a replica that
 		// never is.
+		skew := time.Duration(rng.Int64N(int64(2*redeploySkew+1))) - redeploySkew
 		c := startChild(t, owner, filepath.Join(dir, fmt.Sprintf("replica-%02d.log", started)), "TestRedeployChild", "3m", time.Minute,
-			envRedeployChild+"=1", envDSN+"="+db.DSN, envSeed+"="+strconv.FormatUint(rng.Uint64(), 10))
+			envRedeployChild+"=1", envDSN+"="+db.DSN, envSeed+"="+strconv.FormatUint(rng.Uint64(), 10), envRedeploySkew+"="+skew.String())
 		children = append(children, c)
 		return c
 	}
@@ -414,6 +432,7 @@ func TestRedeploy(t *testing.T) {
 
 	checkJobOverlaps(t, direct)
 	checkRunOverlaps(t, direct, store.Table())
+	checkOneRunPerTick(t, direct, store.Table())
 	checkClaimLatencies(t, children)
 	waits.check(t)
 
@@ -438,6 +457,33 @@ FROM job_log`, redeployLease.Seconds()).Scan(&runs, &windDowns, &lost)
 	}
 	if runs < 50 || windDowns < 3 || killed < 3 || takeovers < 1 {
 		t.Errorf("too little happened for the test to mean something: %d runs, %d wind-downs, %d kills, %d takeovers", runs, windDowns, killed, takeovers)
+	}
+}
+
+// checkOneRunPerTick checks, in SQL, that every run named a tick, that no
+// tick was served by two runs (running, succeeded or failed), and that each
+// source's runs that served a tick did so in the order of their ticks: no
+// run served a tick at or before one an earlier run had served, however
+// far apart the replicas' clocks were.
+func checkOneRunPerTick(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	var plain, doubles, backwards, served int
+	var example string
+	err := pool.QueryRow(t.Context(), `WITH serving AS (
+	SELECT id, source, tick, lag(tick) OVER (PARTITION BY source ORDER BY id) AS prev
+	FROM `+table+` WHERE status IN ('running', 'succeeded', 'failed')
+)
+SELECT (SELECT count(*) FROM `+table+` WHERE tick IS NULL),
+	(SELECT count(*) FROM (SELECT source, tick FROM serving GROUP BY source, tick HAVING count(*) > 1) AS d),
+	(SELECT count(*) FROM serving WHERE tick <= prev),
+	(SELECT coalesce(min(format('run %s of %s served tick %s after tick %s', id, source, tick, prev)), '') FROM serving WHERE tick <= prev),
+	(SELECT count(*) FROM serving)`).Scan(&plain, &doubles, &backwards, &example, &served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d runs served a tick", served)
+	if plain > 0 || doubles > 0 || backwards > 0 {
+		t.Errorf("G11 broken: %d runs without a tick, %d ticks served twice, %d runs of a tick at or before an earlier run's; e.g. %s", plain, doubles, backwards, example)
 	}
 }
 

@@ -97,8 +97,8 @@ type replicas struct {
 	// check of quit may still claim a source that another replica's job
 	// released on the way out, so a span that starts after quitAt is part
 	// of the teardown, not of the scenario under test.
-	quitAt time.Time
-	claimers  []*runclaim.Claimer
+	quitAt   time.Time
+	claimers []*runclaim.Claimer
 }
 
 // newPool returns a pool on dsn that finds a new primary quickly: a dead
