@@ -1228,12 +1228,12 @@ func BenchmarkRunAllocs(b *testing.B) {
 }
 
 // ---------------------------------------------------------------------------
-// What a claim puts on the wire: README's figures
+// What a claim puts on the wire: the figures of docs/how-it-works.md
 
 // TestClaimWireSize measures the round trips and the bytes a claim sends,
 // in pgx's default mode and in the modes that work behind PgBouncer, on a
 // pool of one connection, for both forms of the claim, and checks the
-// figures README.md and BENCHMARKS.md give:
+// figures docs/how-it-works.md, docs/pgbouncer.md and BENCHMARKS.md give:
 //   - the function (schema version 3): in every mode a warm claim is 1
 //     round trip of under 600 bytes, one TCP segment; in the default mode
 //     its first call on a connection takes 2 (pgx prepares it first);
@@ -1358,10 +1358,10 @@ func TestClaimWireSize(t *testing.T) {
 						t.Errorf("%s: %d round trips, want 1", step.what, trips)
 					}
 					if sent < f.want.minBytes || sent > f.want.maxBytes {
-						t.Errorf("%s: %d bytes sent, want %d to %d (the figure README.md gives)", step.what, sent, f.want.minBytes, f.want.maxBytes)
+						t.Errorf("%s: %d bytes sent, want %d to %d (the figure the docs give)", step.what, sent, f.want.minBytes, f.want.maxBytes)
 					}
 					if f.want.oneSegment && sent > segment || f.want.twoSegment && sent <= segment {
-						t.Errorf("%s: %d bytes sent; README.md says it is %s one TCP segment (%d bytes)", step.what, sent,
+						t.Errorf("%s: %d bytes sent; the docs say it is %s one TCP segment (%d bytes)", step.what, sent,
 							map[bool]string{true: "within", false: "more than"}[f.want.oneSegment], segment)
 					}
 				}

@@ -428,7 +428,7 @@ func TestClaimFunctionDefinition(t *testing.T) {
 		config   []string
 		named    bool
 	)
-	// named: the name and argument types the README's GRANT and the Down
+	// named: the name and argument types docs/least-privilege.md's GRANT and the Down
 	// step's DROP use name this function.
 	err := db.Pool.QueryRow(t.Context(), `SELECT p.prosecdef, p.provolatile::text, l.lanname, coalesce(p.proconfig, '{}'),
 	pg_catalog.to_regprocedure($3) IS NOT DISTINCT FROM p.oid

@@ -76,8 +76,8 @@
 //	}
 //
 // The loop that claims every tick of a Ticker, the same ticks on every
-// replica, is ExampleClaimer_DoTick, explained in the README's "A plain
-// ticker" section; examples/ticker runs it on three replicas. Ticks and
+// replica, is ExampleClaimer_DoTick, explained in docs/schedulers.md ("A
+// plain ticker"); examples/ticker runs it on three replicas. Ticks and
 // catch-up: docs/ticks.md.
 //
 // Do heartbeats while the function runs and, once the run can no longer be

@@ -147,7 +147,7 @@ func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err er
 			if !req.Tick.IsZero() || s.schemaVer.useTickFunc() {
 				args = tickFuncArgs
 			}
-			return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s; see Least privilege in the README)",
+			return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)",
 				quoteForError(req.Source), err, s.claimFunc(), args, s.Table())
 		}
 	}

@@ -254,7 +254,7 @@ func checkRealError(t *testing.T, err error, prefix string) {
 
 // TestMigrateConcurrent: 8 replicas migrating an empty database at once all
 // succeed (they queue on Migrate's advisory lock), the result has the
-// columns and indexes the README's "Schema and upgrades" lists, and Migrate
+// columns and indexes docs/schema.md lists, and Migrate
 // and SchemaSQL are idempotent afterwards.
 func TestMigrateConcurrent(t *testing.T) {
 	t.Parallel()
@@ -391,7 +391,7 @@ FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespa
 	return d
 }
 
-// wantSchema is the table the README's "Schema and upgrades" section lists.
+// wantSchema is the table docs/schema.md lists.
 func wantSchema(table string) schemaDesc {
 	return schemaDesc{
 		Columns: []columnDesc{

@@ -101,7 +101,7 @@ func TestRedeployChild(t *testing.T) {
 		}
 	}
 
-	// Every replica migrates at its start, as the README says to.
+	// Every replica migrates at its start, as docs/schema.md says to.
 	began := time.Now()
 	mctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	err = store.Migrate(mctx)
