@@ -42,6 +42,7 @@ type schedule struct {
 	period  time.Duration // a minute or more in a real service
 	sources []string
 	work    time.Duration // how long one sweep takes
+	from    time.Time     // the first tick; zero for no start
 	until   time.Time     // the last tick; zero for no end
 }
 
@@ -57,7 +58,8 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s := demo
-	s.until = time.Now().Truncate(s.period).Add(periods * s.period)
+	s.from = time.Now().Truncate(s.period).Add(s.period)
+	s.until = s.from.Add((periods - 1) * s.period)
 	store, closeStore, err := openStore(ctx)
 	if err != nil {
 		log.Fatal(err)
@@ -95,7 +97,7 @@ func main() {
 // replica is one replica of the service: at every multiple of the period
 // on the wall clock it asks runclaim, for each source, whether this tick is
 // its own, and calls swept for each sweep it runs. It returns after the
-// tick at s.until, or with ctx's error when ctx ends.
+// tick at s.until (ticks before s.from are let pass), or with ctx's error when ctx ends.
 func replica(ctx context.Context, name string, store runclaim.Store, s schedule,
 	swept func(tick time.Time, source string, run *runclaim.Run)) error {
 	claimer, err := runclaim.New(store,
@@ -119,6 +121,11 @@ func replica(ctx context.Context, name string, store runclaim.Store, s schedule,
 		}
 		if !s.until.IsZero() && tick.After(s.until) {
 			return nil
+		}
+		if tick.Before(s.from) {
+			// A Ticker delivers a tick up to its starting deadline
+			// late, so the tick before s.from may come first.
+			continue
 		}
 		var wg sync.WaitGroup
 		for _, source := range s.sources {
