@@ -25,17 +25,9 @@ func scanRecords(rows pgx.Rows) ([]RunRecord, error) {
 	defer rows.Close()
 	var out []RunRecord
 	for rows.Next() {
-		var (
-			r        RunRecord
-			status   string
-			finished *time.Time
-		)
-		if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error); err != nil {
+		r, err := scanRecord(rows)
+		if err != nil {
 			return nil, err
-		}
-		r.Status = Status(status)
-		if finished != nil {
-			r.FinishedAt = *finished
 		}
 		out = append(out, r)
 	}
@@ -60,7 +52,11 @@ func (s *PostgresStore) Running(ctx context.Context, source string) ([]RunRecord
 		if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {
 			return nil, err
 		}
-		rows, err := s.db.Query(ctx, s.sql.running, source)
+		ticks, err := s.recordsTicks(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := s.db.Query(ctx, withTicks(s.sql.running, s.sql.runningTick, ticks), source)
 		if err != nil {
 			return nil, err
 		}
@@ -107,7 +103,11 @@ func (s *PostgresStore) HistoryFunc(ctx context.Context, source string, limit in
 		return errors.New("runclaim: history: nil function")
 	}
 	what := "history of " + quoteForError(source)
-	rows, err := s.db.Query(ctx, s.sql.history, source, limit)
+	ticks, err := s.recordsTicks(ctx)
+	if err != nil {
+		return s.wrap(ctx, what, err)
+	}
+	rows, err := s.db.Query(ctx, withTicks(s.sql.history, s.sql.historyTick, ticks), source, limit)
 	if err != nil {
 		return s.wrap(ctx, what, err)
 	}
@@ -127,22 +127,46 @@ func (s *PostgresStore) HistoryFunc(ctx context.Context, source string, limit in
 	return nil
 }
 
-// scanRecord reads the row rows is on, selected as the nine columns of
+// scanRecord reads the row rows is on, selected as the ten columns of
 // sql/admin.sql.
 func scanRecord(rows pgx.Rows) (RunRecord, error) {
 	var (
 		r        RunRecord
 		status   string
 		finished *time.Time
+		tick     *time.Time
 	)
-	if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error); err != nil {
+	if err := rows.Scan(&r.ID, &r.Source, &r.Owner, &r.StartedAt, &r.LeaseUntil, &status, &r.HeartbeatAt, &finished, &r.Error, &tick); err != nil {
 		return RunRecord{}, err
 	}
 	r.Status = Status(status)
 	if finished != nil {
 		r.FinishedAt = *finished
 	}
+	if tick != nil {
+		r.Tick = *tick
+	}
 	return r, nil
+}
+
+// recordsTicks reports whether the runs table has the tick column (schema
+// version 4), reading the schema's state from the catalogs when the store
+// does not know it yet: the operator commands then read and keep ticks
+// with the "_tick" twins of their statements.
+func (s *PostgresStore) recordsTicks(ctx context.Context) (bool, error) {
+	if v := s.schemaVer.version.Load(); v != 0 {
+		return v >= tickFuncVersion, nil
+	}
+	st, err := s.schemaState(ctx)
+	return st.version() >= tickFuncVersion, err
+}
+
+// withTicks returns q, or its twin that reads ticks if ticks.
+func withTicks(q, twin string, ticks bool) string {
+	if ticks {
+		return twin
+	}
+	return q
 }
 
 // ErrNotRunning is returned by Release when there is no running run to
@@ -180,12 +204,17 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 		}
 		what = "release " + quoteForError(source)
 	}
+	ticks, err := s.recordsTicks(ctx)
+	if err != nil {
+		return RunRecord{}, s.wrap(ctx, what, err)
+	}
+	release := withTicks(s.sql.release, s.sql.releaseTick, ticks)
 	// One transaction: the lock timeout is local to it.
 	var records []RunRecord
-	err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
+	err = s.batchReadCommitted(ctx, func(b *pgx.Batch) {
 		records = nil // a retry in the explicit form reads them again
 		b.Queue(s.sql.releaseLockTimeout)
-		b.Queue(s.sql.release, id, source).Query(func(rows pgx.Rows) (err error) {
+		b.Queue(release, id, source).Query(func(rows pgx.Rows) (err error) {
 			records, err = scanRecords(rows)
 			return err
 		})
@@ -241,8 +270,9 @@ func (o PruneOptions) Validate() error {
 }
 
 // Prune deletes finished runs that finished more than olderThan ago, except
-// the newest run of each source: PruneRuns with PruneOptions{OlderThan:
-// olderThan}.
+// the newest run of each source and, from schema version 4 on, the finished
+// run of the latest tick each source has served: PruneRuns with
+// PruneOptions{OlderThan: olderThan}.
 func (s *PostgresStore) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	return s.PruneRuns(ctx, PruneOptions{OlderThan: olderThan})
 }
@@ -252,7 +282,9 @@ func (s *PostgresStore) Prune(ctx context.Context, olderThan time.Duration) (int
 // whatever it deletes of them, each batch one statement and its own short
 // transaction, so that it never holds locks a
 // claim waits for. It never deletes a running run, nor the newest run of
-// any source (which the minimum interval is measured from), nor, with
+// any source (which the minimum interval is measured from), nor, from schema
+// version 4 on, the finished run of the latest tick its source has served
+// (which keeps that tick and the older ones done), nor, with
 // opts.KeepLast, any of the KeepLast runs of a source that started last
 // (runs that started at the same instant count as one). It skips, without
 // waiting, a row another transaction has locked, such as a run finished
@@ -273,13 +305,18 @@ func (s *PostgresStore) PruneRuns(ctx context.Context, opts PruneOptions) (int64
 	// A run is not among its source's n newest when n runs of its source
 	// started after it: see the prune statement.
 	skip := max(opts.KeepLast, 1) - 1
+	ticks, err := s.recordsTicks(ctx)
+	if err != nil {
+		return 0, s.wrap(ctx, "prune", err)
+	}
+	prune := withTicks(s.sql.prune, s.sql.pruneTick, ticks)
 	var total, after int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("runclaim: prune: %w", err)
 		}
 		var deleted, picked, last int64
-		if err := s.queryRow(ctx, s.sql.prune, []any{after, opts.OlderThan.Microseconds(), PruneBatchSize, skip}, &deleted, &picked, &last); err != nil {
+		if err := s.queryRow(ctx, prune, []any{after, opts.OlderThan.Microseconds(), PruneBatchSize, skip}, &deleted, &picked, &last); err != nil {
 			return total, s.wrap(ctx, "prune", err)
 		}
 		total += deleted

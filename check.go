@@ -23,7 +23,7 @@ const MaxSourceStates = 10000
 // A SourceState is what the runs table says about one source at one
 // moment, as Check and SourceStates read it. Its times are the database's.
 type SourceState struct {
-	Source    string
+	Source    string    // the source's name
 	CheckedAt time.Time // the database's time of the read: ages are measured from it
 	// Latest is the source's newest run: the running one if Latest.Status
 	// is StatusRunning. nil if the source never ran.
@@ -74,8 +74,8 @@ func (s SourceState) Overdue(maxAge time.Duration) bool {
 // within MaxAge, and what the table says about it.
 type Health struct {
 	SourceState
-	MaxAge  time.Duration
-	Healthy bool // a succeeded run started within MaxAge before CheckedAt
+	MaxAge  time.Duration // the age asked for
+	Healthy bool          // a succeeded run started within MaxAge before CheckedAt
 }
 
 // String says in one line why the source is healthy or not: its last
@@ -161,7 +161,7 @@ func (s *PostgresStore) Check(ctx context.Context, source string, maxAge time.Du
 	if maxAge <= 0 {
 		return Health{}, fmt.Errorf("runclaim: check: maxAge must be positive, got %v", maxAge)
 	}
-	states, err := s.sourceStates(ctx, fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL), source)
+	states, err := s.sourceStates(ctx, s.sql.sourceStateOne, source)
 	if err != nil {
 		return Health{}, s.wrap(ctx, "check "+quoteForError(source), err)
 	}
@@ -183,8 +183,7 @@ func (s *PostgresStore) SourceStates(ctx context.Context) ([]SourceState, error)
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	q := fmt.Sprintf(sourceStateSQL, s.Table(), fmt.Sprintf(sourceStateAllSQL, s.Table()))
-	states, err := s.sourceStates(ctx, q, int64(MaxSourceStates+1))
+	states, err := s.sourceStates(ctx, s.sql.sourceStateAll, int64(MaxSourceStates+1))
 	if err != nil {
 		return nil, s.wrap(ctx, "source states", err)
 	}

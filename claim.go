@@ -58,11 +58,41 @@ func (c *Claimer) Owner() string { return c.cfg.owner }
 // The caller must end the run with Finish, and keep it alive with Heartbeat
 // when it may last longer than the lease; Do does both.
 func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
+	return c.claim(ctx, source, time.Time{})
+}
+
+// ClaimTick claims source, as Claim does, for one scheduled tick: the run
+// serves tick, and a claim of a tick that a run has served, or of an
+// earlier one, is skipped with an error matching ErrTickDone (and
+// ErrNotClaimed), however long after that run it comes and whatever the
+// replicas' clocks say. A run serves its tick while it runs, and after it
+// succeeded or failed: a failed run does not reopen its tick. A run that
+// expired, its holder gone, leaves its tick open for a later claim to take
+// over. A live run of the source, of any tick or none, still skips the
+// claim with ErrAlreadyRunning, and the minimum interval still applies:
+// plain and tick claims share the source.
+//
+// Name the tick the scheduler fired for (its scheduled time, not the time
+// the job started), so that every replica names the same one; see Ticker
+// and Catchup. Ticks compare at microsecond precision: tick is cut down to
+// whole microseconds (see NormalTick), and Run.Tick reports it so. A zero
+// tick is an error, and nothing is sent to the store.
+func (c *Claimer) ClaimTick(ctx context.Context, source string, tick time.Time) (*Run, error) {
+	if tick.IsZero() {
+		err := errors.New("runclaim: ClaimTick: zero tick")
+		c.claimFailed(ctx, source, err, 0)
+		return nil, err
+	}
+	return c.claim(ctx, source, NormalTick(tick))
+}
+
+// claim is Claim, for tick when it is not zero.
+func (c *Claimer) claim(ctx context.Context, source string, tick time.Time) (*Run, error) {
 	if err := checkContext(ctx); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
-	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval}
+	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: tick}
 	if err := req.Validate(); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
@@ -79,6 +109,7 @@ func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
 		Owner:       info.Owner,
 		StartedAt:   info.StartedAt,
 		LeaseUntil:  info.LeaseUntil,
+		Tick:        info.Tick,
 		claimer:     c,
 		leaseUntil:  info.LeaseUntil,
 		claimedAt:   sent,
@@ -108,6 +139,9 @@ type Run struct {
 	// database clock. Heartbeats extend the lease; Deadline reports its
 	// current end.
 	LeaseUntil time.Time
+	// Tick is the scheduled tick the run serves (see ClaimTick), in UTC
+	// and whole microseconds; zero for a run of a plain Claim.
+	Tick time.Time
 
 	claimer   *Claimer
 	claimedAt time.Time // when the claim was sent, local clock

@@ -75,20 +75,28 @@ type funcClaim struct {
 	runID                pgtype.Int8
 	runOwner             pgtype.Text
 	runStarted, runLease pgtype.Timestamptz
-	args                 [6]any
-	dest                 [9]any
+	tick                 pgtype.Timestamptz // the tick sent to the function of version 4
+	args                 [7]any
+	dest                 [10]any
 }
 
-// callClaim sends one call of the claim function.
-func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explicit bool, r *funcClaim) error {
-	r.args = [6]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+// callClaim sends one call of the claim function: of version 4, with the
+// tick (NULL for a plain claim), if ticks, else of version 3.
+func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explicit bool, r *funcClaim, ticks bool) error {
+	r.args = [7]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
 		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds()}
-	r.dest = [9]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter}
+	r.dest = [10]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick}
+	sql, args, dest := s.sql.call, r.args[:6], r.dest[:9]
+	if ticks {
+		r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
+		r.args[6] = &r.tick
+		sql, args, dest = s.sql.callTick, r.args[:], r.dest[:]
+	}
 	var err error
 	if !explicit {
-		err = s.db.QueryRow(ctx, s.sql.call, r.args[:]...).Scan(r.dest[:]...)
+		err = s.db.QueryRow(ctx, sql, args...).Scan(dest...)
 	} else {
-		err = s.explicitQueryRow(ctx, s.sql.call, r.args[:], r.dest[:]...)
+		err = s.explicitQueryRow(ctx, sql, args, dest...)
 	}
 	// The function names the level only when it refuses to claim under it,
 	// and returns one run: the one it inserted, or the source's running one.
@@ -145,6 +153,14 @@ type schemaCache struct {
 func (c *schemaCache) useFunc() bool {
 	v := c.version.Load()
 	return v == 0 || v >= claimFuncVersion
+}
+
+// useTickFunc reports whether plain claims should call the function of
+// version 4: when the version is not known yet, or has it. Tick claims
+// always do.
+func (c *schemaCache) useTickFunc() bool {
+	v := c.version.Load()
+	return v == 0 || v >= tickFuncVersion
 }
 
 // stale reports whether a batch claim should read the schema state too.

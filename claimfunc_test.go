@@ -17,7 +17,8 @@ import (
 )
 
 // This file tests the two forms of the claim side by side: the batch of
-// schema version 2 and the function of version 3 (claimfunc.go), and how a
+// schema version 2, the function of version 3 (claimfunc.go) and its
+// overload with a tick of version 4 (tickfunc.go), and how a
 // store finds out which one its table has.
 
 // pinForm is how long a store pinned to a form by formStore goes without
@@ -31,7 +32,7 @@ type claimForm struct {
 	version int
 }
 
-var claimForms = []claimForm{{"batch", 2}, {"function", 3}}
+var claimForms = []claimForm{{"batch", 2}, {"function", 3}, {"tick function", 4}}
 
 // formStore returns a store on pool that claims in form f, whatever the
 // table's version (which must have the function for the function form).
@@ -58,6 +59,9 @@ func checkForm(t *testing.T, rec *sqlRecorder, store *runclaim.PostgresStore, f 
 			n++
 			if f.version < 3 {
 				t.Errorf("%s form: the claim function was called: %q", f.name, q)
+			}
+			if withTick := strings.Contains(q, "$7::timestamptz"); withTick != (f.version >= 4) {
+				t.Errorf("%s form: the claim function was called with a tick %v: %q", f.name, withTick, q)
 			}
 		}
 	}
@@ -308,8 +312,11 @@ func TestClaimFindsSchemaVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The recheck interval is an hour while the test checks that a claim
+	// does not read the version again (a busy machine cannot make it pass),
+	// and short only while the test waits for the store to move.
 	const recheck = 200 * time.Millisecond
-	runclaim.SetSchemaRecheck(store, recheck)
+	runclaim.SetSchemaRecheck(store, time.Hour)
 	c := newClaimer(t, store)
 	cycle := func(what string) {
 		t.Helper()
@@ -347,13 +354,15 @@ func TestClaimFindsSchemaVersion(t *testing.T) {
 	// Another replica migrates. The store moves to the function once it
 	// reads the version again.
 	migratedStore(t, db.Pool)
+	runclaim.SetSchemaRecheck(store, recheck)
 	waitUntil(t, 30*time.Second, recheck/4, "the store to call the function", func() bool {
 		cycle("claim while the function is added")
-		return runclaim.ClaimSchema(store) == 3
+		return runclaim.ClaimSchema(store) == runclaim.LatestSchemaVersion
 	})
+	runclaim.SetSchemaRecheck(store, time.Hour)
 	rec.take()
-	cycle("claim on version 3")
-	if n := checkForm(t, rec, store, claimForms[1]); n != 1 {
+	cycle("claim on the latest version")
+	if n := checkForm(t, rec, store, claimForms[len(claimForms)-1]); n != 1 {
 		t.Errorf("%d claims recorded, want 1", n)
 	}
 
@@ -388,7 +397,7 @@ func TestClaimFindsSchemaVersion(t *testing.T) {
 	}
 	rec.take()
 	cycle("claim after Migrate")
-	if n := checkForm(t, rec, store, claimForms[1]); n != 1 {
+	if n := checkForm(t, rec, store, claimForms[len(claimForms)-1]); n != 1 {
 		t.Errorf("%d claims recorded after Migrate, want 1", n)
 	}
 }
@@ -419,7 +428,7 @@ func TestClaimFunctionDefinition(t *testing.T) {
 		config   []string
 		named    bool
 	)
-	// named: the name and argument types the README's GRANT and the Down
+	// named: the name and argument types docs/least-privilege.md's GRANT and the Down
 	// step's DROP use name this function.
 	err := db.Pool.QueryRow(t.Context(), `SELECT p.prosecdef, p.provolatile::text, l.lanname, coalesce(p.proconfig, '{}'),
 	pg_catalog.to_regprocedure($3) IS NOT DISTINCT FROM p.oid

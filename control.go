@@ -26,7 +26,7 @@ import (
 //     runclaim CLI's release) and its holder's context is cancelled at its
 //     next heartbeat.
 //   - A trigger makes the next claim of the source win despite the minimum
-//     interval. The claim that wins uses it up; a skipped claim does not.
+//     interval or a done tick (ErrTickDone). The claim that wins uses it up; a skipped claim does not.
 //     It does not break in on a running run or a pause: while one holds
 //     the source, claims are skipped as without it, and the trigger waits.
 //   - A skipped claim writes nothing; a claim that uses a trigger consumes
@@ -48,7 +48,7 @@ type Controller interface {
 	Resume(ctx context.Context, source string) error
 
 	// Trigger lets the next claim of source win despite the minimum
-	// interval. It is used once, by the claim that wins; a second Trigger
+	// interval or a done tick. It is used once, by the claim that wins; a second Trigger
 	// before then changes nothing. It waits while a run holds the source
 	// or the source is paused.
 	Trigger(ctx context.Context, source string) error

@@ -76,6 +76,26 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 	if err != nil {
 		return err
 	}
+	return c.do(ctx, run, fn)
+}
+
+// DoTick is Do for one scheduled tick: it claims source with ClaimTick, so
+// that fn runs at most once for tick across every replica (see ClaimTick),
+// and then does what Do does. A zero tick is an error, and fn is not
+// called.
+func (c *Claimer) DoTick(ctx context.Context, source string, tick time.Time, fn func(ctx context.Context, run *Run) error) error {
+	if fn == nil {
+		return errors.New("runclaim: DoTick: nil function")
+	}
+	run, err := c.ClaimTick(ctx, source, tick)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, run, fn)
+}
+
+// do runs fn for run, which was just claimed, as Do describes.
+func (c *Claimer) do(ctx context.Context, run *Run, fn func(ctx context.Context, run *Run) error) error {
 	runCtx, cancel, halt := run.startKeepAlive(ctx)
 	defer cancel(nil)
 	stopLimit := run.limitRunTime(cancel)

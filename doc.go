@@ -35,6 +35,13 @@
 //     bad input is refused before any SQL runs (G8).
 //   - Migrate on a current schema takes no lock on the runs table, so
 //     replicas may call it at every start (G9).
+//   - Exactly one run per scheduled tick (G11): ClaimTick and DoTick name
+//     the tick a run serves; a tick that a running, succeeded or failed run
+//     has served, and every older one, is skipped with ErrTickDone for
+//     every replica, whatever their clocks say, while a run that expired
+//     leaves its tick open. A Ticker delivers a schedule's ticks on the
+//     wall clock and, after a restart or a suspension, the latest missed
+//     tick within a starting deadline.
 //
 // A winning or losing claim is one network round trip: one call of the
 // claim function that Migrate creates (a table without it, at schema
@@ -55,22 +62,23 @@
 //	if err := store.Migrate(ctx); err != nil {
 //		return err
 //	}
-//	claimer, err := runclaim.New(store, runclaim.WithLease(30*time.Second),
-//		runclaim.WithMinInterval(30*time.Second)) // half the period
+//	claimer, err := runclaim.New(store, runclaim.WithLease(30*time.Second))
 //	if err != nil {
 //		return err
 //	}
-//	// On each tick of the scheduler, on every replica:
-//	err = claimer.Do(ctx, "avito", func(ctx context.Context, run *runclaim.Run) error {
+//	// On each tick of a schedule, on every replica, naming the tick (see
+//	// NewTicker for a schedule's ticks on the wall clock):
+//	err = claimer.DoTick(ctx, "avito", tick, func(ctx context.Context, run *runclaim.Run) error {
 //		return sweep(ctx, run.ID) // pass run.ID on as a fencing token
 //	})
 //	if errors.Is(err, runclaim.ErrNotClaimed) {
-//		// another replica runs this tick
+//		// another replica runs this tick, or has run it
 //	}
 //
-// The loop that ticks every replica on the same wall-clock minute is
-// ExampleClaimer_Do_ticker, explained in the README's "A plain ticker"
-// section; examples/ticker runs it on three replicas.
+// The loop that claims every tick of a Ticker, the same ticks on every
+// replica, is ExampleClaimer_DoTick, explained in docs/schedulers.md ("A
+// plain ticker"); examples/ticker runs it on three replicas. Ticks and
+// catch-up: docs/ticks.md.
 //
 // Do heartbeats while the function runs and, once the run can no longer be
 // trusted to be this holder's, closes Run.Lost and cancels the function's

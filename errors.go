@@ -9,10 +9,10 @@ import (
 
 // ErrNotClaimed matches, with errors.Is, every error that means "this tick was
 // skipped": the source is held by another run, another claim for it is in
-// flight, the minimum interval has not passed, or the source is paused.
-// Nothing was written and no lock is held. Use errors.Is(err,
-// ErrAlreadyRunning), errors.Is(err, ErrTooSoon) or errors.Is(err, ErrPaused)
-// to tell which, and errors.As with *NotClaimedError for details.
+// flight, the minimum interval has not passed, the tick claimed was served
+// already, or the source is paused. Nothing was written and no lock is
+// held. Use errors.Is(err, ErrAlreadyRunning), ErrTooSoon, ErrTickDone or
+// ErrPaused to tell which, and errors.As with *NotClaimedError for details.
 var ErrNotClaimed = errors.New("runclaim: not claimed")
 
 // ErrAlreadyRunning means another run holds the source, or another claim for
@@ -22,6 +22,12 @@ var ErrAlreadyRunning = newSkip("runclaim: source is already running")
 // ErrTooSoon means the minimum interval since the source's last run start has
 // not passed. It matches ErrNotClaimed too.
 var ErrTooSoon = newSkip("runclaim: too soon since the last run")
+
+// ErrTickDone means a run has served the tick that a ClaimTick named, or a
+// later one: a run of the source with that tick or a later one is running,
+// succeeded or failed. A run that expired leaves its tick open. It matches
+// ErrNotClaimed too.
+var ErrTickDone = newSkip("runclaim: tick already served")
 
 // ErrPaused means an operator paused the source (see Controller.Pause):
 // every claim of it is skipped until the pause ends or the source is
@@ -70,13 +76,14 @@ func (e *skipError) Error() string        { return e.msg }
 func (e *skipError) Is(target error) bool { return target == ErrNotClaimed }
 
 // NotClaimedError carries the details of a skipped claim. It matches
-// ErrNotClaimed and its Reason (ErrAlreadyRunning or ErrTooSoon) with
-// errors.Is; use errors.As to read it. All times are the database's.
-// A paused skip's text includes the pause's note, quoted.
+// ErrNotClaimed and its Reason (ErrAlreadyRunning, ErrTooSoon, ErrTickDone
+// or ErrPaused) with errors.Is; use errors.As to read it. All times are the
+// database's, except the ticks, which are the claimers'. A paused skip's
+// text includes the pause's note, quoted.
 type NotClaimedError struct {
 	// Source is the source that was not claimed.
 	Source string
-	// Reason is ErrAlreadyRunning, ErrTooSoon or ErrPaused.
+	// Reason is ErrAlreadyRunning, ErrTooSoon, ErrTickDone or ErrPaused.
 	Reason error
 	// Holder is the run that holds the source, when Reason is
 	// ErrAlreadyRunning and the holder is known. It is nil when another claim
@@ -88,6 +95,11 @@ type NotClaimedError struct {
 	// for ErrPaused, the end of the pause, or zero for a pause that lasts
 	// until Resume.
 	RetryAfter time.Time
+	// Tick is the tick the claim named; zero for a plain Claim.
+	Tick time.Time
+	// DoneTick is, for ErrTickDone, the latest tick that a run of the
+	// source has served: Tick or a later one.
+	DoneTick time.Time
 	// Note is, for ErrPaused, the note the operator gave with the pause.
 	Note string
 }
@@ -99,6 +111,7 @@ type RunInfo struct {
 	Owner      string    // who claimed it
 	StartedAt  time.Time // when it was claimed, by the store's clock
 	LeaseUntil time.Time // when its lease ends unless extended
+	Tick       time.Time // the scheduled tick it serves (ClaimTick); zero for a plain Claim
 }
 
 // Error describes the skip in one line.
@@ -116,6 +129,8 @@ func (e *NotClaimedError) Error() string {
 		if e.Note != "" {
 			fmt.Fprintf(&b, ": %q", e.Note)
 		}
+	case e.Reason == ErrTickDone:
+		fmt.Fprintf(&b, "tick %s already served (the latest tick served is %s)", e.Tick.Format(time.RFC3339Nano), e.DoneTick.Format(time.RFC3339Nano))
 	case e.Reason == ErrTooSoon:
 		fmt.Fprintf(&b, "too soon since the last run; a claim can succeed after %s", e.RetryAfter.Format(time.RFC3339Nano))
 	case e.Holder != nil:

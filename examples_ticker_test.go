@@ -10,47 +10,51 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-// A plain ticker on every replica, aligned to the wall clock: each tick,
-// Do runs the sweep of a source on the one replica whose claim wins and
-// skips it on the others. (time.NewTicker would count each replica's period
-// from its own start, so that replicas would tick at different moments and
-// each win its own tick.)
-func ExampleClaimer_Do_ticker() {
+// A plain loop on every replica: a Ticker delivers the ticks of a
+// schedule on the wall clock, the same on every replica, and DoTick runs
+// the sweep of a source for a tick on the one replica whose claim wins.
+// Any other claim of that tick, however late (a replica whose clock is
+// behind, after a quick sweep has finished), is skipped with ErrTickDone.
+// A replica that starts, or wakes, up to the starting deadline after a
+// tick gets that tick at once: a tick missed during a restart still runs.
+func ExampleClaimer_DoTick() {
 	ctx, stop := context.WithCancel(context.Background()) // signal.NotifyContext in a service
 	defer stop()
 
 	// runclaim.NewPostgresStore(pool) in production, shared by every
-	// replica. A minimum interval of half the period turns away a replica
-	// whose tick comes a little late, after a quick sweep has finished.
-	const period = 200 * time.Millisecond // say time.Minute in production
-	claimer, err := runclaim.New(runclaim.NewMemoryStore(), runclaim.WithMinInterval(period/2))
+	// replica.
+	claimer, err := runclaim.New(runclaim.NewMemoryStore())
 	if err != nil {
 		log.Fatal(err)
 	}
+	const period = 200 * time.Millisecond // say time.Minute in production
+	ticker, err := runclaim.NewTicker(runclaim.Every(period), period/2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ticker.Stop()
 
-	for tick := 1; ; tick++ {
-		// Wait for the next multiple of period on the wall clock: the
-		// same moment on every replica.
-		next := time.Now().Truncate(period).Add(period)
+	for n := 1; ; n++ {
+		var tick time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Until(next)):
+		case tick = <-ticker.C:
 		}
 		for _, source := range []string{"avito", "cian"} {
-			err := claimer.Do(ctx, source, func(ctx context.Context, run *runclaim.Run) error {
+			err := claimer.DoTick(ctx, source, tick, func(ctx context.Context, run *runclaim.Run) error {
 				// ctx ends if the run is lost; run.ID is a fencing token.
-				fmt.Printf("tick %d: sweeping %s as run %d\n", tick, run.Source, run.ID)
+				fmt.Printf("tick %d: sweeping %s as run %d\n", n, run.Source, run.ID)
 				return nil
 			})
 			switch {
 			case errors.Is(err, runclaim.ErrNotClaimed):
-				// Another replica has this tick.
+				// Another replica has this tick, or has run it.
 			case err != nil:
 				log.Printf("sweep %s: %v", source, err)
 			}
 		}
-		if tick == 2 {
+		if n == 2 {
 			stop() // this example stops after two ticks
 		}
 	}

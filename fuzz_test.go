@@ -391,6 +391,13 @@ func FuzzTableName(f *testing.F) {
 			wantIdents = append(wantIdents, schema, table)
 		}
 		wantIdents = append(wantIdents, schema, table) // and version 3's COMMENT ON TABLE
+		wantIdents = append(wantIdents, schema, table, // version 4's ALTER TABLE
+			table+"_tick", schema, table, // its index
+			schema, table+"_claim") // its function
+		for range 7 { // the table in its body
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, schema, table) // and version 4's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

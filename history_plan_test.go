@@ -458,139 +458,168 @@ func TestClaimFunctionPlansUseIndexes(t *testing.T) {
 	store := benchStore(t, db.Pool)
 	loadHistory(t, db.Pool, store, runclaim.DefaultTable, rows)
 	table := runclaim.DefaultTable
-	indexes := map[string]bool{table + "_pkey": true, table + "_running": true, table + "_history": true}
+	indexes := map[string]bool{table + "_pkey": true, table + "_running": true, table + "_history": true, table + "_tick": true}
+	for i, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		for f, form := range claimForms[1:] { // the function of version 3, and its overload with a tick
+			t.Run(mode+"/"+form.name, func(t *testing.T) {
+				testClaimFunctionPlans(t, db, store, mode, form, 10*i+f, indexes)
+			})
+		}
+	}
+}
+
+// testClaimFunctionPlans is TestClaimFunctionPlansUseIndexes in one plan
+// cache mode and one form; n makes the sources its own. In the form of
+// version 4, every claim names a later tick, and a claim of a tick served
+// is added to the losses.
+func testClaimFunctionPlans(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStore, mode string, form claimForm, i int, indexes map[string]bool) {
+	table := runclaim.DefaultTable
 	// The function's statements, by how each begins.
 	statements := []string{"SELECT c.id", "SELECT l.started_at", "UPDATE", "INSERT"}
-
-	for i, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		t.Run(mode, func(t *testing.T) {
-			ctx := t.Context()
-			var (
-				mu      sync.Mutex // protects notices
-				notices []string
-			)
-			pool := db.NewPool(t, func(c *pgxpool.Config) {
-				c.MaxConns = 1
-				c.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-					mu.Lock()
-					notices = append(notices, n.Message)
-					mu.Unlock()
-				}
-				c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-					for _, q := range []string{
-						"LOAD 'auto_explain'",
-						"SET auto_explain.log_min_duration = 0",
-						"SET auto_explain.log_nested_statements = on",
-						"SET auto_explain.log_analyze = on",
-						"SET auto_explain.log_buffers = on",
-						"SET auto_explain.log_format = json",
-						"SET auto_explain.log_level = notice",
-						"SET plan_cache_mode = " + mode,
-					} {
-						if _, err := conn.Exec(ctx, q); err != nil {
-							return fmt.Errorf("%s (the plan tests need a superuser, as pgtest's servers have): %w", q, err)
-						}
-					}
-					return nil
-				}
-			})
-			fstore := formStore(t, pool, claimForms[1])
-			src := func(n int) string { return fmt.Sprintf("src-%04d", 100*i+n) } // each with history
-			c := benchClaimer(t, fstore, "plan", runclaim.WithMinInterval(time.Millisecond))
-
-			// A win, then a loss to it.
-			run, err := c.Claim(ctx, src(1))
-			if err != nil {
-				t.Fatalf("Claim: %v", err)
-			}
-			if _, err := c.Claim(ctx, src(1)); !errors.Is(err, runclaim.ErrAlreadyRunning) {
-				t.Fatalf("Claim of a held source: %v, want ErrAlreadyRunning", err)
-			}
-			if err := run.Finish(ctx, nil); err != nil {
-				t.Fatal(err)
-			}
-			// Too soon.
-			if _, err := benchClaimer(t, fstore, "plan", runclaim.WithMinInterval(time.Hour)).Claim(ctx, src(1)); !errors.Is(err, runclaim.ErrTooSoon) {
-				t.Fatalf("Claim too soon: %v, want ErrTooSoon", err)
-			}
-			// A takeover, and a lapsed holder whose row is locked.
-			// MinLease (10 ms): a run that lapses at once, to reach the path of an
-			// expired run; the test waits for its end by the database clock.
-			short := benchClaimer(t, fstore, "plan", runclaim.WithLease(runclaim.MinLease))
-			var lapsed []*runclaim.Run
-			for _, n := range []int{2, 3} {
-				r, err := short.Claim(ctx, src(n))
-				if err != nil {
-					t.Fatal(err)
-				}
-				lapsed = append(lapsed, r)
-			}
-			waitUntil(t, 10*time.Second, 5*time.Millisecond, "the short leases to end", func() bool { return dbNow(t, db.Pool).After(lapsed[1].LeaseUntil) })
-			if _, err := c.Claim(ctx, src(2)); err != nil {
-				t.Fatalf("takeover Claim: %v", err)
-			}
-			tx, err := db.Pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(context.Background())
-			if _, err := tx.Exec(ctx, "SELECT FROM "+store.Table()+" WHERE id = $1 FOR UPDATE", lapsed[1].ID); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Claim(ctx, src(3)); !errors.Is(err, runclaim.ErrAlreadyRunning) {
-				t.Fatalf("Claim of a lapsed holder whose row is locked: %v, want ErrAlreadyRunning", err)
-			}
-			if err := tx.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-
-			mu.Lock()
-			defer mu.Unlock()
-			seen := map[string]int{}
-			for _, msg := range notices {
-				j := strings.Index(msg, "{")
-				if j < 0 {
-					continue
-				}
-				var p struct {
-					QueryText string   `json:"Query Text"`
-					Plan      planNode `json:"Plan"`
-				}
-				if err := json.Unmarshal([]byte(msg[j:]), &p); err != nil {
-					t.Fatalf("auto_explain output %q: %v", msg, err)
-				}
-				q := strings.TrimSpace(p.QueryText)
-				if !strings.Contains(q, store.Table()) {
-					continue // the call itself, or statements of no table
-				}
-				for _, st := range statements {
-					if strings.HasPrefix(q, st) {
-						seen[st]++
-					}
-				}
-				usesIndex := false
-				p.Plan.walk(func(n planNode) {
-					if n.RelationName == table && n.NodeType == "Seq Scan" {
-						t.Errorf("a sequential scan of %s in:\n%s\nplan: %s", table, q, msg[j:])
-					}
-					usesIndex = usesIndex || indexes[n.IndexName]
-				})
-				// The INSERT reads nothing (VALUES); every other statement reads.
-				if !usesIndex && !strings.HasPrefix(q, "INSERT") {
-					t.Errorf("no index of %s used by:\n%s\nplan: %s", table, q, msg[j:])
-				}
-				if testing.Verbose() {
-					var b strings.Builder
-					p.Plan.summary(&b, 0)
-					t.Logf("%s\n%s", q, b.String())
-				}
-			}
-			for _, st := range statements {
-				if seen[st] == 0 {
-					t.Errorf("no plan seen for the function's %q statement (%d notices)", st, len(notices))
-				}
-			}
-			t.Logf("%s: plans of %v", mode, seen)
-		})
+	ticks := form.version >= 4
+	if ticks {
+		statements = append(statements, "SELECT d.tick")
 	}
+	tick := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	claim := func(c *runclaim.Claimer, ctx context.Context, source string) (*runclaim.Run, error) {
+		if !ticks {
+			return c.Claim(ctx, source)
+		}
+		tick = tick.Add(time.Minute)
+		return c.ClaimTick(ctx, source, tick)
+	}
+	ctx := t.Context()
+	var (
+		mu      sync.Mutex // protects notices
+		notices []string
+	)
+	pool := db.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			mu.Lock()
+			notices = append(notices, n.Message)
+			mu.Unlock()
+		}
+		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			for _, q := range []string{
+				"LOAD 'auto_explain'",
+				"SET auto_explain.log_min_duration = 0",
+				"SET auto_explain.log_nested_statements = on",
+				"SET auto_explain.log_analyze = on",
+				"SET auto_explain.log_buffers = on",
+				"SET auto_explain.log_format = json",
+				"SET auto_explain.log_level = notice",
+				"SET plan_cache_mode = " + mode,
+			} {
+				if _, err := conn.Exec(ctx, q); err != nil {
+					return fmt.Errorf("%s (the plan tests need a superuser, as pgtest's servers have): %w", q, err)
+				}
+			}
+			return nil
+		}
+	})
+	fstore := formStore(t, pool, form)
+	src := func(n int) string { return fmt.Sprintf("src-%04d", 100*i+n) } // each with history
+	c := benchClaimer(t, fstore, "plan", runclaim.WithMinInterval(time.Millisecond))
+
+	// A win, then a loss to it.
+	run, err := claim(c, ctx, src(1))
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if _, err := claim(c, ctx, src(1)); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		t.Fatalf("Claim of a held source: %v, want ErrAlreadyRunning", err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ticks { // the tick served, and the one before it
+		for _, tk := range []time.Time{run.Tick, run.Tick.Add(-time.Minute)} {
+			if _, err := c.ClaimTick(ctx, src(1), tk); !errors.Is(err, runclaim.ErrTickDone) {
+				t.Fatalf("Claim of a tick served: %v, want ErrTickDone", err)
+			}
+		}
+	}
+	// Too soon.
+	if _, err := claim(benchClaimer(t, fstore, "plan", runclaim.WithMinInterval(time.Hour)), ctx, src(1)); !errors.Is(err, runclaim.ErrTooSoon) {
+		t.Fatalf("Claim too soon: %v, want ErrTooSoon", err)
+	}
+	// A takeover, and a lapsed holder whose row is locked.
+	// MinLease (10 ms): a run that lapses at once, to reach the path of an
+	// expired run; the test waits for its end by the database clock.
+	short := benchClaimer(t, fstore, "plan", runclaim.WithLease(runclaim.MinLease))
+	var lapsed []*runclaim.Run
+	for _, n := range []int{2, 3} {
+		r, err := claim(short, ctx, src(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lapsed = append(lapsed, r)
+	}
+	waitUntil(t, 10*time.Second, 5*time.Millisecond, "the short leases to end", func() bool { return dbNow(t, db.Pool).After(lapsed[1].LeaseUntil) })
+	if _, err := claim(c, ctx, src(2)); err != nil {
+		t.Fatalf("takeover Claim: %v", err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT FROM "+store.Table()+" WHERE id = $1 FOR UPDATE", lapsed[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim(c, ctx, src(3)); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		t.Fatalf("Claim of a lapsed holder whose row is locked: %v, want ErrAlreadyRunning", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[string]int{}
+	for _, msg := range notices {
+		j := strings.Index(msg, "{")
+		if j < 0 {
+			continue
+		}
+		var p struct {
+			QueryText string   `json:"Query Text"`
+			Plan      planNode `json:"Plan"`
+		}
+		if err := json.Unmarshal([]byte(msg[j:]), &p); err != nil {
+			t.Fatalf("auto_explain output %q: %v", msg, err)
+		}
+		q := strings.TrimSpace(p.QueryText)
+		if !strings.Contains(q, store.Table()) {
+			continue // the call itself, or statements of no table
+		}
+		for _, st := range statements {
+			if strings.HasPrefix(q, st) {
+				seen[st]++
+			}
+		}
+		usesIndex := false
+		p.Plan.walk(func(n planNode) {
+			if n.RelationName == table && n.NodeType == "Seq Scan" {
+				t.Errorf("a sequential scan of %s in:\n%s\nplan: %s", table, q, msg[j:])
+			}
+			usesIndex = usesIndex || indexes[n.IndexName]
+		})
+		// The INSERT reads nothing (VALUES); every other statement reads.
+		if !usesIndex && !strings.HasPrefix(q, "INSERT") {
+			t.Errorf("no index of %s used by:\n%s\nplan: %s", table, q, msg[j:])
+		}
+		if testing.Verbose() {
+			var b strings.Builder
+			p.Plan.summary(&b, 0)
+			t.Logf("%s\n%s", q, b.String())
+		}
+	}
+	for _, st := range statements {
+		if seen[st] == 0 {
+			t.Errorf("no plan seen for the function's %q statement (%d notices)", st, len(notices))
+		}
+	}
+	t.Logf("%s, %s: plans of %v", mode, form.name, seen)
 }

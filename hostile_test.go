@@ -304,7 +304,7 @@ func TestHostileTableNames(t *testing.T) {
 		if !slices.Contains(schemas, n.schema) {
 			schemas = append(schemas, n.schema)
 		}
-		for _, suffix := range []string{"", "_id_seq", "_pkey", "_running", "_history"} {
+		for _, suffix := range []string{"", "_id_seq", "_pkey", "_running", "_history", "_tick"} {
 			want = append(want, n.schema+"."+n.table+suffix)
 		}
 		c := newClaimer(t, store)

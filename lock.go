@@ -76,6 +76,7 @@ type claimDecision struct {
 	curOwner             pgtype.Text
 	curStarted, curLease pgtype.Timestamptz
 	retryAfter           pgtype.Timestamptz // the next start the minimum interval allows, when read
+	doneTick             pgtype.Timestamptz // the latest tick served, when read (version 4)
 }
 
 // claim runs the claim protocol once, in the implicit form or, with
@@ -83,9 +84,34 @@ type claimDecision struct {
 // call of the claim function unless the store knows the table to be
 // without it, else as the batch.
 func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, error) {
+	if !req.Tick.IsZero() || s.schemaVer.useTickFunc() {
+		// A tick claim calls the function of version 4 whatever the store
+		// knows of the schema: on an older table it is missing, and the
+		// claim fails with an error that says so. A plain claim calls it
+		// once the table has it, or while that is not known.
+		r := &funcClaim{}
+		err := s.callClaim(ctx, req, explicit, r, true)
+		switch {
+		case err == nil:
+			if s.schemaVer.version.Load() < tickFuncVersion {
+				s.schemaVer.set(tickFuncVersion)
+			}
+			return r.outcome(req, explicit)
+		case !missingFunc(err):
+			return RunInfo{}, s.claimError(ctx, req, err, true)
+		case !req.Tick.IsZero():
+			return RunInfo{}, fmt.Errorf("runclaim: claim %s for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
+				quoteForError(req.Source), s.Table(), tickFuncVersion, err)
+		}
+		// No function of version 4: the table is at version 3 at most. The
+		// call wrote nothing; the batch decides, and reads the schema's
+		// state at the next recheck, which moves the store to the function
+		// of version 3 if the table has it.
+		s.schemaVer.noFunc()
+	}
 	if s.schemaVer.useFunc() {
 		r := &funcClaim{}
-		err := s.callClaim(ctx, req, explicit, r)
+		err := s.callClaim(ctx, req, explicit, r, false)
 		switch {
 		case err == nil:
 			return r.outcome(req, explicit)
@@ -111,14 +137,18 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 // whether it was the call of the claim function.
 func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err error, function bool) error {
 	switch pgCode(err) {
-	case "23505": // unique_violation: two running runs
-		return fmt.Errorf("runclaim: claim %s: a concurrent claim inserted a running run of it without waiting for this store's advisory lock; "+
+	case "23505": // unique_violation: two running runs, or two runs of a tick
+		return fmt.Errorf("runclaim: claim %s: a concurrent claim inserted a running run of it, or a run of the same tick, without waiting for this store's advisory lock; "+
 			"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
 			quoteForError(req.Source), s.Table(), s.namespace, err)
 	case "42501": // insufficient_privilege
 		if function {
-			return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s; see Least privilege in the README)",
-				quoteForError(req.Source), err, s.claimFunc(), claimFuncArgs, s.Table())
+			args := claimFuncArgs
+			if !req.Tick.IsZero() || s.schemaVer.useTickFunc() {
+				args = tickFuncArgs
+			}
+			return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)",
+				quoteForError(req.Source), err, s.claimFunc(), args, s.Table())
 		}
 	}
 	return s.wrap(ctx, "claim "+quoteForError(req.Source), err)
@@ -135,13 +165,18 @@ func (r *claimDecision) outcome(req ClaimRequest, explicit bool) (RunInfo, error
 		}
 		return RunInfo{}, errNeedExplicit
 	}
+	tick := NormalTick(req.Tick)
 	if r.insID.Valid {
-		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time}, nil
+		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time, Tick: tick}, nil
 	}
-	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning}
+	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Tick: tick}
 	tooSoon := r.locked && r.retryAfter.Valid && r.retryAfter.Time.After(r.now.Time)
+	tickDone := r.locked && !tick.IsZero() && r.doneTick.Valid && !r.doneTick.Time.Before(tick)
+	live := r.curID.Valid && r.curLease.Time.After(r.now.Time)
 	switch {
-	case r.curID.Valid && (r.curLease.Time.After(r.now.Time) || !tooSoon):
+	case tickDone && !live:
+		nc.Reason, nc.DoneTick = ErrTickDone, r.doneTick.Time
+	case r.curID.Valid && (live || !tooSoon):
 		// A live holder; or a lapsed run that the claim did not expire: it
 		// was locked by another transaction (a late finish, a release, a
 		// fence), or the interval passed between two statements.

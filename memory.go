@@ -19,6 +19,7 @@ type MemoryStore struct {
 	runs     map[int64]*memRun
 	running  map[string]*memRun   // by source
 	latest   map[string]*memRun   // by source: the run that started last
+	served   map[string]time.Time // by source: the latest tick of a run that succeeded or failed
 	pauses   map[string]memPause  // by source
 	triggers map[string]time.Time // by source: when the pending trigger was made
 }
@@ -64,6 +65,7 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 		runs:     make(map[int64]*memRun),
 		running:  make(map[string]*memRun),
 		latest:   make(map[string]*memRun),
+		served:   make(map[string]time.Time),
 		pauses:   make(map[string]memPause),
 		triggers: make(map[string]time.Time),
 	}
@@ -89,20 +91,28 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
+	tick := NormalTick(req.Tick)
 	if p, ok := s.pauses[req.Source]; ok && p.holds(now) {
-		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrPaused, RetryAfter: p.until, Note: p.note}
+		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrPaused, RetryAfter: p.until, Note: p.note, Tick: tick}
 	}
 	cur := s.running[req.Source]
 	if cur != nil && cur.info.LeaseUntil.After(now) {
 		holder := cur.info
-		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
+		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil, Tick: tick}
 	}
-	// Too soon is decided before a lapsed run is expired: a skip writes
-	// nothing. A pending trigger lets the claim in despite the interval.
+	// The tick and the interval are decided before a lapsed run is
+	// expired: a skip writes nothing. A lapsed run serves no tick, so the
+	// latest tick served is that of a finished run. A pending trigger lets
+	// the claim in despite a done tick and the interval.
 	_, triggered := s.triggers[req.Source]
+	if !tick.IsZero() && !triggered {
+		if done := s.served[req.Source]; !done.IsZero() && !tick.After(done) {
+			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTickDone, Tick: tick, DoneTick: done}
+		}
+	}
 	if last := s.latest[req.Source]; last != nil && !triggered {
 		if next := last.info.StartedAt.Add(max(last.minInterval, req.MinInterval)); next.After(now) {
-			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTooSoon, RetryAfter: next}
+			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTooSoon, RetryAfter: next, Tick: tick}
 		}
 	}
 	if cur != nil {
@@ -111,7 +121,7 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 	}
 	s.lastID++
 	r := &memRun{
-		info:        RunInfo{ID: s.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease)},
+		info:        RunInfo{ID: s.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease), Tick: tick},
 		minInterval: req.MinInterval,
 		status:      StatusRunning,
 	}
@@ -228,5 +238,8 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	}
 	r.status, r.errText, r.finished = req.Status, req.Error, now
 	delete(s.running, r.info.Source)
+	if r.info.Tick.After(s.served[r.info.Source]) {
+		s.served[r.info.Source] = r.info.Tick
+	}
 	return nil
 }

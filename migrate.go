@@ -22,7 +22,12 @@ import (
 //   - Version 3: the claim function, named after the table with the suffix
 //     "_claim", which makes a claim one statement (the store keeps sending
 //     the three-statement batch of version 2 to a table without it).
-const LatestSchemaVersion = 3
+//   - Version 4: ticks (ClaimTick): the tick column, a unique index of the
+//     ticks served named after the table with the suffix "_tick", and the
+//     claim function's overload that takes a tick. Plain claims go on as
+//     before on an older table; a tick claim there fails with an error
+//     that says to run Migrate.
+const LatestSchemaVersion = 4
 
 // A Migration is one step of the runs table's schema, for users of goose,
 // atlas or golang-migrate who apply schema changes with their own tool
@@ -75,6 +80,11 @@ var migrations = []struct {
 	// does, briefly. A store of this release that meets a table without
 	// the function sends the batch instead.
 	{3, "003_claim_function", "add the claim function"},
+	// A column without a default (a change of the catalog only: the
+	// previous release's inserts record NULL, a plain claim), the index of
+	// ticks served, and the function's overload with a tick; the function
+	// of version 3 stays for the previous release.
+	{4, "004_ticks", "record the tick each run serves"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -151,14 +161,14 @@ var schemaStateSQL = statements["schema_state"]
 
 // schemaState is schemaStateSQL's row.
 type schemaState struct {
-	schemaExists, tableExists bool
-	comment                   string
-	indexes, column, function bool
+	schemaExists, tableExists        bool
+	comment                          string
+	indexes, column, function, ticks bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -175,7 +185,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -185,7 +195,8 @@ func (st *schemaState) version() int {
 
 // schemaStateArgs are schemaStateSQL's arguments for s's table.
 func (s *PostgresStore) schemaStateArgs() []any {
-	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs}
+	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs,
+		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs}
 }
 
 // Suffixes of the indexes' names.
@@ -368,6 +379,10 @@ func (s *PostgresStore) stepGuard(v int) string {
 			dollarQuote(s.Table()))
 	case 3:
 		objects = fmt.Sprintf("pg_catalog.to_regprocedure(%s) IS NOT NULL", dollarQuote(s.claimFunc()+claimFuncArgs))
+	case 4:
+		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'tick' AND NOT a.attisdropped)"+
+			" AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
+			dollarQuote(s.Table()), dollarQuote(s.indexName(tickSuffix)), dollarQuote(s.claimFunc()+tickFuncArgs))
 	default:
 		objects = "true"
 	}

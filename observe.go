@@ -44,7 +44,7 @@ type ClaimedEvent struct {
 // SkippedEvent describes a claim that was skipped.
 type SkippedEvent struct {
 	Source   string           // the source that was not claimed
-	Err      *NotClaimedError // Reason says why: ErrAlreadyRunning, ErrTooSoon or ErrPaused
+	Err      *NotClaimedError // Reason says why: ErrAlreadyRunning, ErrTooSoon, ErrTickDone or ErrPaused
 	Duration time.Duration    // how long the claim took
 }
 

@@ -119,9 +119,11 @@ type PostgresStore struct {
 	syncCommit string
 	// sql holds the statements of sql/, filled in for the store's table.
 	sql struct {
-		lock, expire, claim, call, heartbeat, finish, unclaim, readRun string
-		fenceLock, fenceCheck                                          string
-		clock, running, history, releaseLockTimeout, release, prune    string
+		lock, expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
+		fenceLock, fenceCheck                                                    string
+		clock, running, history, releaseLockTimeout, release, prune              string
+		runningTick, historyTick, releaseTick, pruneTick                         string
+		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
@@ -172,6 +174,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.claim = s.statement("claim")
 	s.prepared.stmts = []string{s.sql.expire, s.sql.claim}
 	s.sql.call = s.statement("call")
+	s.sql.callTick = s.statement("call_tick")
 	s.sql.heartbeat = s.statement("heartbeat")
 	s.sql.finish = s.statement("finish")
 	s.sql.unclaim = s.statement("unclaim")
@@ -184,6 +187,12 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.releaseLockTimeout = s.statement("release_lock_timeout")
 	s.sql.release = s.statement("release")
 	s.sql.prune = s.statement("prune")
+	s.sql.runningTick = s.statement("running_tick")
+	s.sql.historyTick = s.statement("history_tick")
+	s.sql.releaseTick = s.statement("release_tick")
+	s.sql.pruneTick = s.statement("prune_tick")
+	s.sql.sourceStateOne = fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL)
+	s.sql.sourceStateAll = fmt.Sprintf(sourceStateSQL, s.Table(), fmt.Sprintf(sourceStateAllSQL, s.Table()))
 	return s, nil
 }
 

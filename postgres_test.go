@@ -254,7 +254,7 @@ func checkRealError(t *testing.T, err error, prefix string) {
 
 // TestMigrateConcurrent: 8 replicas migrating an empty database at once all
 // succeed (they queue on Migrate's advisory lock), the result has the
-// columns and indexes the README's "Schema and upgrades" lists, and Migrate
+// columns and indexes docs/schema.md lists, and Migrate
 // and SchemaSQL are idempotent afterwards.
 func TestMigrateConcurrent(t *testing.T) {
 	t.Parallel()
@@ -391,7 +391,7 @@ FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespa
 	return d
 }
 
-// wantSchema is the table the README's "Schema and upgrades" section lists.
+// wantSchema is the table docs/schema.md lists.
 func wantSchema(table string) schemaDesc {
 	return schemaDesc{
 		Columns: []columnDesc{
@@ -405,14 +405,19 @@ func wantSchema(table string) schemaDesc {
 			{Name: "finished_at", Type: "timestamp with time zone", Nullable: true},
 			{Name: "error", Type: "text", Nullable: true},
 			{Name: "min_interval", Type: "interval"},
+			{Name: "tick", Type: "timestamp with time zone", Nullable: true},
 		},
 		Indexes: []string{
 			"CREATE INDEX USING btree (source, started_at DESC)",
 			"CREATE UNIQUE INDEX USING btree (id)",
 			"CREATE UNIQUE INDEX USING btree (source) WHERE (status = 'running'::text)",
+			"CREATE UNIQUE INDEX USING btree (source, tick DESC) WHERE ((tick IS NOT NULL) AND (status = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text])))",
 		},
-		Names:     []string{table + "_history", table + "_pkey", table + "_running"},
-		Functions: []string{table + "_claim(bigint, text, text, bigint, bigint, bigint)"},
+		Names: []string{table + "_history", table + "_pkey", table + "_running", table + "_tick"},
+		Functions: []string{
+			table + "_claim(bigint, text, text, bigint, bigint, bigint)",
+			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone)",
+		},
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 )
 
 // This file tests least privilege: an owner role migrates, an application
-// role with only the grants the README lists does everything else; and no
+// role with only the grants docs/least-privilege.md lists does everything else; and no
 // password or DSN secret ends up in an error or a log line.
 
 // privEnv is a test database with two login roles: owner, which owns
@@ -48,7 +48,7 @@ func randomSuffix(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// appGrants are the statements the README tells the owner to run, with
+// appGrants are the statements docs/least-privilege.md tells the owner to run, with
 // %[1]s the schema, %[2]s the table (both quoted) and %[3]s the
 // application's role.
 var appGrants = []string{
@@ -172,12 +172,12 @@ func TestLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	if seqUsage || seqUpdate || canCreate || canCreateDB {
-		t.Fatalf("the application role has more than the README's grants: sequence USAGE %v, UPDATE %v, schema CREATE %v, database CREATE %v",
+		t.Fatalf("the application role has more than docs/least-privilege.md's grants: sequence USAGE %v, UPDATE %v, schema CREATE %v, database CREATE %v",
 			seqUsage, seqUpdate, canCreate, canCreateDB)
 	}
 
-	// Both forms of the claim: the function, through PUBLIC's EXECUTE on
-	// it, and the batch.
+	// Every form of the claim: the functions, through PUBLIC's EXECUTE on
+	// them, and the batch.
 	for _, f := range claimForms {
 		fstore := formStore(t, pool, f, runclaim.WithTable(e.schema, runclaim.DefaultTable))
 		a := newClaimer(t, fstore, runclaim.WithOwner("a"), runclaim.WithLease(time.Second))
@@ -226,8 +226,8 @@ func TestLeastPrivilege(t *testing.T) {
 	if _, err := store.Release(ctx, held.ID, ""); err != nil {
 		t.Errorf("Release as the application: %v", err)
 	}
-	if n, err := store.Prune(ctx, 0); err != nil || n != 4 {
-		t.Errorf("Prune as the application: deleted %d, %v; want 4 (the older runs of src and dead, in both forms)", n, err)
+	if n, err := store.Prune(ctx, 0); err != nil || n != 2*int64(len(claimForms)) {
+		t.Errorf("Prune as the application: deleted %d, %v; want %d (the older runs of src and dead, in every form)", n, err, 2*len(claimForms))
 	}
 
 	// The explicit form, under a repeatable read default for the role.
@@ -278,7 +278,7 @@ func TestLeastPrivilege(t *testing.T) {
 // do by sending the batch). Where EXECUTE is revoked from PUBLIC (as
 // ALTER DEFAULT PRIVILEGES ... REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC does
 // for new functions), a claim fails with a wrapped 42501 that names the
-// grant, writes nothing, and works once the README's GRANT EXECUTE is run.
+// grant, writes nothing, and works once docs/least-privilege.md's GRANT EXECUTE is run.
 // A role with EXECUTE but no privileges on the table cannot claim through
 // the function.
 func TestClaimFunctionExecute(t *testing.T) {
@@ -308,7 +308,7 @@ func TestClaimFunctionExecute(t *testing.T) {
 	if after := readState(t, e.db.Pool, appStore.Table()); after != before {
 		t.Errorf("a claim refused EXECUTE changed the table: %+v, then %+v", before, after)
 	}
-	// The README's grant.
+	// docs/least-privilege.md's grant.
 	owner(fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", fn, e.app.name))
 	if err := newClaimer(t, appStore).Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
 		t.Errorf("Do with EXECUTE granted to the application: %v", err)
@@ -638,7 +638,7 @@ func (q cancelAfterSend) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchR
 
 // TestCancelledClaimWithDocumentedGrants: a claim whose caller gives up
 // after the server has its batch, so that it wins after its context ended,
-// deletes the run again as the application role with the README's grants
+// deletes the run again as the application role with docs/least-privilege.md's grants
 // (DELETE included, which is why it is there): the claim returns the
 // context's error and the table is as before. Without DELETE the cleanup
 // fails, and the claim says so.

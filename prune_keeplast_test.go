@@ -148,8 +148,10 @@ FROM pg_catalog.generate_series(1, $1::int) AS g,
 		t.Errorf("%d runs left, want %d", s.Rows, sources*keepLast)
 	}
 	stmts, inTx := tr.counts()
-	if want := sources*perSource/runclaim.PruneBatchSize + 1; stmts != want {
-		t.Errorf("PruneRuns ran %d statements, want %d (one per %d rows, and the last, short one)", stmts, want, runclaim.PruneBatchSize)
+	// A new store first reads the table's schema version, once (whether
+	// its runs carry ticks, which decides which runs Prune must keep).
+	if want := sources*perSource/runclaim.PruneBatchSize + 1 + 1; stmts != want {
+		t.Errorf("PruneRuns ran %d statements, want %d (the schema version, one per %d rows, and the last, short one)", stmts, want, runclaim.PruneBatchSize)
 	}
 	if inTx != 0 {
 		t.Errorf("%d of PruneRuns' %d statements left a transaction open", inTx, stmts)
@@ -205,9 +207,11 @@ func TestPrunePlanUsesIndexes(t *testing.T) {
 	if _, err := ts.PruneRuns(ctx, runclaim.PruneOptions{OlderThan: 1000 * time.Hour, KeepLast: 5}); err != nil {
 		t.Fatal(err)
 	}
-	stmts := rec.take()
+	// A new store reads the schema version first: the prune statement is
+	// the one that deletes.
+	stmts := slices.DeleteFunc(rec.take(), func(s recordedStmt) bool { return !strings.Contains(s.sql, "DELETE FROM") })
 	if len(stmts) == 0 {
-		t.Fatal("PruneRuns sent no statement")
+		t.Fatal("PruneRuns sent no prune statement")
 	}
 	table := runclaim.DefaultTable
 	for i, mode := range []string{"force_custom_plan", "force_generic_plan"} {

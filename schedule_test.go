@@ -8,7 +8,7 @@ import (
 
 // TestSchedule checks the schedule's arithmetic: each row is a lease and a
 // heartbeat interval (0 for the default) and every duration derived from
-// them, worked out by hand. The default row is the README's table.
+// them, worked out by hand. The default row is docs/lifecycle.md's table.
 func TestSchedule(t *testing.T) {
 	for _, tc := range []struct {
 		name                     string

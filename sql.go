@@ -25,7 +25,9 @@ import (
 //
 //   - {{table}}: the table, quoted and schema-qualified;
 //   - {{table_running}}, {{table_history}}: its indexes, quoted;
-//   - {{table_claim}}: the claim function, quoted and schema-qualified.
+//   - {{table_claim}}: the claim function, quoted and schema-qualified;
+//   - {{table_tick}}: the index of ticks served (version 4), quoted, and
+//     {{schema_table_tick}}, the same schema-qualified.
 //
 //go:embed sql/*.sql
 var sqlFiles embed.FS
@@ -145,5 +147,7 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_running}}", pgx.Identifier{s.table + runningSuffix}.Sanitize(),
 		"{{table_history}}", pgx.Identifier{s.table + historySuffix}.Sanitize(),
 		"{{table_claim}}", s.claimFunc(),
+		"{{table_tick}}", pgx.Identifier{s.table + tickSuffix}.Sanitize(),
+		"{{schema_table_tick}}", s.indexName(tickSuffix),
 	).Replace(q)
 }

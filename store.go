@@ -18,11 +18,19 @@ import (
 // ctx's error, wrapped, when ctx ends first.
 type Store interface {
 	// Claim starts a run of req.Source unless one is running with a live
-	// lease, another claim for the source is in flight, or req.MinInterval
-	// has not passed since the source's last run started. A running run whose
-	// lease has ended is marked StatusExpired first. A skip returns a
-	// *NotClaimedError and writes nothing. The new run's ID is greater than
-	// every ID the store issued before.
+	// lease, another claim for the source is in flight, req.Tick (when not
+	// zero) has been served, or req.MinInterval has not passed since the
+	// source's last run started; the reasons are checked in that order. A
+	// running run whose lease has ended is marked StatusExpired first. A
+	// skip returns a *NotClaimedError, with req.Tick, and writes nothing.
+	// The new run's ID is greater than every ID the store issued before.
+	//
+	// A tick is served once a run of the source with that tick (compared
+	// at microsecond precision) or a later one is running with a live
+	// lease, succeeded or failed; the claim is then skipped with
+	// ErrTickDone, and NotClaimedError.DoneTick is the latest tick served.
+	// A run that expired or was released serves no tick. A zero req.Tick is
+	// a plain claim, which no tick rule concerns and which serves no tick.
 	Claim(ctx context.Context, req ClaimRequest) (RunInfo, error)
 
 	// Heartbeat extends the lease of a running run to req.Lease from now and
@@ -59,10 +67,40 @@ type ClaimRequest struct {
 	Owner       string        // who claims it
 	Lease       time.Duration // how long the run holds the source without a heartbeat
 	MinInterval time.Duration // shortest time between two run starts; 0 for none
+	Tick        time.Time     // the scheduled tick the run serves; zero for a plain claim
+}
+
+// Ticks are compared, and kept, at the precision of a Postgres timestamp:
+// whole microseconds. A tick is cut down to it.
+const tickPrecision = time.Microsecond
+
+// Bounds of a non-zero tick: the years 1 to 9999, after the zero time.
+var (
+	minTick = time.Date(1, time.January, 1, 0, 0, 0, 0, time.UTC)
+	maxTick = time.Date(10000, time.January, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// NormalTick returns tick as stores keep and compare it: cut down to whole
+// microseconds, in UTC, without a monotonic clock reading.
+func NormalTick(tick time.Time) time.Time {
+	return tick.Round(0).UTC().Truncate(tickPrecision)
+}
+
+// validateTick returns an error for a tick out of the bounds a store
+// keeps; the zero tick is valid, and means none.
+func validateTick(tick time.Time) error {
+	if tick.IsZero() {
+		return nil
+	}
+	if !NormalTick(tick).After(minTick) || !tick.Before(maxTick) {
+		return fmt.Errorf("runclaim: tick %s is out of range: it must be in the years 1 to 9999", tick.Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // Validate returns an error if the request is malformed: an invalid source
-// (wrapping ErrInvalidSource) or owner, or a lease or interval out of range.
+// (wrapping ErrInvalidSource) or owner, or a lease, interval or tick out of
+// range.
 func (r ClaimRequest) Validate() error {
 	if err := ValidateSource(r.Source); err != nil {
 		return err
@@ -76,7 +114,7 @@ func (r ClaimRequest) Validate() error {
 	if r.MinInterval < 0 || r.MinInterval > MaxLease {
 		return fmt.Errorf("runclaim: minimum interval must be between 0 and %v, got %v", MaxLease, r.MinInterval)
 	}
-	return nil
+	return validateTick(r.Tick)
 }
 
 // HeartbeatRequest is what Run.Heartbeat asks of a Store.

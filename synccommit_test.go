@@ -26,11 +26,17 @@ func TestSynchronousCommit(t *testing.T) {
 	pool := db.NewPool(t, nil)
 	plain := migratedStore(t, pool)
 	// What each write saw: one row per row written, in commit order.
+	// The claim of "slow" waits in the trigger until the test has cancelled
+	// it and says so in go_on: an ordering, not a time, so that a busy
+	// machine cannot let the claim finish before it is cancelled.
 	if _, err := pool.Exec(ctx, `CREATE TABLE seen (n bigserial, op text, level text);
+CREATE TABLE go_on (source text);
 CREATE FUNCTION see() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	IF TG_OP = 'INSERT' AND NEW.source = 'slow' THEN
-		PERFORM pg_catalog.pg_sleep(0.2); -- until the test has cancelled the claim
+		WHILE NOT EXISTS (SELECT 1 FROM public.go_on g WHERE g.source = NEW.source) LOOP
+			PERFORM pg_catalog.pg_sleep(0.005); -- until the test has cancelled the claim
+		END LOOP;
 	END IF;
 	INSERT INTO public.seen (op, level) VALUES (TG_OP, pg_catalog.current_setting('synchronous_commit'));
 	RETURN NULL;
@@ -112,15 +118,20 @@ CREATE TRIGGER see AFTER INSERT OR UPDATE OR DELETE ON `+plain.Table()+` FOR EAC
 		go func() {
 			for cctx.Err() == nil {
 				var n int
-				if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE wait_event = 'PgSleep'`).Scan(&n); err != nil || n > 0 {
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = pg_catalog.current_database()`).Scan(&n); err != nil || n > 0 {
 					cancel()
+					_, _ = pool.Exec(ctx, `INSERT INTO go_on VALUES ('slow')`)
 					return
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
 		}()
-		if _, err := c.Claim(cctx, "slow"); !errors.Is(err, context.Canceled) {
-			t.Fatalf("Claim cancelled in flight = %v, want context.Canceled", err)
+		_, claimErr := c.Claim(cctx, "slow")
+		if _, err := pool.Exec(ctx, `DELETE FROM go_on`); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(claimErr, context.Canceled) {
+			t.Fatalf("Claim cancelled in flight = %v, want context.Canceled", claimErr)
 		}
 		got := seen(t)
 		if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "DELETE ") }) {

@@ -15,9 +15,9 @@ cd "$(dirname "$0")/.."
 log() { printf 'examples: %s\n' "$*" >&2; }
 
 # The examples that run without a database, each bounded to a few seconds.
-no_db=(quickstart ticker gocron cron redeploy)
+no_db=(replicas ticker gocron cron redeploy)
 # The examples that need a database.
-db_only=(fence)
+db_only=(quickstart fence)
 
 log "build ./examples/..."
 go build -o /dev/null ./examples/...

@@ -44,29 +44,41 @@
 // run, SkipUnlessClaimed also does what SkipIfStillRunning does, across
 // replicas.
 //
-// # Splay
+// # Ticks
 //
-// Replicas fire the same tick a few milliseconds apart (their clocks differ
-// a little, and so do their goroutines' wake-ups), and a job shorter than
-// that would be over before the late replica claims it, which would then
-// run the tick again. So once a run starts, other claims of its source are
-// skipped with runclaim.ErrTooSoon for the splay window (DefaultSplay,
-// 500 ms), counted from the run's start by the database clock, whether or
-// not the run is still going; they are logged as "skip" with the reason
-// "too soon". The window is the run's minimum interval (see
-// runclaim.WithMinInterval): it is recorded with the run and binds every
-// claimer of the source. If the Claimer has a longer minimum interval of its
-// own, that one applies.
+// Each run claims its tick with runclaim.Claimer.ClaimTick: a tick that a
+// run has served is skipped on every other replica (logged with the reason
+// "tick done"), however late it fires there and whatever the replicas'
+// clocks say. A cron job does not learn its scheduled time, so the wrapper
+// names the tick from the time the job starts, by the process clock:
 //
-// The window must be longer than the splay between replicas and shorter
-// than the schedule's period minus that splay, or the next tick is skipped
-// too. The default fits every cron spec (a second at the least) on replicas
-// whose clocks agree within a few hundred milliseconds. Tune it with
-// WithSplay: below half the period for a custom cron.Schedule that fires
-// more often; longer for hosts whose clocks drift further apart; 0 to turn
-// it off. Prefer specs on the wall clock ("*/5 * * * *"), on which every
-// replica ticks at the same time, to "@every 5m", which counts from each
-// replica's start.
+//   - By default, that time rounded to the nearest whole second. Cron fires
+//     at whole seconds of the replica's clock and starts the job a few
+//     milliseconds later, so every replica names the same tick. Prefer
+//     specs on the wall clock ("*/5 * * * *"), on which every replica ticks
+//     at the same time, to "@every 5m", which counts from each replica's
+//     start.
+//   - With WithSchedule (pass the job's parsed spec), the latest tick of the
+//     schedule at or before that time plus half a second.
+//
+// # Catching up
+//
+// With a schedule and WithStartingDeadline, a job also catches up after a
+// restart: run it once when the service starts, before or after c.Start:
+//
+//	job, err := cronlock.Job(ctx, claimer, "sweep-cian", logger, sweep,
+//		cronlock.WithSchedule(sched), cronlock.WithStartingDeadline(time.Minute))
+//	if err != nil {
+//		return err
+//	}
+//	c.Schedule(sched, job)
+//	go job.Run() // catch up on a tick missed while the service was down
+//
+// That run names the latest tick that has passed: if no replica has served
+// it and it is at most the deadline old, the job runs it once (several
+// missed ticks give one run, for the latest); else it is skipped, logged
+// with the reason "missed". A tick that cron fires more than the deadline
+// late, as after the process was suspended, is skipped the same way.
 package cronlock
 
 import (
@@ -79,54 +91,94 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-// DefaultSplay is the splay window unless WithSplay sets another: how long
-// after a run of a source starts other claims of the source are skipped as
-// the same tick.
-const DefaultSplay = 500 * time.Millisecond
+// tickTolerance is how far ahead of the job's start the tick of a job with
+// a schedule may be: a replica whose wall clock was set back a little after
+// cron computed its next run starts the job just before the tick.
+const tickTolerance = time.Second / 2
 
 // An Option configures SkipUnlessClaimed or Job.
 type Option func(*config)
 
 type config struct {
-	splay time.Duration
+	schedule runclaim.Schedule
+	deadline time.Duration // 0: none
+	now      func() time.Time
+	errs     []string
 }
 
-// WithSplay sets the splay window (DefaultSplay if not set): how long after
-// a run of the source starts other claims of it are skipped as the same
-// tick. It must be shorter than the schedule's period minus the splay
-// between replicas; 0 turns the window off. See the package doc.
-func WithSplay(d time.Duration) Option {
-	return func(c *config) { c.splay = d }
+// WithSchedule names the ticks of the job by s, the schedule the job is
+// added with (see Ticks in the package doc); cron.Schedule is a
+// runclaim.Schedule. s must not be nil.
+func WithSchedule(s runclaim.Schedule) Option {
+	return func(c *config) {
+		if s == nil {
+			c.errs = append(c.errs, "WithSchedule: nil Schedule")
+		}
+		c.schedule = s
+	}
 }
 
-// prepare checks the arguments common to the wrappers, and returns
-// claimer, or a Claimer derived from it whose minimum interval is the
-// splay window, if that is longer.
-func prepare(fn string, claimer *runclaim.Claimer, source string, opts []Option) (*runclaim.Claimer, error) {
+// WithStartingDeadline skips a tick that is more than d old when the job
+// starts (see Catching up in the package doc). d must be positive; without
+// the option, any tick is claimed.
+func WithStartingDeadline(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Sprintf("WithStartingDeadline: deadline must be positive, got %v", d))
+		}
+		c.deadline = d
+	}
+}
+
+// WithClock makes the wrapper name ticks by now instead of time.Now, for
+// tests whose cron runs on a clock of their own. now must not be nil.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now == nil {
+			c.errs = append(c.errs, "WithClock: nil function")
+		}
+		c.now = now
+	}
+}
+
+// prepare checks the arguments common to the wrappers, and applies opts.
+func prepare(fn string, claimer *runclaim.Claimer, source string, opts []Option) (config, error) {
 	if claimer == nil {
-		return nil, errors.New("cronlock: " + fn + ": nil Claimer")
+		return config{}, errors.New("cronlock: " + fn + ": nil Claimer")
 	}
 	if err := runclaim.ValidateSource(source); err != nil {
-		return nil, fmt.Errorf("cronlock: %s: %w", fn, err)
+		return config{}, fmt.Errorf("cronlock: %s: %w", fn, err)
 	}
-	cfg := config{splay: DefaultSplay}
+	cfg := config{now: time.Now}
 	for _, o := range opts {
 		if o == nil {
-			return nil, errors.New("cronlock: " + fn + ": nil Option")
+			return config{}, errors.New("cronlock: " + fn + ": nil Option")
 		}
 		o(&cfg)
 	}
-	if cfg.splay < 0 {
-		return nil, fmt.Errorf("cronlock: WithSplay: window must not be negative, got %v", cfg.splay)
+	if len(cfg.errs) > 0 {
+		return config{}, errors.New("cronlock: " + cfg.errs[0])
 	}
-	if cfg.splay <= claimer.MinInterval() {
-		return claimer, nil
+	return cfg, nil
+}
+
+// errMissed is the skip of a tick older than the starting deadline.
+var errMissed = errors.New("cronlock: tick missed: older than the starting deadline")
+
+// doTick runs fn for the tick of a job starting now, as Claimer.DoTick.
+func (cfg config) doTick(ctx context.Context, claimer *runclaim.Claimer, source string, fn func(context.Context, *runclaim.Run) error) error {
+	now := cfg.now()
+	tick := now.Round(time.Second)
+	if cfg.schedule != nil {
+		tick = runclaim.LatestTick(cfg.schedule, now.Add(tickTolerance))
+		if tick.IsZero() {
+			return fmt.Errorf("cronlock: the job's schedule has no tick before %s", now.Format(time.RFC3339))
+		}
 	}
-	c, err := claimer.With(runclaim.WithMinInterval(cfg.splay))
-	if err != nil {
-		return nil, fmt.Errorf("cronlock: WithSplay: %w", err)
+	if cfg.deadline > 0 && now.Sub(tick) > cfg.deadline {
+		return fmt.Errorf("%w: tick %s, deadline %v: %w", errMissed, tick.Format(time.RFC3339Nano), cfg.deadline, runclaim.ErrNotClaimed)
 	}
-	return c, nil
+	return claimer.DoTick(ctx, source, tick, fn)
 }
 
 // SkipUnlessClaimed returns a cron.JobWrapper that runs the wrapped job only
@@ -140,19 +192,18 @@ func prepare(fn string, claimer *runclaim.Claimer, source string, opts []Option)
 // "source" and "reason", plus "holder" and "run" when the holder is known.
 // Failures (the claim failed, or the run could not be recorded) are logged
 // at Error. A nil logger means cron.DefaultLogger. The claim runs with
-// context.Background. Other claims of source are skipped for the splay
-// window after a run starts (see the package doc and WithSplay). It
-// returns an error if claimer or an option is nil, an option is invalid,
-// or source is not a valid source (runclaim.ErrInvalidSource).
+// context.Background. Each run claims its tick (see Ticks in the package
+// doc). It returns an error if claimer or an option is nil, an option is
+// invalid, or source is not a valid source (runclaim.ErrInvalidSource).
 func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Logger, opts ...Option) (cron.JobWrapper, error) {
-	claimer, err := prepare("SkipUnlessClaimed", claimer, source, opts)
+	cfg, err := prepare("SkipUnlessClaimed", claimer, source, opts)
 	if err != nil {
 		return nil, err
 	}
 	logger = orDefault(logger)
 	return func(j cron.Job) cron.Job {
 		return cron.FuncJob(func() {
-			err := claimer.Do(context.Background(), source, func(context.Context, *runclaim.Run) error {
+			err := cfg.doTick(context.Background(), claimer, source, func(context.Context, *runclaim.Run) error {
 				j.Run()
 				return nil
 			})
@@ -167,9 +218,9 @@ func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Log
 // cancel running runs, for example when the service shuts down. fn's error
 // is recorded as the run's outcome and logged at Error, unless it is ctx's
 // own, which is logged at Info as "cancelled"; skips are logged as by
-// SkipUnlessClaimed, and the splay window applies as there. A nil logger
-// means cron.DefaultLogger. It returns an error if ctx, claimer, fn or an
-// option is nil, an option is invalid, or source is not a valid source
+// SkipUnlessClaimed, and ticks are claimed as there. A nil logger means
+// cron.DefaultLogger. It returns an error if ctx, claimer, fn or an option
+// is nil, an option is invalid, or source is not a valid source
 // (runclaim.ErrInvalidSource).
 //
 // When ctx is cancelled, fn's context is cancelled too, and the run is kept
@@ -183,13 +234,13 @@ func Job(ctx context.Context, claimer *runclaim.Claimer, source string, logger c
 	case fn == nil:
 		return nil, errors.New("cronlock: Job: nil function")
 	}
-	claimer, err := prepare("Job", claimer, source, opts)
+	cfg, err := prepare("Job", claimer, source, opts)
 	if err != nil {
 		return nil, err
 	}
 	logger = orDefault(logger)
 	return cron.FuncJob(func() {
-		err := claimer.Do(ctx, source, fn)
+		err := cfg.doTick(ctx, claimer, source, fn)
 		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			logger.Info("cancelled", "source", source)
 			return
@@ -210,6 +261,8 @@ func logResult(logger cron.Logger, source string, err error) {
 	var nc *runclaim.NotClaimedError
 	switch {
 	case err == nil:
+	case errors.Is(err, errMissed):
+		logger.Info("skip", "source", source, "reason", "missed", "detail", err.Error())
 	case errors.As(err, &nc):
 		kv := []any{"source", source, "reason", reason(nc)}
 		if nc.Holder != nil {
@@ -224,6 +277,8 @@ func logResult(logger cron.Logger, source string, err error) {
 // reason is a short word for why a claim was skipped.
 func reason(nc *runclaim.NotClaimedError) string {
 	switch {
+	case errors.Is(nc.Reason, runclaim.ErrTickDone):
+		return "tick done"
 	case errors.Is(nc.Reason, runclaim.ErrTooSoon):
 		return "too soon"
 	case errors.Is(nc.Reason, runclaim.ErrPaused):

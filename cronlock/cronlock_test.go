@@ -15,6 +15,7 @@ import (
 	"github.com/runclaim/runclaim/cronlock"
 	"github.com/runclaim/runclaim/internal/pgtest"
 	"github.com/runclaim/runclaim/internal/sharedtest"
+	"github.com/runclaim/runclaim/internal/testclock"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -74,8 +75,8 @@ func (l attemptLogger) Error(err error, msg string, kv ...any) {
 // is seen; exactly one of the two must run the job and the other must log a
 // skip because the source is already running. The run must be recorded
 // before the next tick. The test's ticks come milliseconds apart in real
-// time, so the splay window, which is counted by the database clock, is off
-// here (TestSplayHandledByDefault covers it).
+// time, so the wrappers name ticks by a test clock a minute apart
+// (TestEachTickOnceByDefault covers real time).
 func TestTwoCronsOneRunPerTick(t *testing.T) {
 	for _, sc := range stores {
 		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
@@ -95,6 +96,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 	release := make(chan struct{})
 	done := make(chan struct{}) // stops the gates and unblocks a held job
 	var gates []*gate
+	clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 
 	for _, replica := range []string{"replica-a", "replica-b"} {
 		claimer, err := runclaim.New(store, runclaim.WithOwner(replica),
@@ -115,7 +117,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 		switch variant {
 		case "SkipUnlessClaimed":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger),
-				cron.WithChain(cron.Recover(logger), must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "sweep", logger, cronlock.WithSplay(0)))))
+				cron.WithChain(cron.Recover(logger), must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "sweep", logger, cronlock.WithClock(clk.Now)))))
 			job = cron.FuncJob(hold)
 		case "Job":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger), cron.WithChain(cron.Recover(logger)))
@@ -125,7 +127,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 				}
 				hold()
 				return nil
-			}, cronlock.WithSplay(0)))
+			}, cronlock.WithClock(clk.Now)))
 		}
 		g := &gate{ticks: make(chan struct{}), done: done}
 		gates = append(gates, g)
@@ -144,6 +146,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 	const ticks = 6
 	wins := map[string]int{}
 	for tick := 1; tick <= ticks; tick++ {
+		clk.Advance(time.Minute)
 		for _, g := range gates {
 			select {
 			case g.ticks <- struct{}{}:
@@ -208,6 +211,12 @@ func (r *recorder) add(s string) {
 	r.lines = append(r.lines, s)
 }
 
+func (r *recorder) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = nil
+}
+
 func (r *recorder) String() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -252,8 +261,12 @@ func TestOutcomes(t *testing.T) {
 	t.Run("TooSoon", func(t *testing.T) {
 		events, log.lines = nil, nil
 		ran := 0
-		job := must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "fast", log))(cron.FuncJob(func() { ran++ }))
+		// Two ticks a second apart, by the wrapper's clock: the second
+		// comes within the claimer's interval of an hour.
+		clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+		job := must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "fast", log, cronlock.WithClock(clk.Now)))(cron.FuncJob(func() { ran++ }))
 		job.Run()
+		clk.Advance(time.Second)
 		job.Run()
 		if ran != 1 || len(events) != 1 || events[0].Status != runclaim.StatusSucceeded {
 			t.Fatalf("ran %d times with events %+v; want once, succeeded", ran, events)
@@ -316,11 +329,14 @@ func TestBadArgumentsAreErrors(t *testing.T) {
 		"Job nil ctx":                   func() (bool, error) { return job(cronlock.Job(nilCtx, claimer, "s", nil, fn)) },
 		"SkipUnlessClaimed nil option":  func() (bool, error) { return wrap(cronlock.SkipUnlessClaimed(claimer, "s", nil, nil)) },
 		"Job nil option":                func() (bool, error) { return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, nil)) },
-		"negative splay": func() (bool, error) {
-			return wrap(cronlock.SkipUnlessClaimed(claimer, "s", nil, cronlock.WithSplay(-time.Second)))
+		"zero starting deadline": func() (bool, error) {
+			return wrap(cronlock.SkipUnlessClaimed(claimer, "s", nil, cronlock.WithStartingDeadline(0)))
 		},
-		"splay over MaxLease": func() (bool, error) {
-			return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithSplay(runclaim.MaxLease+1)))
+		"nil schedule": func() (bool, error) {
+			return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithSchedule(nil)))
+		},
+		"nil clock": func() (bool, error) {
+			return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithClock(nil)))
 		},
 	} {
 		func() {

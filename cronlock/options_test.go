@@ -3,6 +3,7 @@ package cronlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,60 +13,69 @@ import (
 	"github.com/runclaim/runclaim/internal/testclock"
 )
 
-// TestSplayWindow checks the window on a store with a fake clock, for both
-// wrappers: after a run starts, the other replica's tick is skipped as too
-// soon until the window has passed; WithSplay sets the window, 0 turns it
-// off, and a longer minimum interval of the Claimer's own wins.
-func TestSplayWindow(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		opts   []cronlock.Option
-		claim  []runclaim.Option
-		window time.Duration
-	}{
-		{"default", nil, nil, cronlock.DefaultSplay},
-		{"WithSplay", []cronlock.Option{cronlock.WithSplay(3 * time.Second)}, nil, 3 * time.Second},
-		{"WithSplay(0)", []cronlock.Option{cronlock.WithSplay(0)}, nil, 0},
-		{"longer claimer interval", nil, []runclaim.Option{runclaim.WithMinInterval(time.Minute)}, time.Minute},
-		{"shorter claimer interval", []cronlock.Option{cronlock.WithSplay(2 * time.Second)},
-			[]runclaim.Option{runclaim.WithMinInterval(time.Second)}, 2 * time.Second},
-	} {
-		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
-			t.Run(tc.name+"/"+variant, func(t *testing.T) {
-				clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-				store := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
-				log := &recorder{}
-				ran := map[string]int{}
-				replica := func(name string) cron.Job {
-					claimer, err := runclaim.New(store, append(tc.claim, runclaim.WithOwner(name))...)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if variant == "Job" {
-						return must[cron.Job](t)(cronlock.Job(t.Context(), claimer, "job", log, func(context.Context, *runclaim.Run) error {
-							ran[name]++
-							return nil
-						}, tc.opts...))
-					}
-					return must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "job", log, tc.opts...))(cron.FuncJob(func() { ran[name]++ }))
+// TestTicks checks the tick each wrapper names, on a store and wrappers
+// that share a fake clock: by default the nearest whole second, so a late
+// replica's run in that second is skipped as "tick done" however long after
+// the job finished, and the next second is a new tick; with a schedule and
+// a starting deadline, the job run at a replica's start catches up on the
+// latest tick within the deadline, and skips it beyond.
+func TestTicks(t *testing.T) {
+	for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
+		t.Run(variant, func(t *testing.T) {
+			clk := testclock.New(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+			store := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
+			log := &recorder{}
+			ran := map[string]int{}
+			replica := func(name string, opts ...cronlock.Option) cron.Job {
+				claimer, err := runclaim.New(store, runclaim.WithOwner(name))
+				if err != nil {
+					t.Fatal(err)
 				}
-				early, late := replica("early"), replica("late")
+				opts = append(opts, cronlock.WithClock(clk.Now))
+				if variant == "Job" {
+					return must[cron.Job](t)(cronlock.Job(t.Context(), claimer, "job/"+name[:1], log, func(context.Context, *runclaim.Run) error {
+						ran[name]++
+						return nil
+					}, opts...))
+				}
+				return must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "job/"+name[:1], log, opts...))(cron.FuncJob(func() { ran[name]++ }))
+			}
+			// Same first letter, same source.
+			early, late := replica("e-early"), replica("e-late")
+			clk.Advance(3 * time.Millisecond)
+			early.Run()
+			clk.Advance(400 * time.Millisecond)
+			late.Run()
+			if ran["e-late"] != 0 || log.String() != "info skip [source job/e reason tick done]" {
+				t.Fatalf("late run of the same tick: ran %v, logged %q; want a skip as tick done", ran, log.String())
+			}
+			clk.Advance(time.Second)
+			late.Run()
+			if ran["e-early"] != 1 || ran["e-late"] != 1 {
+				t.Fatalf("ran %v (logged %q); want once each", ran, log.String())
+			}
 
-				early.Run()
-				if tc.window > 0 {
-					clk.Advance(tc.window - time.Millisecond)
-					late.Run()
-					if ran["late"] != 0 || log.String() != "info skip [source job reason too soon]" {
-						t.Fatalf("late tick within the window: ran %v, logged %q; want a skip as too soon", ran, log.String())
-					}
-					clk.Advance(time.Millisecond)
-				}
-				late.Run()
-				if ran["early"] != 1 || ran["late"] != 1 {
-					t.Fatalf("ran %v (logged %q); want once each", ran, log.String())
-				}
-			})
-		}
+			log.reset()
+			opts := []cronlock.Option{cronlock.WithSchedule(runclaim.Every(time.Minute)), cronlock.WithStartingDeadline(30 * time.Second)}
+			a, b := replica("m-a", opts...), replica("m-b", opts...)
+			clk.Advance(20 * time.Second) // 12:00:21.403: back from a restart
+			a.Run()
+			b.Run()
+			if ran["m-a"] != 1 || ran["m-b"] != 0 || log.String() != "info skip [source job/m reason tick done]" {
+				t.Fatalf("catching up 21 s after a tick with a deadline of 30 s: ran %v, logged %q; want one run", ran, log.String())
+			}
+			log.reset()
+			clk.Advance(time.Minute + 10*time.Second) // 12:01:31.403
+			b.Run()
+			if ran["m-b"] != 0 || !strings.HasPrefix(log.String(), "info skip [source job/m reason missed") {
+				t.Fatalf("31 s after a tick with a deadline of 30 s: ran %v, logged %q; want a skip as missed", ran, log.String())
+			}
+			clk.Advance(29 * time.Second) // 12:02:00.403, on time
+			b.Run()
+			if ran["m-b"] != 1 {
+				t.Fatalf("on time: ran %v, logged %q", ran, log.String())
+			}
+		})
 	}
 }
 

@@ -13,39 +13,44 @@
 //	_, err = s.NewJob(gocron.CronJob("*/5 * * * *", false), gocron.NewTask(sweep),
 //		gocron.WithName("sweep-avito")) // the name is the source: keep it stable
 //
-// On each tick gocron calls Locker.Lock with the job's name; Lock claims it as
-// a runclaim source. When another replica holds the source, or the tick is
-// one that another replica has already run (see Splay), Lock returns an error
-// matching runclaim.ErrNotClaimed and gocron skips the tick (an
-// AfterLockError event listener sees the error). Otherwise the job runs while
-// the lock extends the run's lease in the background, and gocron's Unlock
-// finishes the run.
+// On each tick gocron calls Locker.Lock with the job's name; Lock claims the
+// tick of the job (see Ticks) with runclaim.Claimer.ClaimTick, the job's
+// name being the source. When another replica holds the source, or has
+// already run the tick, Lock returns an error matching
+// runclaim.ErrNotClaimed and gocron skips the tick (an AfterLockError event
+// listener sees the error). Otherwise the job runs while the lock extends
+// the run's lease in the background, and gocron's Unlock finishes the run.
 //
-// # Splay
+// # Ticks
 //
-// Replicas fire the same tick a few milliseconds apart (their clocks differ
-// a little, and so do their goroutines' wake-ups). gocron's Locker contract
-// leaves it to the locker to make sure that a late replica does not run a
-// tick again after an early one has already finished it. The Locker does it
-// with a window: once a run of a job has started, other claims of the job
-// are skipped with runclaim.ErrTooSoon for the splay window (DefaultSplay,
-// 500 ms), counted from the run's start by the database clock, whether or not
-// the run is still going. The window is the run's minimum interval (see
-// runclaim.WithMinInterval): it is recorded with the run and binds every
-// claimer of the source. If the Claimer has a longer minimum interval of its
-// own, that one applies.
+// gocron does not tell a Locker which scheduled time it fires for, so Lock
+// names the tick from the time it is called, by the Locker's clock (the
+// Claimer's process clock unless WithClock sets another):
 //
-// The window must be longer than the splay between replicas and shorter
-// than the job's period minus that splay, or the next tick is skipped too.
-// The default fits every job that runs at most once a second on replicas
-// whose clocks agree within a few hundred milliseconds. Tune it with
-// WithSplay: below half the period for a job that runs more often; longer
-// for hosts whose clocks drift further apart; 0 to turn it off.
+//   - By default, that time rounded to the nearest whole second. A CronJob
+//     fires at whole seconds of the replica's clock, and Lock is called a
+//     few milliseconds later, so every replica names the same tick however
+//     far apart their clocks are, and a late replica, after the job has
+//     finished on an early one, is skipped with runclaim.ErrTickDone.
+//   - For a job given a schedule with WithSchedule, the latest tick of that
+//     schedule at or before that time plus half a second: for a job whose
+//     ticks are not whole seconds, and for catching up.
 //
 // Duration jobs tick on each replica's own schedule, counted from its start,
 // so that their ticks do not line up at all. Start them on a round time with
 // gocron.WithStartAt (gocron's own advice), or use a CronJob, which fires on
 // the wall clock; or let one replica schedule everything with NewElector.
+//
+// # Catching up
+//
+// A job with a schedule (WithSchedule) also catches up after a restart:
+// start it with gocron.WithStartAt(gocron.WithStartImmediately()). Its first
+// Lock, at the scheduler's start, then names the latest tick that has
+// passed: if no replica has served it (the service was down across it) and
+// it is at most the starting deadline old (WithStartingDeadline), the job
+// runs it once; several missed ticks give one run, for the latest. A tick
+// older than the deadline, at start or when the process wakes late, is
+// skipped with an error matching runclaim.ErrNotClaimed.
 //
 // # What gocron does not pass on
 //
@@ -83,19 +88,22 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-// DefaultSplay is the splay window of a Locker unless WithSplay sets
-// another: how long after a run of a job starts other claims of the job
-// are skipped as the same tick.
-const DefaultSplay = 500 * time.Millisecond
+// tickTolerance is how far ahead of a Lock the tick of a job with a
+// schedule may be: a replica whose wall clock was set back a little after
+// gocron's timer was armed calls Lock just before the tick.
+const tickTolerance = time.Second / 2
 
-// A Locker is a gocron.Locker that claims each job's name as a runclaim
-// source. It is safe for concurrent use; one Locker may serve several
-// schedulers.
+// A Locker is a gocron.Locker that claims each tick of a job, by the job's
+// name as a runclaim source. It is safe for concurrent use; one Locker may
+// serve several schedulers.
 type Locker struct {
-	claimer *runclaim.Claimer // with the splay window as its minimum interval
-	logger  *slog.Logger
-	prefix  string
-	splay   time.Duration
+	claimer   *runclaim.Claimer
+	logger    *slog.Logger
+	prefix    string
+	now       func() time.Time
+	schedules map[string]runclaim.Schedule // by job name
+	deadline  time.Duration                // 0: none
+	errs      []error
 
 	mu   sync.Mutex                        // protects held
 	held map[context.Context]*runclaim.Run // by the context Lock was given
@@ -113,44 +121,72 @@ func WithPrefix(prefix string) Option {
 	return func(l *Locker) { l.prefix = prefix }
 }
 
-// WithSplay sets the splay window (DefaultSplay if not set): how long after
-// a run of a job starts other claims of the job are skipped as the same
-// tick. It must be shorter than the job's period minus the splay between
-// replicas; 0 turns the window off. See the package doc.
-func WithSplay(d time.Duration) Option {
-	return func(l *Locker) { l.splay = d }
+// WithSchedule gives the schedule of the job named name (without the
+// prefix): its ticks are that schedule's (see Ticks in the package doc),
+// and it can catch up. Use the schedule the job is defined with, for
+// example the robfig/cron parse of a CronJob's spec, or runclaim.Every for
+// a DurationJob started on a round time.
+func WithSchedule(name string, s runclaim.Schedule) Option {
+	return func(l *Locker) {
+		if s == nil {
+			l.errs = append(l.errs, fmt.Errorf("gocronlock: WithSchedule(%q): nil Schedule", name))
+			return
+		}
+		if l.schedules == nil {
+			l.schedules = make(map[string]runclaim.Schedule)
+		}
+		l.schedules[name] = s
+	}
+}
+
+// WithStartingDeadline skips a tick that is more than d old when Lock is
+// called, as Kubernetes' startingDeadlineSeconds does: a job that catches
+// up after a restart runs a missed tick only within d of it. d must be
+// positive; without the option, any tick is claimed.
+func WithStartingDeadline(d time.Duration) Option {
+	return func(l *Locker) {
+		if d <= 0 {
+			l.errs = append(l.errs, fmt.Errorf("gocronlock: WithStartingDeadline: deadline must be positive, got %v", d))
+			return
+		}
+		l.deadline = d
+	}
+}
+
+// WithClock makes the Locker name ticks by now instead of time.Now: pass
+// the Now of the clock given to gocron.WithClock.
+func WithClock(now func() time.Time) Option {
+	return func(l *Locker) {
+		if now == nil {
+			l.errs = append(l.errs, errors.New("gocronlock: WithClock: nil function"))
+			return
+		}
+		l.now = now
+	}
 }
 
 // New returns a Locker that claims through claimer. The claimer's options
 // apply to every lock: its lease, its heartbeat interval
-// (runclaim.WithHeartbeat) and its minimum interval, if that is longer than
-// the splay window. New returns an error for a nil claimer or option, an
-// invalid prefix or a negative splay window.
+// (runclaim.WithHeartbeat) and its minimum interval. New returns an error
+// for a nil claimer or option, or an invalid one.
 func New(claimer *runclaim.Claimer, opts ...Option) (*Locker, error) {
 	if claimer == nil {
 		return nil, errors.New("gocronlock: New: nil Claimer")
 	}
-	l := &Locker{claimer: claimer, splay: DefaultSplay}
+	l := &Locker{claimer: claimer, now: time.Now}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("gocronlock: New: nil Option")
 		}
 		o(l)
 	}
+	if len(l.errs) > 0 {
+		return nil, l.errs[0]
+	}
 	if l.prefix != "" {
 		if err := runclaim.ValidateSource(l.prefix); err != nil {
 			return nil, fmt.Errorf("gocronlock: WithPrefix: %w", err)
 		}
-	}
-	if l.splay < 0 {
-		return nil, fmt.Errorf("gocronlock: WithSplay: window must not be negative, got %v", l.splay)
-	}
-	if l.splay > claimer.MinInterval() {
-		c, err := claimer.With(runclaim.WithMinInterval(l.splay))
-		if err != nil {
-			return nil, fmt.Errorf("gocronlock: WithSplay: %w", err)
-		}
-		l.claimer = c
 	}
 	l.logger = claimer.Logger()
 	if l.logger == nil {
@@ -159,11 +195,20 @@ func New(claimer *runclaim.Claimer, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// Lock claims the source prefix+key and starts extending its lease in the
-// background (see runclaim.Run.KeepAlive). When the claim is skipped it
-// returns an error matching runclaim.ErrNotClaimed (and
-// runclaim.ErrAlreadyRunning or runclaim.ErrTooSoon), which makes gocron
-// skip the tick; any other error is a real failure, such as an unreachable
+// tick is the tick of the job named key that a Lock at now names.
+func (l *Locker) tick(key string, now time.Time) time.Time {
+	if s, ok := l.schedules[key]; ok {
+		return runclaim.LatestTick(s, now.Add(tickTolerance))
+	}
+	return now.Round(time.Second)
+}
+
+// Lock claims the job's tick (see Ticks in the package doc) of the source
+// prefix+key and starts extending its lease in the background (see
+// runclaim.Run.KeepAlive). When the claim is skipped it returns an error
+// matching runclaim.ErrNotClaimed (and runclaim.ErrAlreadyRunning,
+// runclaim.ErrTickDone or runclaim.ErrTooSoon), or the tick is older than
+// the starting deadline, which makes gocron skip the tick; any other error is a real failure, such as an unreachable
 // database, and gocron skips the tick as well. A key that makes an invalid
 // source is also logged at Error (see the package doc). ctx bounds the claim
 // only: the heartbeats go on, whatever becomes of ctx, until Unlock or until
@@ -176,7 +221,15 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 			slog.String("job", key), slog.String("error", err.Error()))
 		return nil, err
 	}
-	run, err := l.claimer.Claim(ctx, source)
+	now := l.now()
+	tick := l.tick(key, now)
+	if tick.IsZero() {
+		return nil, fmt.Errorf("gocronlock: lock %q: the job's schedule has no tick before %s", key, now.Format(time.RFC3339))
+	}
+	if l.deadline > 0 && now.Sub(tick) > l.deadline {
+		return nil, fmt.Errorf("gocronlock: lock %q: tick %s is older than the starting deadline of %v: %w", key, tick.Format(time.RFC3339Nano), l.deadline, runclaim.ErrNotClaimed)
+	}
+	run, err := l.claimer.ClaimTick(ctx, source, tick)
 	if err != nil {
 		return nil, fmt.Errorf("gocronlock: lock %q: %w", key, err)
 	}
@@ -249,9 +302,8 @@ func (l *lock) forget() {
 }
 
 // Unlock stops the heartbeats, waiting for one in flight, and records the
-// run as succeeded (gocron does not tell the lock how the job went). The
-// source stays closed to other claims until the splay window since the
-// run's start has passed. Unlock returns an error matching
+// run as succeeded (gocron does not tell the lock how the job went). Its
+// tick stays done. Unlock returns an error matching
 // runclaim.ErrLeaseLost if the run was lost meanwhile. A cancelled ctx does
 // not stop it (see runclaim.Run.Finish). Calling Unlock again returns nil
 // once a call has succeeded, and retries a Finish that failed otherwise.

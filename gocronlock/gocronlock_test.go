@@ -41,10 +41,9 @@ func newLocker(t *testing.T, c *runclaim.Claimer, opts ...gocronlock.Option) *go
 // at the same instant. The job that runs holds its lock until the other
 // scheduler's attempt for the tick is seen; exactly one of the two attempts
 // must run the job and the other must be skipped with ErrAlreadyRunning.
-// Then the run must be recorded as succeeded before the next tick. The fake
-// clock's ticks come milliseconds apart in real time, so the splay window,
-// which is counted by the database clock, is off here (TestSplayHandledByDefault
-// covers it).
+// Then the run must be recorded as succeeded before the next tick. The
+// Locker names ticks by the fake clock (TestEachTickOnceByDefault covers
+// real time).
 func TestTwoSchedulersOneRunPerTick(t *testing.T) {
 	for _, sc := range stores {
 		t.Run(sc.Name, func(t *testing.T) {
@@ -68,7 +67,7 @@ func TestTwoSchedulersOneRunPerTick(t *testing.T) {
 					runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.FinishedEvent) { finished <- e }}))
 				s, err := gocron.NewScheduler(
 					gocron.WithClock(clk),
-					gocron.WithDistributedLocker(newLocker(t, claimer, gocronlock.WithSplay(0))),
+					gocron.WithDistributedLocker(newLocker(t, claimer, gocronlock.WithClock(clk.Now))),
 				)
 				if err != nil {
 					t.Fatal(err)

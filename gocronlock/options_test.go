@@ -28,59 +28,64 @@ func lockUnlock(t *testing.T, l *gocronlock.Locker, key string) error {
 	return nil
 }
 
-// TestSplayWindow checks the window itself on a store with a fake clock:
-// after a run starts, other claims of the job are skipped with ErrTooSoon
-// until the window has passed, whatever the run did meanwhile; WithSplay
-// sets the window, 0 turns it off, and a longer minimum interval of the
-// Claimer's own wins.
-func TestSplayWindow(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		opts   []gocronlock.Option
-		claim  []runclaim.Option
-		window time.Duration
-	}{
-		{"default", nil, nil, gocronlock.DefaultSplay},
-		{"WithSplay", []gocronlock.Option{gocronlock.WithSplay(3 * time.Second)}, nil, 3 * time.Second},
-		{"WithSplay(0)", []gocronlock.Option{gocronlock.WithSplay(0)}, nil, 0},
-		{"longer claimer interval", nil, []runclaim.Option{runclaim.WithMinInterval(time.Minute)}, time.Minute},
-		{"shorter claimer interval", []gocronlock.Option{gocronlock.WithSplay(2 * time.Second)},
-			[]runclaim.Option{runclaim.WithMinInterval(time.Second)}, 2 * time.Second},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-			store := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
-			early := newLocker(t, newClaimer(t, store, append(tc.claim, runclaim.WithOwner("early"))...), tc.opts...)
-			late := newLocker(t, newClaimer(t, store, append(tc.claim, runclaim.WithOwner("late"))...), tc.opts...)
+// TestTicks checks the tick a Lock names, on a store and a Locker that
+// share a fake clock: by default the nearest whole second, so a late
+// replica's lock in that second is skipped with ErrTickDone however long
+// after the job finished, and the next second is a new tick; with a
+// schedule, the latest tick of the schedule, which a Lock at a replica's
+// start claims if it is within the starting deadline, and skips beyond it.
+func TestTicks(t *testing.T) {
+	clk := testclock.New(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	store := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
+	locker := func(owner string, opts ...gocronlock.Option) *gocronlock.Locker {
+		return newLocker(t, newClaimer(t, store, runclaim.WithOwner(owner)), append(opts, gocronlock.WithClock(clk.Now))...)
+	}
+	early, late := locker("early"), locker("late")
 
-			start := clk.Now()
-			if err := lockUnlock(t, early, "job"); err != nil {
-				t.Fatalf("first lock: %v", err)
-			}
-			if tc.window > 0 {
-				clk.Advance(tc.window - time.Millisecond)
-				err := lockUnlock(t, late, "job")
-				var nc *runclaim.NotClaimedError
-				if !errors.Is(err, runclaim.ErrTooSoon) || !errors.As(err, &nc) || !nc.RetryAfter.Equal(start.Add(tc.window)) {
-					t.Fatalf("late lock within the window: %v; want ErrTooSoon until %v", err, start.Add(tc.window))
-				}
-				clk.Advance(time.Millisecond)
-			}
-			if err := lockUnlock(t, late, "job"); err != nil {
-				t.Fatalf("lock once the window has passed: %v", err)
-			}
-		})
+	clk.Advance(3 * time.Millisecond)
+	if err := lockUnlock(t, early, "job"); err != nil {
+		t.Fatalf("first lock: %v", err)
+	}
+	clk.Advance(400 * time.Millisecond) // a replica whose clock is behind, after the job
+	err := lockUnlock(t, late, "job")
+	var nc *runclaim.NotClaimedError
+	if !errors.Is(err, runclaim.ErrTickDone) || !errors.As(err, &nc) || !nc.DoneTick.Equal(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)) {
+		t.Fatalf("late lock of the same tick: %v; want ErrTickDone for 12:00:00", err)
+	}
+	clk.Advance(time.Second)
+	if err := lockUnlock(t, late, "job"); err != nil {
+		t.Fatalf("lock of the next second: %v", err)
+	}
+
+	// A job with a schedule of a minute, and a deadline of 30 s.
+	opts := []gocronlock.Option{gocronlock.WithSchedule("minutely", runclaim.Every(time.Minute)), gocronlock.WithStartingDeadline(30 * time.Second)}
+	a, b := locker("a", opts...), locker("b", opts...)
+	clk.Advance(20 * time.Second) // 12:00:21.403: back from a restart
+	if err := lockUnlock(t, a, "minutely"); err != nil {
+		t.Fatalf("lock 21 s after a missed tick, with a deadline of 30 s: %v", err)
+	}
+	if err := lockUnlock(t, b, "minutely"); !errors.Is(err, runclaim.ErrTickDone) {
+		t.Fatalf("second replica's lock of the caught-up tick: %v, want ErrTickDone", err)
+	}
+	clk.Advance(time.Minute + 10*time.Second) // 12:01:31.403
+	if err := lockUnlock(t, b, "minutely"); !errors.Is(err, runclaim.ErrNotClaimed) || errors.Is(err, runclaim.ErrTickDone) {
+		t.Fatalf("lock 31 s after a tick, with a deadline of 30 s: %v, want a skip for the deadline", err)
+	}
+	clk.Advance(29 * time.Second) // 12:02:00.403, on time
+	if err := lockUnlock(t, b, "minutely"); err != nil {
+		t.Fatalf("lock on time: %v", err)
 	}
 }
 
 func TestNewValidatesOptions(t *testing.T) {
 	c := newClaimer(t, runclaim.NewMemoryStore())
 	for name, opts := range map[string][]gocronlock.Option{
-		"negative splay":        {gocronlock.WithSplay(-time.Second)},
-		"splay over MaxLease":   {gocronlock.WithSplay(runclaim.MaxLease + time.Second)},
-		"prefix with a tab":     {gocronlock.WithPrefix("svc\t")},
-		"prefix not UTF-8":      {gocronlock.WithPrefix("svc\xff/")},
-		"prefix over the limit": {gocronlock.WithPrefix(strings.Repeat("p", runclaim.MaxSourceLen+1))},
+		"zero starting deadline": {gocronlock.WithStartingDeadline(0)},
+		"nil schedule":           {gocronlock.WithSchedule("job", nil)},
+		"nil clock":              {gocronlock.WithClock(nil)},
+		"prefix with a tab":      {gocronlock.WithPrefix("svc\t")},
+		"prefix not UTF-8":       {gocronlock.WithPrefix("svc\xff/")},
+		"prefix over the limit":  {gocronlock.WithPrefix(strings.Repeat("p", runclaim.MaxSourceLen+1))},
 	} {
 		if l, err := gocronlock.New(c, opts...); err == nil || l != nil || !strings.HasPrefix(err.Error(), "gocronlock: ") {
 			t.Errorf("%s: New = %v, %v; want an error", name, l, err)

@@ -1,16 +1,25 @@
 -- The operator commands' reads and writes (admin.go). Every run is read
--- as the same nine columns, in this order (see scanRecord).
+-- as the same ten columns, in this order (see scanRecord); the tenth, the
+-- tick, is NULL on a table before schema version 4, which has no tick
+-- column, and each statement that reads runs has a twin, named with
+-- "_tick", for a table that has it.
 
 -- name: clock
 SELECT pg_catalog.clock_timestamp()
 
 -- name: running
 -- The running runs, of every source or of source $1.
-SELECT id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, '') FROM {{table}} WHERE status = 'running' AND ($1 = '' OR source = $1) ORDER BY source
+SELECT id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, ''), NULL::timestamptz FROM {{table}} WHERE status = 'running' AND ($1 = '' OR source = $1) ORDER BY source
+
+-- name: running_tick
+SELECT id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, ''), tick FROM {{table}} WHERE status = 'running' AND ($1 = '' OR source = $1) ORDER BY source
 
 -- name: history
 -- Source $1's latest $2 runs, newest first.
-SELECT id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, '') FROM {{table}} WHERE source = $1 ORDER BY started_at DESC, id DESC LIMIT $2
+SELECT id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, ''), NULL::timestamptz FROM {{table}} WHERE source = $1 ORDER BY started_at DESC, id DESC LIMIT $2
+
+-- name: history_tick
+SELECT id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, ''), tick FROM {{table}} WHERE source = $1 ORDER BY started_at DESC, id DESC LIMIT $2
 
 -- name: release_lock_timeout
 -- Release's bound on the wait for the run's row, local to its transaction.
@@ -29,7 +38,15 @@ WHERE id IN (
 	-- release sees it (READ COMMITTED) or fails with a serialization error,
 	-- rather than locking the row as it was before.
 	FOR UPDATE)
-RETURNING id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, '')
+RETURNING id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, ''), NULL::timestamptz
+
+-- name: release_tick
+UPDATE {{table}} SET status = 'released', finished_at = pg_catalog.clock_timestamp(),
+	error = 'released by an operator'
+WHERE id IN (
+	SELECT id FROM {{table}} WHERE status = 'running' AND (id = $1 OR $1 = 0 AND source = $2)
+	FOR UPDATE)
+RETURNING id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, ''), tick
 
 -- name: prune
 -- One batch of PruneRuns: of the next $3 runs by ID after $1, deletes the
@@ -54,6 +71,25 @@ WITH scope AS (
 	-- Skips, without waiting, a row another transaction has locked (a run
 	-- finished while a fenced transaction was open); a later prune deletes
 	-- it.
+	FOR UPDATE OF r SKIP LOCKED
+), del AS (
+	DELETE FROM {{table}} WHERE id = ANY (ARRAY(SELECT id FROM batch)) RETURNING id
+)
+SELECT (SELECT count(*) FROM del), count(*), coalesce(max(id), 0) FROM scope
+
+-- name: prune_tick
+-- One batch of PruneRuns on a table at schema version 4 or later: as
+-- prune, and never the finished run of the latest tick its source has
+-- served, which keeps that tick, and the older ones, done.
+WITH scope AS (
+	SELECT id FROM {{table}} WHERE id > $1 ORDER BY id LIMIT $3
+), batch AS (
+	SELECT id FROM {{table}} AS r
+	WHERE id = ANY (ARRAY(SELECT id FROM scope)) AND status <> 'running'
+	  AND finished_at < pg_catalog.clock_timestamp() - $2::bigint * interval '1 microsecond'
+	  AND EXISTS (SELECT FROM {{table}} AS newer WHERE newer.source = r.source AND newer.started_at > r.started_at OFFSET $4::int)
+	  AND NOT (r.tick IS NOT NULL AND r.status IN ('succeeded', 'failed') AND NOT EXISTS (
+		SELECT FROM {{table}} AS later WHERE later.source = r.source AND later.tick > r.tick AND later.status IN ('succeeded', 'failed')))
 	FOR UPDATE OF r SKIP LOCKED
 ), del AS (
 	DELETE FROM {{table}} WHERE id = ANY (ARRAY(SELECT id FROM batch)) RETURNING id

@@ -2,12 +2,16 @@
 -- What Migrate, SchemaVersion and a claim's recheck know of the schema,
 -- from the catalogs only: no lock on the runs table. $1 and $2 are the
 -- schema's and the table's names; $3 and $4 the indexes' and $5 the claim
--- function's signature, quoted and qualified.
+-- function's signature, quoted and qualified; $6 the index of ticks served
+-- and $7 the signature of the claim function's overload with a tick.
 SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), ''),
-	-- Version 1's indexes, version 2's column, version 3's function.
+	-- Version 1's indexes, version 2's column, version 3's function,
+	-- version 4's column, index and function.
 	pg_catalog.to_regclass($3) IS NOT NULL AND pg_catalog.to_regclass($4) IS NOT NULL,
 	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'min_interval' AND NOT a.attisdropped),
-	pg_catalog.to_regprocedure($5) IS NOT NULL
+	pg_catalog.to_regprocedure($5) IS NOT NULL,
+	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'tick' AND NOT a.attisdropped)
+	AND pg_catalog.to_regclass($6) IS NOT NULL AND pg_catalog.to_regprocedure($7) IS NOT NULL
 FROM (SELECT) AS one
 LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = $1
 LEFT JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = $2 AND c.relkind IN ('r', 'p')

@@ -298,3 +298,35 @@ func tryClaim(ctx context.Context, s runclaim.Store, req runclaim.ClaimRequest) 
 	}
 	return err
 }
+
+// testTriggerTickDone: a trigger lets one claim in despite a done tick,
+// and the interval too when a tick claim meets both; the claim that wins
+// uses it up, and the tick is done again after it.
+func testTriggerTickDone(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	c := controllerOf(t, s)
+	src := prefix + "/a"
+	t0 := baseTick
+
+	mustFinish(t, ctx, s, succeeded(mustClaim(t, ctx, s, tickReq(src, "owner", t0))))
+	tickDone(t, tryClaim(ctx, s, tickReq(src, "owner", t0)), src, t0, t0)
+	mustTrigger(t, ctx, c, src)
+	r := mustClaim(t, ctx, s, tickReq(src, "other", t0))
+	if !r.Tick.Equal(t0) {
+		t.Errorf("triggered claim of tick %v returned Tick %v", t0, r.Tick)
+	}
+	mustFinish(t, ctx, s, failed(r, "rerun by hand"))
+	tickDone(t, tryClaim(ctx, s, tickReq(src, "owner", t0)), src, t0, t0)
+
+	// A done tick and the interval at once: one trigger lets one claim in.
+	both := prefix + "/both"
+	req := tickReq(both, "owner", t0)
+	req.MinInterval = time.Hour
+	mustFinish(t, ctx, s, succeeded(mustClaim(t, ctx, s, req)))
+	mustTrigger(t, ctx, c, both)
+	mustFinish(t, ctx, s, succeeded(mustClaim(t, ctx, s, req)))
+	later := req
+	later.Tick = t0.Add(time.Minute)
+	skipOf(t, tryClaim(ctx, s, later), both, runclaim.ErrTooSoon)
+	tickDone(t, tryClaim(ctx, s, req), both, t0, t0)
+}

@@ -49,6 +49,9 @@ func testBadInput(t *testing.T, s runclaim.Store) {
 		{"lease above MaxLease", claimReq(src, "owner", runclaim.MaxLease+time.Second)},
 		{"negative interval", runclaim.ClaimRequest{Source: src, Owner: "owner", Lease: longLease, MinInterval: -time.Second}},
 		{"interval above MaxLease", runclaim.ClaimRequest{Source: src, Owner: "owner", Lease: longLease, MinInterval: runclaim.MaxLease + time.Second}},
+		{"tick after the year 9999", tickReq(src, "owner", time.Date(10000, time.January, 1, 0, 0, 0, 0, time.UTC))},
+		{"tick before the year 1", tickReq(src, "owner", time.Date(0, time.December, 31, 23, 0, 0, 0, time.UTC))},
+		{"tick within a microsecond of the zero time", tickReq(src, "owner", time.Time{}.Add(time.Nanosecond))},
 	} {
 		_, err := s.Claim(ctx, tc.req)
 		if err == nil || errors.Is(err, runclaim.ErrNotClaimed) || errors.Is(err, runclaim.ErrInvalidSource) {

@@ -52,6 +52,27 @@ const (
 	bugFinishReadThenWrite
 	// Heartbeat and Finish find the run by its ID alone.
 	bugSourceIgnored
+	// The tick of a claim is not checked at all.
+	bugTickIgnored
+	// A failed run does not serve its tick: the tick can be run again.
+	bugTickFailedReopens
+	// A run serves its tick from its claim on, even once it expired.
+	bugTickExpiredServes
+	// Only the tick served is done, not the older ones.
+	bugTickEqualOnly
+	// The tick is checked before the live holder, and a running run
+	// serves it: a claim of a running run's tick says ErrTickDone.
+	bugTickBeforeHolder
+	// A tick claim ignores the minimum interval.
+	bugTickNoInterval
+	// Ticks compare at nanoseconds.
+	bugTickNanos
+	// The tick is checked before the claim's critical section, and not
+	// again inside it.
+	bugTickOutside
+	// A tick claim sees only running runs of tick claims: a plain run does
+	// not keep it out.
+	bugTickPlainSeparate
 	// Claims ignore pauses.
 	bugPauseIgnored
 	// A pause's end is ignored: every pause lasts until Resume.
@@ -73,6 +94,8 @@ const (
 	bugTriggerOverPause
 	// A pause's note is stored unchecked.
 	bugNoteUnchecked
+	// A trigger does not let a claim in over a done tick.
+	bugTriggerNotOverTick
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -91,6 +114,7 @@ type memBackend struct {
 	runs      map[int64]*memRun
 	running   map[string]*memRun   // by source
 	lastStart map[string]lastRun   // by source: the latest start that counts
+	served    map[string]time.Time // by source: the latest tick served
 	pauses    map[string]time.Time // by source: the pause's end, zero for until Resume
 	notes     map[string]string    // by source: the pause's note
 	triggers  map[string]bool      // by source: a trigger waits
@@ -111,7 +135,7 @@ type memRun struct {
 }
 
 func newMemBackend() *memBackend {
-	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun),
+	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun), served: make(map[string]time.Time),
 		pauses: make(map[string]time.Time), notes: make(map[string]string), triggers: make(map[string]bool)}
 }
 
@@ -130,7 +154,25 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		return runclaim.RunInfo{}, fmt.Errorf("claim %q: %w", req.Source, err)
 	}
 	b := s.b
+	if s.bug != bugTickNanos {
+		req.Tick = runclaim.NormalTick(req.Tick)
+	}
 	switch s.bug {
+	case bugTickOutside:
+		b.mu.Lock()
+		err := b.tickDone(req, s.bug)
+		b.mu.Unlock()
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		gap()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		lapsed, err := b.check(req, true, s.bug)
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		return b.act(req, lapsed, s.bug), nil
 	case bugValueMutex:
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -194,19 +236,33 @@ func (b *memBackend) check(req runclaim.ClaimRequest, interval bool, bug bug) (l
 	triggered := b.triggers[req.Source]
 	if until, ok := b.pauses[req.Source]; ok && bug != bugPauseIgnored && !(triggered && bug == bugTriggerOverPause) &&
 		(until.IsZero() || until.After(now) || bug == bugPauseUntilIgnored) {
-		return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrPaused, RetryAfter: until, Note: b.notes[req.Source]}
+		return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrPaused, RetryAfter: until, Note: b.notes[req.Source], Tick: req.Tick}
 	}
-	if cur := b.running[req.Source]; cur != nil {
+	if bug == bugTickBeforeHolder {
+		if err := b.tickDone(req, bug); err != nil {
+			return nil, err
+		}
+	}
+	cur := b.running[req.Source]
+	if bug == bugTickPlainSeparate && !req.Tick.IsZero() && cur != nil && cur.info.Tick.IsZero() {
+		cur = nil // and a plain run still running is left so when the tick claim inserts
+	}
+	if cur != nil {
 		if cur.info.LeaseUntil.After(now) && !(triggered && bug == bugTriggerOverRunning) {
 			if bug == bugSkipUsesTrigger {
 				delete(b.triggers, req.Source)
 			}
 			holder := cur.info
-			return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
+			return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil, Tick: req.Tick}
 		}
 		lapsed = cur
 	}
-	if interval && !triggered {
+	if bug != bugTickOutside && bug != bugTickBeforeHolder {
+		if err := b.tickDone(req, bug); err != nil {
+			return nil, err
+		}
+	}
+	if interval && !triggered && (bug != bugTickNoInterval || req.Tick.IsZero()) {
 		last, ok := b.lastStart[req.Source]
 		if err := tooSoon(req, last, ok, now); err != nil {
 			return nil, err
@@ -215,12 +271,30 @@ func (b *memBackend) check(req runclaim.ClaimRequest, interval bool, bug bug) (l
 	return lapsed, nil
 }
 
+// tickDone returns the ErrTickDone skip of a claim whose tick is served,
+// with b.mu held.
+func (b *memBackend) tickDone(req runclaim.ClaimRequest, bug bug) error {
+	if req.Tick.IsZero() || bug == bugTickIgnored || b.triggers[req.Source] && bug != bugTriggerNotOverTick {
+		return nil
+	}
+	done := b.served[req.Source]
+	if bug == bugTickBeforeHolder {
+		if cur := b.running[req.Source]; cur != nil && cur.info.Tick.After(done) {
+			done = cur.info.Tick
+		}
+	}
+	if done.IsZero() || req.Tick.After(done) || bug == bugTickEqualOnly && req.Tick.Before(done) {
+		return nil
+	}
+	return &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrTickDone, Tick: req.Tick, DoneTick: done}
+}
+
 func tooSoon(req runclaim.ClaimRequest, last lastRun, ok bool, now time.Time) error {
 	if ignoreRecorded {
 		last.interval = 0
 	}
 	if next := last.start.Add(max(last.interval, req.MinInterval)); ok && next.After(now) {
-		return &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrTooSoon, RetryAfter: next}
+		return &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrTooSoon, RetryAfter: next, Tick: req.Tick}
 	}
 	return nil
 }
@@ -233,7 +307,7 @@ func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) run
 	}
 	b.lastID++
 	r := &memRun{
-		info:     runclaim.RunInfo{ID: b.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease)},
+		info:     runclaim.RunInfo{ID: b.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease), Tick: req.Tick},
 		interval: req.MinInterval,
 		status:   runclaim.StatusRunning,
 	}
@@ -241,6 +315,9 @@ func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) run
 	b.running[req.Source] = r
 	if bug != bugTriggerKept {
 		delete(b.triggers, req.Source)
+	}
+	if bug == bugTickExpiredServes && req.Tick.After(b.served[req.Source]) {
+		b.served[req.Source] = req.Tick
 	}
 	if bug != bugIntervalSucceededOnly {
 		b.lastStart[req.Source] = lastRun{now, req.MinInterval}
@@ -315,6 +392,9 @@ func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) erro
 		s.b.lastStart[r.info.Source] = lastRun{r.info.StartedAt, r.interval}
 	}
 	delete(s.b.running, r.info.Source)
+	if (req.Status == runclaim.StatusSucceeded || s.bug != bugTickFailedReopens) && r.info.Tick.After(s.b.served[r.info.Source]) {
+		s.b.served[r.info.Source] = r.info.Tick
+	}
 	return nil
 }
 
@@ -536,6 +616,16 @@ var wrongStores = []wrongStore{
 		"FinishRace", copyBackend(bugFinishReadThenWrite)},
 	{"source-ignored", "heartbeats and finishes find the run by its ID alone",
 		"SourceMustMatch", copyBackend(bugSourceIgnored)},
+	{"tick-ignored", "the tick of a claim not checked", "TickDone", copyBackend(bugTickIgnored)},
+	{"tick-failed-reopens", "a failed run does not serve its tick", "TickDone", copyBackend(bugTickFailedReopens)},
+	{"tick-expired-serves", "an expired run keeps its tick served", "TickExpiredReopens", copyBackend(bugTickExpiredServes)},
+	{"tick-equal-only", "only the tick served is done, not older ones", "TickDone", copyBackend(bugTickEqualOnly)},
+	{"tick-before-holder", "the tick checked before the live holder, so a running run's tick says ErrTickDone",
+		"TickLiveRun", copyBackend(bugTickBeforeHolder)},
+	{"tick-no-interval", "a tick claim ignores the minimum interval", "TickMinInterval", copyBackend(bugTickNoInterval)},
+	{"tick-nanos", "ticks compared and kept at nanoseconds", "TickPrecision", copyBackend(bugTickNanos)},
+	{"tick-outside", "the tick checked outside the claim's critical section", "TickUnderContention", copyBackend(bugTickOutside)},
+	{"tick-plain-separate", "a tick claim not kept out by a running plain run", "TickPlainShare", copyBackend(bugTickPlainSeparate)},
 	{"pause-ignored", "claims ignore pauses",
 		"Pause", copyBackend(bugPauseIgnored)},
 	{"pause-until-ignored", "every pause lasts until Resume, whatever its end",
@@ -556,6 +646,8 @@ var wrongStores = []wrongStore{
 		"TriggerNotOverPause", copyBackend(bugTriggerOverPause)},
 	{"note-unchecked", "a pause's note is stored unchecked",
 		"ControlBadInput", copyBackend(bugNoteUnchecked)},
+	{"trigger-not-over-tick", "a trigger does not let a claim in over a done tick",
+		"TriggerTickDone", copyBackend(bugTriggerNotOverTick)},
 	{"case-insensitive", "sources compared without regard to case",
 		"LookalikeSources", func() func() runclaim.Store {
 			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)

@@ -39,7 +39,7 @@ const defaultKillGraceMax = 10 * time.Second
 var execCommand = command{
 	name:       "exec",
 	summary:    "run a command only if this host claims the source (a distributed flock -n)",
-	usage:      "exec --source S [--lease D] [--min-interval D] [--max-run-time D] [--owner O] [flags] -- command [args...]",
+	usage:      "exec --source S [--lease D] [--min-interval D] [--tick T [--every D]] [--max-run-time D] [--owner O] [flags] -- command [args...]",
 	positional: -1,
 	noJSON:     true,
 	help: `Runs a command only if it claims the source, so that a crontab line installed
@@ -125,8 +125,9 @@ Examples:
   # a long job: a crashed host frees the source within 2 minutes, and the
   # job gets 10s between SIGTERM and SIGKILL if its run is lost
   runclaim exec --source reindex --lease 2m --heartbeat 10s --kill-grace 10s -- ./reindex.sh --all
-  # every 5 minutes on 3 hosts, but at most once per 4 minutes overall
-  */5 * * * *  runclaim exec --source sync --min-interval 4m --quiet -- ./sync
+  # every 5 minutes on 3 hosts, each tick run once, however far apart the
+  # hosts' clocks are or however long after another host ran it
+  */5 * * * *  runclaim exec --source sync --tick now --every 5m --quiet -- ./sync
   # a job that hangs now and then: stop it after 2 hours
   runclaim exec --source import --max-run-time 2h -- ./import.sh
   # a wrapper script that tells "skipped" from "failed"
@@ -135,8 +136,9 @@ Examples:
 Exit codes:
   0..255  the command's exit code; 128+N if a signal N killed it
           (130 SIGINT, 137 SIGKILL, 143 SIGTERM)
-  75      skipped: the source is held by another run, or too soon; the
-          command did not run (EX_TEMPFAIL; --skip-exit-code, e.g. 0 for cron)
+  75      skipped: the source is held by another run, too soon, or the
+          tick was run already; the command did not run (EX_TEMPFAIL;
+          --skip-exit-code, e.g. 0 for cron)
   69      the source could not be claimed (a database error) or exec failed
           before the command started; the command did not run
           (EX_UNAVAILABLE; --error-exit-code)
@@ -162,7 +164,9 @@ history' is exact.`,
 
 // execOptions are exec's flags and the command line it runs.
 type execOptions struct {
-	source                                        string
+	source, tick                                  string
+	every                                         time.Duration
+	tickAt                                        time.Time // --tick parsed by Validate; zero for none
 	lease, minInterval, heartbeat, killGrace      time.Duration
 	maxRunTime                                    time.Duration
 	owner                                         string
@@ -176,6 +180,8 @@ func (o *execOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.source, "source", "", "claim `source` (required)")
 	fs.DurationVar(&o.lease, "lease", runclaim.DefaultLease, "lease: how long the source stays held if exec dies without finishing")
 	fs.DurationVar(&o.minInterval, "min-interval", 0, "skip unless the source's last run started at least this long ago")
+	fs.StringVar(&o.tick, "tick", "", "claim the scheduled `tick` (RFC 3339, or \"now\" rounded to --every): skip if a run has served it or a later one")
+	fs.DurationVar(&o.every, "every", 0, "the schedule's period, for --tick now: the tick is the nearest multiple of it")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "extend the lease this often (default a third of --lease)")
 	fs.DurationVar(&o.maxRunTime, "max-run-time", 0, "stop the command (SIGTERM, then SIGKILL after --kill-grace) once it has run this long (default 0: no limit)")
 	fs.StringVar(&o.owner, "owner", "", "holder name recorded with the run (default host-pid-random)")
@@ -213,6 +219,11 @@ func (o *execOptions) Validate() error {
 			return fmt.Errorf("--%s-exit-code must be between 0 and 255, got %d", f.name, f.code)
 		}
 	}
+	tick, err := parseTick(o.tick, o.every, time.Now())
+	if err != nil {
+		return err
+	}
+	o.tickAt = tick
 	if err := runclaim.ValidateSource(o.source); err != nil {
 		return fmt.Errorf("--source: %s", strings.TrimPrefix(err.Error(), "runclaim: "))
 	}
@@ -366,7 +377,11 @@ func runExec(ctx context.Context, c *cli, o *execOptions) int {
 	defer stopForwarding()
 
 	x := &execution{c: c, o: o, path: path, fw: fw}
-	err = claimer.Do(claimCtx, o.source, x.run)
+	if o.tickAt.IsZero() {
+		err = claimer.Do(claimCtx, o.source, x.run)
+	} else {
+		err = claimer.DoTick(claimCtx, o.source, o.tickAt, x.run)
+	}
 	return x.exitCode(ctx, claimCtx, err, events.lost.Load(), events.recorded.Load())
 }
 
@@ -578,6 +593,32 @@ func (c *cli) failCode(cmd string, err error, code int) int {
 	return code
 }
 
+// parseTick reads --tick: empty for none, "now" for now rounded to the
+// nearest multiple of every, or an RFC 3339 time.
+func parseTick(s string, every time.Duration, now time.Time) (time.Time, error) {
+	switch {
+	case s == "" && every != 0:
+		return time.Time{}, errors.New("--every goes with --tick now")
+	case s == "":
+		return time.Time{}, nil
+	case s == "now":
+		if every <= 0 {
+			return time.Time{}, fmt.Errorf("--tick now needs --every, the schedule's period (e.g. 5m for */5 * * * *), got %v", every)
+		}
+		return now.Round(every), nil
+	case every != 0:
+		return time.Time{}, errors.New("--every goes with --tick now, not with a time")
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--tick: want an RFC 3339 time (2026-03-01T12:00:00Z) or \"now\": %w", err)
+	}
+	if t.IsZero() {
+		return time.Time{}, errors.New("--tick: the zero time is not a tick")
+	}
+	return t, nil
+}
+
 // skipReason says, in a line, why a claim was skipped.
 func skipReason(nc *runclaim.NotClaimedError, minInterval time.Duration) string {
 	switch {
@@ -590,6 +631,9 @@ func skipReason(nc *runclaim.NotClaimedError, minInterval time.Duration) string 
 			until += ": " + visible(nc.Note)
 		}
 		return fmt.Sprintf("%q is paused %s", nc.Source, until)
+	case errors.Is(nc, runclaim.ErrTickDone):
+		return fmt.Sprintf("tick %s of %q was run already (the latest tick run is %s)",
+			formatTime(nc.Tick), nc.Source, formatTime(nc.DoneTick))
 	case errors.Is(nc, runclaim.ErrTooSoon):
 		return fmt.Sprintf("too soon: the minimum interval since the last run of %q started has not passed (the longer of --min-interval, %v, and the one that run recorded); a claim can succeed after %s",
 			nc.Source, minInterval, formatTime(nc.RetryAfter))

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -34,26 +32,7 @@ func TestExecMaxRunTime(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			source := "timeout-" + strings.Fields(tc.name)[0]
-			clearEnv(t)
-			t.Setenv(envDatabaseURL, db.DSN)
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pr.Close()
-			out := readLines(pr)
-			var stderr lockedBuffer
-			done := make(chan int, 1)
-			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-			defer cancel()
-			go func() {
-				defer pw.Close()
-				// A lease of 3 s with a heartbeat every 100 ms allows a
-				// kill grace of up to (3s - 2*100ms)/8 = 350ms.
-				args := append([]string{"exec", "--source", source, "--lease", "3s", "--heartbeat", "100ms", "--kill-grace", "300ms"}, tc.flags...)
-				done <- run(ctx, append(args, "--", "sh", "-c", tc.script), nil, pw, &stderr)
-			}()
-			waitLine(t, out, "started", done)
+			_, done, stderr := startStopTest(t, db.DSN, source, tc.script, tc.flags)
 			var code int
 			select {
 			case code = <-done:

@@ -233,26 +233,7 @@ func TestExecLeaseLost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			source := "lost-" + strings.Fields(tc.name)[0]
-			clearEnv(t)
-			t.Setenv(envDatabaseURL, db.DSN)
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pr.Close()
-			out := readLines(pr)
-			var stderr lockedBuffer
-			done := make(chan int, 1)
-			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-			defer cancel()
-			go func() {
-				defer pw.Close()
-				// A lease of 3 s with a heartbeat every 100 ms allows a
-				// kill grace of up to (3s - 2*100ms)/8 = 350ms.
-				args := append([]string{"exec", "--source", source, "--lease", "3s", "--heartbeat", "100ms", "--kill-grace", "300ms"}, tc.flags...)
-				done <- run(ctx, append(args, "--", "sh", "-c", tc.script), nil, pw, &stderr)
-			}()
-			waitLine(t, out, "started", done)
+			out, done, stderr := startStopTest(t, db.DSN, source, tc.script, tc.flags)
 
 			released, err := store.Release(t.Context(), 0, source)
 			if err != nil {
@@ -298,6 +279,35 @@ func TestExecLeaseLost(t *testing.T) {
 }
 
 // readLines sends r's lines on the returned channel, closing it at EOF.
+// startStopTest runs 'runclaim exec' on source with the shell script,
+// which prints "started" once it runs, and extra flags, on a lease of 3 s
+// with a heartbeat every 100 ms and a kill grace of 300 ms (the most that
+// lease allows is (3s - 2*100ms)/8 = 350ms). It returns once the script has
+// started: the script's output lines, exec's exit code once it returns, and
+// exec's standard error.
+func startStopTest(t *testing.T, dsn, source, script string, flags []string) (out <-chan string, done <-chan int, stderr *lockedBuffer) {
+	t.Helper()
+	clearEnv(t)
+	t.Setenv(envDatabaseURL, dsn)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pr.Close() })
+	out = readLines(pr)
+	stderr = new(lockedBuffer)
+	codes := make(chan int, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	t.Cleanup(cancel)
+	go func() {
+		defer pw.Close()
+		args := append([]string{"exec", "--source", source, "--lease", "3s", "--heartbeat", "100ms", "--kill-grace", "300ms"}, flags...)
+		codes <- run(ctx, append(args, "--", "sh", "-c", script), nil, pw, stderr)
+	}()
+	waitLine(t, out, "started", codes)
+	return out, codes, stderr
+}
+
 func readLines(r *os.File) <-chan string {
 	ch := make(chan string, 100)
 	go func() {

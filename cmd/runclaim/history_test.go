@@ -10,7 +10,7 @@ import (
 )
 
 var historyKeys = []string{"run_id", "source", "status", "owner", "started_at", "lease_until", "heartbeat_at",
-	"finished_at", "duration_seconds", "error"}
+	"finished_at", "tick", "duration_seconds", "error"}
 
 func TestHistory(t *testing.T) {
 	db, store := setup(t)
@@ -35,16 +35,16 @@ func TestHistory(t *testing.T) {
 		if len(got) != 5 {
 			t.Fatalf("want a header and 4 rows:\n%s", r.stdout)
 		}
-		for _, col := range []string{"RUN", "SOURCE", "STATUS", "OWNER", "STARTED", "DURATION", "ERROR"} {
+		for _, col := range []string{"RUN", "SOURCE", "STATUS", "OWNER", "STARTED", "TICK", "DURATION", "ERROR"} {
 			if !strings.Contains(got[0], col) {
 				t.Errorf("header %q lacks %s", got[0], col)
 			}
 		}
 		rows := []*regexp.Regexp{
-			regexp.MustCompile(fmt.Sprintf(`^%d +nightly +running +host-4 +\S+ +running +-$`, running.ID)),
-			regexp.MustCompile(`^\d+ +nightly +failed +host-3 +\S+ +\S+ +signal: killed$`),
-			regexp.MustCompile(`^\d+ +nightly +failed +host-2 +\S+ +\S+ +exit status 3$`),
-			regexp.MustCompile(`^\d+ +nightly +succeeded +host-1 +\S+ +\S+ +-$`),
+			regexp.MustCompile(fmt.Sprintf(`^%d +nightly +running +host-4 +\S+ +- +running +-$`, running.ID)),
+			regexp.MustCompile(`^\d+ +nightly +failed +host-3 +\S+ +- +\S+ +signal: killed$`),
+			regexp.MustCompile(`^\d+ +nightly +failed +host-2 +\S+ +- +\S+ +exit status 3$`),
+			regexp.MustCompile(`^\d+ +nightly +succeeded +host-1 +\S+ +- +\S+ +-$`),
 		}
 		for i, re := range rows {
 			if !re.MatchString(got[i+1]) {
@@ -139,7 +139,7 @@ func TestHistoryExpiredDuration(t *testing.T) {
 		t.Errorf("expired run's duration %vs, want 60s, to its last heartbeat", d)
 	}
 	r = mustRun(t, db, exitOK, "history", "lapsed")
-	if got := lines(r.stdout); len(got) != 3 || !regexp.MustCompile(`^\d+ +lapsed +expired +host-1 +\S+ +≥1m00s +-$`).MatchString(got[2]) {
+	if got := lines(r.stdout); len(got) != 3 || !regexp.MustCompile(`^\d+ +lapsed +expired +host-1 +\S+ +- +≥1m00s +-$`).MatchString(got[2]) {
 		t.Errorf("table:\n%s\nwant the expired run's duration as ≥1m00s", r.stdout)
 	}
 }

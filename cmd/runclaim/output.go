@@ -314,6 +314,7 @@ type runJSON struct {
 	LeaseUntil      *time.Time `json:"lease_until"`
 	HeartbeatAt     *time.Time `json:"heartbeat_at"`
 	FinishedAt      *time.Time `json:"finished_at"`      // null while running
+	Tick            *time.Time `json:"tick"`             // null for a plain claim
 	DurationSeconds *float64   `json:"duration_seconds"` // null while running
 	Error           string     `json:"error"`            // "" if none
 }
@@ -328,6 +329,7 @@ func toRunJSON(r runclaim.RunRecord) runJSON {
 		LeaseUntil:  jsonTime(r.LeaseUntil),
 		HeartbeatAt: jsonTime(r.HeartbeatAt),
 		FinishedAt:  jsonTime(r.FinishedAt),
+		Tick:        jsonTime(r.Tick),
 		Error:       r.Error,
 	}
 	if !r.FinishedAt.IsZero() {
@@ -335,6 +337,14 @@ func toRunJSON(r runclaim.RunRecord) runJSON {
 		out.DurationSeconds = &s
 	}
 	return out
+}
+
+// formatTick is a run's tick for a table: "-" for a plain claim's run.
+func formatTick(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return formatTime(t)
 }
 
 // runEnd is the end of a finished run's duration: when it finished, or,
@@ -387,9 +397,9 @@ func (l *runList) add(r runclaim.RunRecord) error {
 		return l.arr.add(toRunJSON(r))
 	}
 	if l.tab == nil {
-		l.tab = newTable(l.c.stdout, "RUN", "SOURCE", "STATUS", "OWNER", "STARTED", "DURATION", "ERROR")
+		l.tab = newTable(l.c.stdout, "RUN", "SOURCE", "STATUS", "OWNER", "STARTED", "TICK", "DURATION", "ERROR")
 	}
-	l.tab.row(fmt.Sprint(r.ID), r.Source, string(r.Status), r.Owner, formatTime(r.StartedAt), runDuration(r), r.Error)
+	l.tab.row(fmt.Sprint(r.ID), r.Source, string(r.Status), r.Owner, formatTime(r.StartedAt), formatTick(r.Tick), runDuration(r), r.Error)
 	return l.tab.err // stop reading once stdout is gone ("| head")
 }
 

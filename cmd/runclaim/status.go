@@ -30,9 +30,10 @@ Examples:
 
 JSON output: an array of
   {"source", "run_id", "owner", "status", "started_at", "lease_until",
-   "heartbeat_at", "checked_at", "age_seconds", "heartbeat_age_seconds",
+   "heartbeat_at", "tick", "checked_at", "age_seconds", "heartbeat_age_seconds",
    "lease_left_seconds", "expired"}
-where checked_at is the database time the ages are measured at and
+where tick is the scheduled tick the run serves, or null for a plain
+claim, checked_at is the database time the ages are measured at, and
 lease_left_seconds is negative once the lease has passed. With --overdue:
 an array of check's JSON objects (see 'runclaim check --help').`,
 }
@@ -80,6 +81,7 @@ type statusJSON struct {
 	StartedAt           *time.Time `json:"started_at"`
 	LeaseUntil          *time.Time `json:"lease_until"`
 	HeartbeatAt         *time.Time `json:"heartbeat_at"`
+	Tick                *time.Time `json:"tick"`
 	CheckedAt           *time.Time `json:"checked_at"`
 	AgeSeconds          float64    `json:"age_seconds"`
 	HeartbeatAgeSeconds float64    `json:"heartbeat_age_seconds"`
@@ -119,6 +121,7 @@ func (c *cli) writeStatus(runs []runclaim.RunRecord, now time.Time, source strin
 				StartedAt:           jsonTime(r.StartedAt),
 				LeaseUntil:          jsonTime(r.LeaseUntil),
 				HeartbeatAt:         jsonTime(r.HeartbeatAt),
+				Tick:                jsonTime(r.Tick),
 				CheckedAt:           jsonTime(now),
 				AgeSeconds:          seconds(now.Sub(r.StartedAt)),
 				HeartbeatAgeSeconds: seconds(now.Sub(r.HeartbeatAt)),
@@ -136,9 +139,9 @@ func (c *cli) writeStatus(runs []runclaim.RunRecord, now time.Time, source strin
 		_, err := fmt.Fprintln(c.stdout, "no running runs")
 		return err
 	}
-	t := newTable(c.stdout, "SOURCE", "RUN", "OWNER", "STARTED", "AGE", "HEARTBEAT", "LEASE LEFT")
+	t := newTable(c.stdout, "SOURCE", "RUN", "OWNER", "STARTED", "TICK", "AGE", "HEARTBEAT", "LEASE LEFT")
 	for _, r := range runs {
-		t.row(r.Source, fmt.Sprint(r.ID), r.Owner, formatTime(r.StartedAt),
+		t.row(r.Source, fmt.Sprint(r.ID), r.Owner, formatTime(r.StartedAt), formatTick(r.Tick),
 			formatDuration(now.Sub(r.StartedAt)), formatDuration(now.Sub(r.HeartbeatAt))+" ago",
 			leaseLeft(r.LeaseUntil.Sub(now)))
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-var statusKeys = []string{"source", "run_id", "owner", "status", "started_at", "lease_until", "heartbeat_at",
+var statusKeys = []string{"source", "run_id", "owner", "status", "started_at", "lease_until", "heartbeat_at", "tick",
 	"checked_at", "age_seconds", "heartbeat_age_seconds", "lease_left_seconds", "expired"}
 
 func TestStatus(t *testing.T) {
@@ -46,7 +46,7 @@ func TestStatus(t *testing.T) {
 				t.Errorf("header %q lacks %s", got[0], col)
 			}
 		}
-		rowA := regexp.MustCompile(fmt.Sprintf(`^alpha +%d +host-a +\S+ +[0-9.]+m?s +[0-9.]+m?s ago +(59m[0-9]{2}s|1h00m)$`, alpha.ID))
+		rowA := regexp.MustCompile(fmt.Sprintf(`^alpha +%d +host-a +\S+ +- +[0-9.]+m?s +[0-9.]+m?s ago +(59m[0-9]{2}s|1h00m)$`, alpha.ID))
 		if !rowA.MatchString(got[1]) {
 			t.Errorf("alpha row %q does not match %v", got[1], rowA)
 		}

@@ -13,7 +13,7 @@
 // seconds), on the wall clock like "*/5 * * * *", and the jobs take a
 // millisecond: shorter than the few milliseconds between the replicas'
 // ticks, so that the late replica's claim comes after the early one's job
-// has finished. The splay window skips it as the same tick. It runs for
+// has finished. It names the same tick, which is done, and is skipped. It runs for
 // four ticks and exits.
 package main
 
@@ -95,10 +95,8 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 
 	// With a chain for every job, this would be
 	// cron.New(cron.WithChain(cron.Recover(logger), claimedBooks)) and
-	// c.AddFunc(spec, ...). Other claims of a source are skipped for
-	// cronlock.DefaultSplay (500 ms) after a run starts: a late replica's
-	// claim of the same tick. A schedule that fires more often than every
-	// second needs a shorter window: cronlock.WithSplay(period / 2).
+	// c.AddFunc(spec, ...). Each run claims its tick, the whole second
+	// cron fires at: a late replica's claim of the same tick is skipped.
 	claimedBooks, err := cronlock.SkipUnlessClaimed(claimer, "sweep-books", logger)
 	if err != nil {
 		return nil, err

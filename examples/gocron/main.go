@@ -12,7 +12,8 @@
 // The jobs run every second, on the wall clock, and take a millisecond:
 // shorter than the few milliseconds between the replicas' ticks, so that
 // the late replica's claim comes after the early one's job has finished.
-// The Locker's splay window skips it as the same tick. It runs for four
+// The Locker claims each tick by name, so it is skipped as a tick already
+// run (ErrTickDone). It runs for four
 // ticks and exits.
 package main
 
@@ -89,10 +90,8 @@ func newScheduler(name string, store runclaim.Store, sweeps *counter) (gocron.Sc
 	if err != nil {
 		return nil, err
 	}
-	// The Locker skips claims of a job for gocronlock.DefaultSplay (500 ms)
-	// after a run of it starts: a late replica's claim of the same tick.
-	// A job that runs more often than every second needs a shorter window:
-	// gocronlock.WithSplay(period / 2).
+	// The Locker claims the tick, the whole second the CronJob fires at:
+	// a late replica's claim of the same tick is skipped with ErrTickDone.
 	locker, err := gocronlock.New(claimer, gocronlock.WithPrefix("example/"))
 	if err != nil {
 		return nil, err
@@ -154,6 +153,8 @@ func why(err error) string {
 	switch {
 	case !errors.As(err, &nc):
 		return err.Error()
+	case errors.Is(err, runclaim.ErrTickDone):
+		return "the tick was run already"
 	case errors.Is(err, runclaim.ErrTooSoon):
 		return "too soon since the last run"
 	case nc.Holder != nil:

@@ -33,7 +33,7 @@ const scrapeTimeout = 5 * time.Second
 //	runclaim_source_states_up                               1 if the table was read, 0 if not
 //
 // Hooks report what happened; these let an alert rule see what did not
-// happen (see the README's "Logs and metrics"). Times are the database's.
+// happen (see docs/observability.md). Times are the database's.
 // Register one collector per table, in one service (or a sidecar), not in
 // every replica: each scrape is a query.
 type SourceCollector struct {

@@ -6,13 +6,11 @@
 // time.NewTicker would count each replica's period from its own start, so
 // their ticks would fall at different points of the period and each
 // replica would win its own tick: a source would run once per replica per
-// period. Instead, every replica waits for the next multiple of the period
-// on the wall clock (time.Now().Truncate(period).Add(period)), so all of
-// them tick at the same moment; the first claim wins, and the minimum
-// interval of half a period turns away a replica whose tick comes late
-// after a quick sweep has already finished. This needs the replicas'
-// clocks to agree to well within half a period, which NTP gives for a
-// period of a second or more.
+// period. Instead, every replica takes its ticks from a runclaim.Ticker on
+// runclaim.Every(period): the multiples of the period on the wall clock,
+// the same on every replica. Each claims the tick with DoTick: the first
+// claim wins, and a replica whose tick comes late, after a quick sweep has
+// already finished, is skipped with ErrTickDone.
 //
 // The replicas are goroutines with a Claimer each, standing in for three
 // processes. By default they share an in-memory store; with DATABASE_URL
@@ -44,6 +42,7 @@ type schedule struct {
 	period  time.Duration // a minute or more in a real service
 	sources []string
 	work    time.Duration // how long one sweep takes
+	from    time.Time     // the first tick; zero for no start
 	until   time.Time     // the last tick; zero for no end
 }
 
@@ -59,7 +58,8 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s := demo
-	s.until = time.Now().Truncate(s.period).Add(periods * s.period)
+	s.from = time.Now().Truncate(s.period).Add(s.period)
+	s.until = s.from.Add((periods - 1) * s.period)
 	store, closeStore, err := openStore(ctx)
 	if err != nil {
 		log.Fatal(err)
@@ -97,36 +97,40 @@ func main() {
 // replica is one replica of the service: at every multiple of the period
 // on the wall clock it asks runclaim, for each source, whether this tick is
 // its own, and calls swept for each sweep it runs. It returns after the
-// tick at s.until, or with ctx's error when ctx ends.
+// tick at s.until (ticks before s.from are let pass), or with ctx's error when ctx ends.
 func replica(ctx context.Context, name string, store runclaim.Store, s schedule,
 	swept func(tick time.Time, source string, run *runclaim.Run)) error {
 	claimer, err := runclaim.New(store,
 		runclaim.WithOwner(name),
 		runclaim.WithLease(10*time.Second),
-		// The replicas' ticks are a few milliseconds apart. Without a
-		// minimum interval, a late replica whose claim comes after a fast
-		// sweep has finished would sweep the same tick again.
-		runclaim.WithMinInterval(s.period/2),
 	)
 	if err != nil {
 		return err
 	}
+	ticker, err := runclaim.NewTicker(runclaim.Every(s.period), s.period/2)
+	if err != nil {
+		return err
+	}
+	defer ticker.Stop()
 	for {
-		// The next multiple of the period on the wall clock: the same
-		// moment on every replica, however long ago each one started.
-		tick := time.Now().Truncate(s.period).Add(s.period)
-		if !s.until.IsZero() && tick.After(s.until) {
-			return nil
-		}
+		var tick time.Time
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Until(tick)):
+		case tick = <-ticker.C:
+		}
+		if !s.until.IsZero() && tick.After(s.until) {
+			return nil
+		}
+		if tick.Before(s.from) {
+			// A Ticker delivers a tick up to its starting deadline
+			// late, so the tick before s.from may come first.
+			continue
 		}
 		var wg sync.WaitGroup
 		for _, source := range s.sources {
 			wg.Go(func() {
-				err := claimer.Do(ctx, source, func(ctx context.Context, run *runclaim.Run) error {
+				err := claimer.DoTick(ctx, source, tick, func(ctx context.Context, run *runclaim.Run) error {
 					swept(tick, source, run)
 					return sweep(ctx, s.work)
 				})
@@ -161,6 +165,8 @@ func why(err error) string {
 	switch {
 	case !errors.As(err, &nc):
 		return err.Error()
+	case errors.Is(err, runclaim.ErrTickDone):
+		return "the tick was run already"
 	case errors.Is(err, runclaim.ErrTooSoon):
 		return "too soon since the last run"
 	case nc.Holder != nil:

@@ -24,7 +24,11 @@ func TestThreeReplicasRunEachPeriodOnce(t *testing.T) {
 		sources: []string{"sweep-a", "sweep-b"},
 		work:    10 * time.Millisecond, // quick: done before a late replica's claim
 	}
-	s.until = time.Now().Truncate(s.period).Add(periods * s.period)
+	// The ticks from s.from to s.until: periods of them. Without s.from,
+	// a replica started up to half a period after a tick would run that
+	// tick too (a Ticker delivers a tick up to its starting deadline late).
+	s.from = time.Now().Truncate(s.period).Add(s.period)
+	s.until = s.from.Add((periods - 1) * s.period)
 	ctx, cancel := context.WithTimeout(t.Context(), (periods+5)*s.period)
 	defer cancel()
 	store := runclaim.NewMemoryStore()

@@ -386,6 +386,18 @@ func migrateTo(t *testing.T, pool *pgxpool.Pool, version int) {
 	}
 }
 
+// finishOrLapsed finishes run, a run that only makes room for the next
+// step of a test. Its lease is a second, so that orphans are taken over
+// quickly; a machine busy enough to stall the test for that long lets it
+// lapse, and Finish then rightly records it expired and says ErrLeaseLost.
+// That is no fault of the claim under test: any other error is.
+func finishOrLapsed(run *runclaim.Run) error {
+	if err := run.Finish(context.Background(), nil); err != nil && !errors.Is(err, runclaim.ErrLeaseLost) {
+		return err
+	}
+	return nil
+}
+
 func testPartitionClaimCut(t *testing.T, version int) {
 	db := pgtest.New(t)
 	direct := db.Pool
@@ -489,7 +501,7 @@ func testPartitionClaimCut(t *testing.T, version int) {
 		case len(rs) == 0:
 			if lerr != nil {
 				t.Errorf("%s: nothing was written, yet a later claim failed: %v", what, lerr)
-			} else if err := later.Finish(ctx, nil); err != nil {
+			} else if err := finishOrLapsed(later); err != nil {
 				t.Error(err)
 			}
 		case lerr == nil:
@@ -498,7 +510,7 @@ func testPartitionClaimCut(t *testing.T, version int) {
 			t.Errorf("%s: a later claim: %v, want refused by run %d", what, lerr, rs[0].ID)
 		}
 		if len(rs) == 1 && err == nil {
-			if err := run.Finish(ctx, nil); err != nil {
+			if err := finishOrLapsed(run); err != nil {
 				t.Errorf("%s: finish the won run: %v", what, err)
 			}
 		}
@@ -522,7 +534,7 @@ func testPartitionClaimCut(t *testing.T, version int) {
 		if r := rowByID(t, direct, o.ID); r.Status != string(runclaim.StatusExpired) {
 			t.Errorf("the orphan after the takeover: %v, want expired", r)
 		}
-		if err := took.Finish(ctx, nil); err != nil {
+		if err := finishOrLapsed(took); err != nil {
 			t.Error(err)
 		}
 		tookOver++

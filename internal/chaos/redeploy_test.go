@@ -24,15 +24,19 @@ import (
 
 // The redeploy test runs replicas as OS processes through a rolling
 // redeploy on a loop: replicas start and call Migrate while a maintenance
-// transaction holds a lock on the runs table, claim through Do with jobs of
-// random length, and are then stopped gracefully (SIGTERM, with a
-// wind-down longer than the lease) or killed with SIGKILL.
+// transaction holds a lock on the runs table, claim each tick of a
+// runclaim.Ticker through DoTick, on clocks skewed by up to redeploySkew
+// either way, with jobs of random length, and are then stopped gracefully
+// (SIGTERM, with a wind-down longer than the lease) or killed with SIGKILL.
 const (
 	envRedeployChild = "CHAOS_REDEPLOY_CHILD" // "1" in a child
+	envRedeploySkew  = "CHAOS_REDEPLOY_SKEW"  // how far the child's clock is ahead, for its ticks
 
 	redeploySources  = 4
 	redeployLease    = time.Second // heartbeat: the default, a third of it
 	redeployTick     = 50 * time.Millisecond
+	redeploySkew     = 120 * time.Millisecond // more than two ticks, more than the shortest job
+	redeployDeadline = time.Second            // the Ticker's starting deadline
 	redeployReplicas = 3
 	redeployTime     = 32 * time.Second // how long the parent keeps redeploying
 	redeployWindDown = 3 * redeployLease / 2
@@ -69,6 +73,11 @@ func TestRedeployChild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", envSeed, err)
 	}
+	skew, err := time.ParseDuration(os.Getenv(envRedeploySkew))
+	if err != nil {
+		t.Fatalf("%s: %v", envRedeploySkew, err)
+	}
+	clock := func() time.Time { return time.Now().Add(skew) }
 	pool, err := pgxpool.New(context.Background(), os.Getenv(envDSN))
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +101,7 @@ func TestRedeployChild(t *testing.T) {
 		}
 	}
 
-	// Every replica migrates at its start, as the README says to.
+	// Every replica migrates at its start, as docs/schema.md says to.
 	began := time.Now()
 	mctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	err = store.Migrate(mctx)
@@ -124,17 +133,22 @@ func TestRedeployChild(t *testing.T) {
 		source := redeploySource(i)
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
-			tick := time.NewTicker(redeployTick)
-			defer tick.Stop()
+			ticker, err := runclaim.NewTicker(runclaim.Every(redeployTick), redeployDeadline, runclaim.WithTickerClock(clock))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer ticker.Stop()
 			for term.Err() == nil {
+				var tick time.Time
 				select {
 				case <-term.Done():
 					return
-				case <-tick.C:
+				case tick = <-ticker.C:
 				}
-				// Do gets the replica's context: SIGTERM cancels fn's.
-				err := claimer.Do(term, source, func(ctx context.Context, run *runclaim.Run) error {
-					return redeployJob(ctx, pool, run, time.Duration(50+rng.IntN(1500))*time.Millisecond)
+				// DoTick gets the replica's context: SIGTERM cancels fn's.
+				err := claimer.DoTick(term, source, tick, func(ctx context.Context, run *runclaim.Run) error {
+					return redeployJob(ctx, pool, run, claimer.ExpiryMargin(), time.Duration(50+rng.IntN(1500))*time.Millisecond)
 				})
 				switch {
 				case err == nil, errors.Is(err, runclaim.ErrNotClaimed), errors.Is(err, context.Canceled):
@@ -150,22 +164,54 @@ func TestRedeployChild(t *testing.T) {
 	wg.Wait()
 }
 
-// redeployJob is a job that writes, by the database clock, that it works,
-// every redeployBeat, for d. When its context ends because the replica is
-// shutting down, it winds down for longer than a lease, still working;
-// when it ends because the run was lost, it stops at once.
-func redeployJob(ctx context.Context, pool *pgxpool.Pool, run *runclaim.Run, d time.Duration) error {
+// redeployJob is a job that records that it works, every redeployBeat,
+// for d. When its context ends because the replica is shutting down, it
+// winds down for longer than a lease, still working; when the run is lost
+// it stops at once.
+//
+// It does what the docs ask of a job that must never overlap another
+// replica's run: before each unit of work it checks that the run still
+// holds, by Run.Lost and by the local clock against Run.Deadline less the
+// expiry margin, and it records the time of that check, not the time its
+// write reaches the database. On a machine so busy that a goroutine or a
+// timer runs late by more than the margin, a job that trusted only its
+// context could work past the lease; a job that checks the clock cannot.
+// Run.Deadline is the lease's end by the database clock, and the database
+// runs on this machine (a container shares its kernel's clock), so the
+// recorded intervals end at least a margin before the run's lease ends,
+// before any other replica can take the source over. A real fault still
+// shows: a takeover before the lease ends overlaps, and
+// heartbeats that stop at a shutdown make every wind-down stop early (the
+// test asserts that several wind-downs outlast a lease).
+func redeployJob(ctx context.Context, pool *pgxpool.Pool, run *runclaim.Run, margin, d time.Duration) error {
 	bg := context.Background()
 	if _, err := pool.Exec(bg, `INSERT INTO job_log (run_id, source, owner, began, last_seen)
 VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp())`, run.ID, run.Source, run.Owner); err != nil {
 		return err
 	}
-	beat := func() error {
-		_, err := pool.Exec(bg, `UPDATE job_log SET last_seen = clock_timestamp() WHERE run_id = $1`, run.ID)
+	// holds is checked before each unit of work; now is when it held.
+	holds := func() (now time.Time, ok bool) {
+		select {
+		case <-run.Lost():
+			return time.Time{}, false
+		default:
+		}
+		now = time.Now()
+		return now, now.Before(run.Deadline().Add(-margin))
+	}
+	beat := func(at time.Time) error {
+		_, err := pool.Exec(bg, `UPDATE job_log SET last_seen = $2 WHERE run_id = $1`, run.ID, at)
 		return err
 	}
 	end := func(how string) {
 		_, _ = pool.Exec(bg, `UPDATE job_log SET ended = $2 WHERE run_id = $1`, run.ID, how)
+	}
+	lost := func() error {
+		end("lost")
+		if cause := context.Cause(ctx); errors.Is(cause, runclaim.ErrLeaseLost) {
+			return cause
+		}
+		return fmt.Errorf("run %d: %w", run.ID, runclaim.ErrLeaseLost)
 	}
 	work := time.NewTimer(d)
 	defer work.Stop()
@@ -176,10 +222,11 @@ VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp())`, run.ID, run.Source, 
 		case <-work.C:
 			end("done")
 			return nil
+		case <-run.Lost():
+			return lost()
 		case <-ctx.Done():
 			if errors.Is(context.Cause(ctx), runclaim.ErrLeaseLost) {
-				end("lost")
-				return context.Cause(ctx)
+				return lost()
 			}
 			// Shutdown: flush, checkpoint, close, for longer than a lease.
 			windDown := time.NewTimer(redeployWindDown)
@@ -189,14 +236,24 @@ VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp())`, run.ID, run.Source, 
 				case <-windDown.C:
 					end("wound down")
 					return ctx.Err()
+				case <-run.Lost():
+					return lost()
 				case <-tick.C:
-					if err := beat(); err != nil {
+					at, ok := holds()
+					if !ok {
+						return lost()
+					}
+					if err := beat(at); err != nil {
 						return err
 					}
 				}
 			}
 		case <-tick.C:
-			if err := beat(); err != nil {
+			at, ok := holds()
+			if !ok {
+				return lost()
+			}
+			if err := beat(at); err != nil {
 				return err
 			}
 		}
@@ -249,6 +306,9 @@ func maintenance(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table st
 //   - no two runs of a source worked at the same time, checked in SQL and
 //     in Go;
 //   - the history of the runs table has no overlapping runs either;
+//   - every run served a tick, no tick was served twice, and each source's
+//     ticks were served in order, on replica clocks up to 120 ms apart
+//     either way (checked in SQL);
 //   - no statement waited for a lock on the runs table or for an advisory
 //     lock (claims of held sources are skipped at once, and nothing, a
 //     Migrate on a current schema least of all, may make a claim wait): a
@@ -306,8 +366,9 @@ func TestRedeploy(t *testing.T) {
 		owner := fmt.Sprintf("deploy-%02d", started)
 		// A minute to be ready: a stalled Migrate shows as a replica that
 		// never is.
+		skew := time.Duration(rng.Int64N(int64(2*redeploySkew+1))) - redeploySkew
 		c := startChild(t, owner, filepath.Join(dir, fmt.Sprintf("replica-%02d.log", started)), "TestRedeployChild", "3m", time.Minute,
-			envRedeployChild+"=1", envDSN+"="+db.DSN, envSeed+"="+strconv.FormatUint(rng.Uint64(), 10))
+			envRedeployChild+"=1", envDSN+"="+db.DSN, envSeed+"="+strconv.FormatUint(rng.Uint64(), 10), envRedeploySkew+"="+skew.String())
 		children = append(children, c)
 		return c
 	}
@@ -371,6 +432,7 @@ func TestRedeploy(t *testing.T) {
 
 	checkJobOverlaps(t, direct)
 	checkRunOverlaps(t, direct, store.Table())
+	checkOneRunPerTick(t, direct, store.Table())
 	checkClaimLatencies(t, children)
 	waits.check(t)
 
@@ -387,8 +449,41 @@ FROM job_log`, redeployLease.Seconds()).Scan(&runs, &windDowns, &lost)
 		t.Fatal(err)
 	}
 	t.Logf("%d runs, %d graceful wind-downs, %d expired runs taken over, %d runs lost by their holder", runs, windDowns, takeovers, lost)
+	if graceful >= 3 && windDowns == 0 {
+		// Jobs check that their run holds before each unit of work (see
+		// redeployJob), so heartbeats that stop at a shutdown show here,
+		// not as overlaps.
+		t.Errorf("%d replicas stopped gracefully, yet no job wound down for longer than a lease: a run must be kept alive while its job winds down", graceful)
+	}
 	if runs < 50 || windDowns < 3 || killed < 3 || takeovers < 1 {
 		t.Errorf("too little happened for the test to mean something: %d runs, %d wind-downs, %d kills, %d takeovers", runs, windDowns, killed, takeovers)
+	}
+}
+
+// checkOneRunPerTick checks, in SQL, that every run named a tick, that no
+// tick was served by two runs (running, succeeded or failed), and that each
+// source's runs that served a tick did so in the order of their ticks: no
+// run served a tick at or before one an earlier run had served, however
+// far apart the replicas' clocks were.
+func checkOneRunPerTick(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	var plain, doubles, backwards, served int
+	var example string
+	err := pool.QueryRow(t.Context(), `WITH serving AS (
+	SELECT id, source, tick, lag(tick) OVER (PARTITION BY source ORDER BY id) AS prev
+	FROM `+table+` WHERE status IN ('running', 'succeeded', 'failed')
+)
+SELECT (SELECT count(*) FROM `+table+` WHERE tick IS NULL),
+	(SELECT count(*) FROM (SELECT source, tick FROM serving GROUP BY source, tick HAVING count(*) > 1) AS d),
+	(SELECT count(*) FROM serving WHERE tick <= prev),
+	(SELECT coalesce(min(format('run %s of %s served tick %s after tick %s', id, source, tick, prev)), '') FROM serving WHERE tick <= prev),
+	(SELECT count(*) FROM serving)`).Scan(&plain, &doubles, &backwards, &example, &served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d runs served a tick", served)
+	if plain > 0 || doubles > 0 || backwards > 0 {
+		t.Errorf("G11 broken: %d runs without a tick, %d ticks served twice, %d runs of a tick at or before an earlier run's; e.g. %s", plain, doubles, backwards, example)
 	}
 }
 

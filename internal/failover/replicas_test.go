@@ -90,10 +90,15 @@ type replicas struct {
 	release chan struct{} // closed: jobs return nil
 	quit    chan struct{} // closed: loops stop
 	wg      sync.WaitGroup
-	mu      sync.Mutex // protects claimErrs
+	mu      sync.Mutex // protects claimErrs and quitAt
 	// claimErrs are the claim errors the loops saw, not counting skips.
 	claimErrs []error
-	claimers  []*runclaim.Claimer
+	// quitAt is when stop closed quit. A loop that had already passed its
+	// check of quit may still claim a source that another replica's job
+	// released on the way out, so a span that starts after quitAt is part
+	// of the teardown, not of the scenario under test.
+	quitAt   time.Time
+	claimers []*runclaim.Claimer
 }
 
 // newPool returns a pool on dsn that finds a new primary quickly: a dead
@@ -191,6 +196,9 @@ func (rs *replicas) stop() {
 	select {
 	case <-rs.quit:
 	default:
+		rs.mu.Lock()
+		rs.quitAt = time.Now()
+		rs.mu.Unlock()
 		close(rs.quit)
 		close(rs.release)
 	}

@@ -557,7 +557,7 @@ func withParam(dsn, key, value string) (string, error) {
 // conn is plain and sslmode=require if conn is encrypted; any other dsn is
 // returned as it is. Tests that dial a single way, clearing pgx's
 // Fallbacks (through a proxy, or to count the bytes on the wire), then
-// reach a server without TLS with the DSN the README shows, which names no
+// reach a server without TLS with the DSN CONTRIBUTING.md shows, which names no
 // sslmode.
 func pinTLS(dsn string, conn *pgx.Conn) (string, error) {
 	cfg, err := pgx.ParseConfig(dsn)

@@ -324,7 +324,7 @@ func TestNoServerFailsPackage(t *testing.T) {
 }
 
 // TestDSNWithoutSSLMode runs this test binary again with PGTEST_DSN as the
-// README shows it, without sslmode (so pgx's default "prefer": TLS first,
+// CONTRIBUTING.md shows it, without sslmode (so pgx's default "prefer": TLS first,
 // then plain TCP), on the shared server, and checks that a test which
 // clears pgx's Fallbacks, as the proxy and wire-counting tests do, still
 // connects. The container's server has no TLS, so before pinTLS the

@@ -43,24 +43,24 @@ func (l tickLogger) Error(err error, msg string, kv ...any) {
 	l.attempts <- tickAttempt{replica: l.replica, at: time.Now(), err: fmt.Errorf("%s %v: %w", msg, kv, err)}
 }
 
-// TestSplayHandledByDefault runs three Crons, each with its own Claimer, on
+// TestEachTickOnceByDefault runs three Crons, each with its own Claimer, on
 // one store, with a job every second that takes about a millisecond: the
 // replicas fire each tick a few milliseconds apart, and the late ones
-// would claim after the early one had finished and run the tick again. With
-// no option set, each tick must run exactly once, and no tick may be
+// claim after the early one has finished. With no option set, ticks are
+// claimed by name: each tick must run exactly once, and no tick may be
 // skipped by every replica. Both wrappers are checked.
-func TestSplayHandledByDefault(t *testing.T) {
+func TestEachTickOnceByDefault(t *testing.T) {
 	for _, sc := range stores {
 		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
 			t.Run(sc.Name+"/"+variant, func(t *testing.T) {
 				t.Parallel()
-				testSplay(t, sc.Open(t), variant)
+				testEachTickOnce(t, sc.Open(t), variant)
 			})
 		}
 	}
 }
 
-func testSplay(t *testing.T, store runclaim.Store, variant string) {
+func testEachTickOnce(t *testing.T, store runclaim.Store, variant string) {
 	const (
 		replicas = 3
 		ticks    = 5

@@ -85,13 +85,13 @@ func runThreeReplicas(t *testing.T, store runclaim.Store, ticks int, lockerOpts 
 	return byTick, complete
 }
 
-// TestSplayHandledByDefault is the case gocron's Locker contract leaves to
+// TestEachTickOnceByDefault is the case gocron's Locker contract leaves to
 // the locker: three replicas fire the same tick a few milliseconds apart
-// and the job takes a millisecond, so that without splay handling the
-// late replicas claim after the early one has finished and run the tick
-// again. With no option set, each tick must run exactly once, and no tick
-// may be skipped by every replica.
-func TestSplayHandledByDefault(t *testing.T) {
+// and the job takes a millisecond, so that a late replica claims after the
+// early one has finished. With no option set, ticks are claimed by name,
+// each tick must run exactly once, and no tick may be skipped by every
+// replica.
+func TestEachTickOnceByDefault(t *testing.T) {
 	for _, sc := range stores {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()

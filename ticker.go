@@ -1,0 +1,188 @@
+package runclaim
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A Schedule says when a job's ticks are: Next returns the first tick
+// strictly after t. A schedule of robfig/cron v3 (cron.Schedule) is one.
+// Every replica of a service must use the same Schedule, so that they name
+// the same ticks.
+type Schedule interface {
+	Next(t time.Time) time.Time
+}
+
+// Every is the Schedule of the multiples of a period on the wall clock,
+// counted as time.Truncate counts them: runclaim.Every(time.Minute) ticks at
+// every whole minute, the same moments on every replica whenever it
+// started. A period that is not positive has no ticks.
+type Every time.Duration
+
+// Next returns the first multiple of the period after t, or the zero time
+// for a period that is not positive.
+func (e Every) Next(t time.Time) time.Time {
+	d := time.Duration(e)
+	if d <= 0 {
+		return time.Time{}
+	}
+	return t.Truncate(d).Add(d)
+}
+
+// latest returns the last multiple of the period at or before t.
+func (e Every) latest(t time.Time) time.Time {
+	if d := time.Duration(e); d > 0 {
+		return t.Truncate(d)
+	}
+	return time.Time{}
+}
+
+// maxLookBack bounds how far back LatestTick looks for a tick: a little
+// over five years, as far as a cron schedule looks ahead for one.
+const maxLookBack = 5*366*24*time.Hour + time.Hour
+
+// LatestTick returns the latest tick of s at or before t, or the zero time
+// if s has none within five years before t. It finds it with s.Next alone,
+// in a few dozen calls for any schedule.
+func LatestTick(s Schedule, t time.Time) time.Time {
+	if e, ok := s.(Every); ok {
+		return e.latest(t)
+	}
+	if isNil(s) {
+		return time.Time{}
+	}
+	// Find a tick at or before t by looking back ever further, then step
+	// forward to the last one.
+	for back := time.Second; back <= 2*maxLookBack; back *= 2 {
+		p := s.Next(t.Add(-back))
+		if p.IsZero() {
+			return time.Time{}
+		}
+		if p.After(t) {
+			continue
+		}
+		for {
+			n := s.Next(p)
+			if n.IsZero() || n.After(t) || !n.After(p) {
+				return p
+			}
+			p = n
+		}
+	}
+	return time.Time{}
+}
+
+// A Ticker delivers the ticks of a Schedule on its channel C, for a loop
+// that claims each with Claimer.ClaimTick or DoTick: a replica that names
+// the tick, not the time it woke up, runs each tick at most once across
+// every replica, whatever their clocks say, with no minimum interval to
+// tune.
+//
+// A Ticker delivers each tick when its clock reaches it. It also catches
+// up: when it starts, and when it finds itself late (the process was
+// suspended, or its receiver was busy), it delivers the latest tick that
+// has passed, if that tick is at most the starting deadline old, and no
+// older one. So a service that was down across a tick runs it once when it
+// is back within the deadline (a replica that was up has run it already,
+// and ClaimTick skips it with ErrTickDone), and several missed ticks give
+// one run, for the latest. A tick older than the deadline is never
+// delivered. C holds no tick: a tick that waits for its receiver is
+// replaced by a later one, or dropped once it is older than the deadline.
+type Ticker struct {
+	// C delivers the ticks.
+	C <-chan time.Time
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// A TickerOption configures a Ticker.
+type TickerOption func(*tickerConfig)
+
+type tickerConfig struct {
+	now func() time.Time
+}
+
+// WithTickerClock makes the Ticker read the time from now instead of
+// time.Now, for tests that give each replica a clock of its own. The
+// Ticker still waits with timers of the time package.
+func WithTickerClock(now func() time.Time) TickerOption {
+	return func(c *tickerConfig) {
+		if now != nil {
+			c.now = now
+		}
+	}
+}
+
+// maxTickerWait bounds one wait of a Ticker, so that it follows a wall
+// clock that was set forward.
+const maxTickerWait = time.Minute
+
+// NewTicker returns a Ticker of s, which delivers a tick found late only
+// if it is at most startingDeadline old (see Ticker). startingDeadline
+// must be positive; a second or more allows for a loaded machine's late
+// wake-ups, and the period of the schedule catches up any tick missed by a
+// restart that took less than a period. Call Stop to release the Ticker.
+func NewTicker(s Schedule, startingDeadline time.Duration, opts ...TickerOption) (*Ticker, error) {
+	if isNil(s) {
+		return nil, errors.New("runclaim: NewTicker: nil Schedule")
+	}
+	if startingDeadline <= 0 {
+		return nil, fmt.Errorf("runclaim: NewTicker: starting deadline must be positive, got %v", startingDeadline)
+	}
+	cfg := tickerConfig{now: time.Now}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("runclaim: NewTicker: nil TickerOption")
+		}
+		o(&cfg)
+	}
+	c := make(chan time.Time)
+	t := &Ticker{C: c, stop: make(chan struct{}), done: make(chan struct{})}
+	go t.run(s, startingDeadline, cfg.now, c)
+	return t, nil
+}
+
+// Stop stops the Ticker and waits for its goroutine to end. No tick is
+// delivered after it returns. It is safe to call more than once.
+func (t *Ticker) Stop() {
+	t.stopOnce.Do(func() { close(t.stop) })
+	<-t.done
+}
+
+func (t *Ticker) run(s Schedule, deadline time.Duration, now func() time.Time, c chan<- time.Time) {
+	defer close(t.done)
+	// Since Go 1.23 a Reset timer delivers no stale tick: no draining.
+	timer := time.NewTimer(maxTickerWait)
+	defer timer.Stop()
+	var last, pending time.Time // the last tick delivered; the one offered
+	for {
+		at := now()
+		if latest := LatestTick(s, at); !latest.IsZero() && latest.After(last) && at.Sub(latest) <= deadline {
+			pending = latest
+		}
+		if !pending.IsZero() && at.Sub(pending) > deadline {
+			pending = time.Time{}
+		}
+		wait := maxTickerWait
+		if next := s.Next(at); !next.IsZero() {
+			wait = min(wait, next.Sub(at))
+		}
+		var out chan<- time.Time
+		if !pending.IsZero() {
+			out = c
+			wait = min(wait, pending.Add(deadline).Sub(at)+time.Nanosecond)
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case out <- pending:
+			last, pending = pending, time.Time{}
+		case <-timer.C:
+		case <-t.stop:
+			return
+		}
+	}
+}
