@@ -104,9 +104,13 @@ func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explici
 	if r.isolationText.Valid {
 		r.isolation = r.isolationText.String
 	}
-	if r.won {
+	switch {
+	case r.won:
 		r.insID, r.insStarted, r.insLease = r.runID, r.runStarted, r.runLease
-	} else {
+	case !r.locked && !r.runID.Valid && r.runOwner.Valid:
+		// A pause (version 5; see postgres_control.go): its note and end.
+		r.paused, r.note = true, r.runOwner.String
+	default:
 		r.curID, r.curOwner, r.curStarted, r.curLease = r.runID, r.runOwner, r.runStarted, r.runLease
 	}
 	return err

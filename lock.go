@@ -77,6 +77,8 @@ type claimDecision struct {
 	curStarted, curLease pgtype.Timestamptz
 	retryAfter           pgtype.Timestamptz // the next start the minimum interval allows, when read
 	doneTick             pgtype.Timestamptz // the latest tick served, when read (version 4)
+	paused               bool               // the source is paused: retryAfter is its end (version 5)
+	note                 string             // the pause's note
 }
 
 // claim runs the claim protocol once, in the implicit form or, with
@@ -147,17 +149,17 @@ func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err er
 			if !req.Tick.IsZero() || s.schemaVer.useTickFunc() {
 				args = tickFuncArgs
 			}
-			return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)",
-				quoteForError(req.Source), err, s.claimFunc(), args, s.Table())
+			return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s, and, from schema version %d, SELECT and UPDATE (triggered_at) on %s; see docs/least-privilege.md)",
+				quoteForError(req.Source), err, s.claimFunc(), args, s.Table(), controlVersion, s.controlTable())
 		}
 	}
 	return s.wrap(ctx, "claim "+quoteForError(req.Source), err)
 }
 
 // outcome turns what a claim returned into its answer. The reasons are
-// decided here, in the same order for both forms: a live holder, then too
-// soon, then a lapsed holder that could not be expired, then a claim in
-// flight.
+// decided here, in the same order for both forms: a pause (the function
+// of version 5 only), a live holder, then too soon, then a lapsed holder
+// that could not be expired, then a claim in flight.
 func (r *claimDecision) outcome(req ClaimRequest, explicit bool) (RunInfo, error) {
 	if !r.locked && r.isolation != "read committed" {
 		if explicit {
@@ -166,6 +168,13 @@ func (r *claimDecision) outcome(req ClaimRequest, explicit bool) (RunInfo, error
 		return RunInfo{}, errNeedExplicit
 	}
 	tick := NormalTick(req.Tick)
+	if r.paused {
+		var end time.Time
+		if r.retryAfter.Valid {
+			end = r.retryAfter.Time
+		}
+		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrPaused, RetryAfter: end, Note: r.note, Tick: tick}
+	}
 	if r.insID.Valid {
 		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time, Tick: tick}, nil
 	}

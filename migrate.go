@@ -27,7 +27,14 @@ import (
 //     claim function's overload that takes a tick. Plain claims go on as
 //     before on an older table; a tick claim there fails with an error
 //     that says to run Migrate.
-const LatestSchemaVersion = 4
+//   - Version 5: pauses and triggers (Pause, Resume, Trigger): a table of
+//     them named after the runs table with the suffix "_control", and new
+//     bodies for both claim functions, which check a pause and use a
+//     trigger in the claim's one statement. Roles that may insert into
+//     the runs table are granted what claims need on the new table. On an
+//     older table claims go on as before and Pause, Resume and Trigger
+//     fail with an error that says to run Migrate.
+const LatestSchemaVersion = 5
 
 // A Migration is one step of the runs table's schema, for users of goose,
 // atlas or golang-migrate who apply schema changes with their own tool
@@ -85,6 +92,11 @@ var migrations = []struct {
 	// ticks served, and the function's overload with a tick; the function
 	// of version 3 stays for the previous release.
 	{4, "004_ticks", "record the tick each run serves"},
+	// A new table, grants on it copied from the claimers of the runs
+	// table so that no replica's claims fail on it, and new bodies for
+	// the claim functions, under their names, signatures and results;
+	// no lock on the runs table but the comment's.
+	{5, "005_pauses", "add pauses and triggers"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -102,18 +114,25 @@ func (s *PostgresStore) Migrations() []Migration {
 	return out
 }
 
-// renderStep fills the store's names into a step's file. A function body
-// in the file is dollar-quoted with the tag $q$; should the names filled
-// into it end the literal early, the body gets a tag that they do not.
+// renderStep fills the store's names into a step's file. Each function
+// body and DO block in the file is dollar-quoted with the tag $q$; should
+// the names filled into one end the literal early, that body gets a tag
+// that they do not.
 func (s *PostgresStore) renderStep(file string) string {
-	q := s.fillNames(readSQL("sql/" + file))
-	const open, closing = "AS $q$", "$q$;\n"
-	i, j := strings.Index(q, open), strings.LastIndex(q, closing)
-	if i < 0 || j < i+len(open) {
-		return q
+	parts := strings.Split(readSQL("sql/"+file), "$q$")
+	var b strings.Builder
+	for i, part := range parts {
+		switch {
+		case i%2 == 0:
+			b.WriteString(s.fillNames(part))
+		case i == len(parts)-1:
+			// An unpaired tag: not a body.
+			b.WriteString("$q$" + s.fillNames(part))
+		default:
+			b.WriteString(dollarQuote(s.fillNames(part)))
+		}
 	}
-	body := q[i+len(open) : j]
-	return q[:i] + "AS " + dollarQuote(body) + q[j+len("$q$"):]
+	return b.String()
 }
 
 // createSchemaSQL creates the store's schema if it is missing. CREATE
@@ -161,14 +180,14 @@ var schemaStateSQL = statements["schema_state"]
 
 // schemaState is schemaStateSQL's row.
 type schemaState struct {
-	schemaExists, tableExists        bool
-	comment                          string
-	indexes, column, function, ticks bool
+	schemaExists, tableExists                 bool
+	comment                                   string
+	indexes, column, function, ticks, control bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -185,7 +204,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -196,7 +215,7 @@ func (st *schemaState) version() int {
 // schemaStateArgs are schemaStateSQL's arguments for s's table.
 func (s *PostgresStore) schemaStateArgs() []any {
 	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs,
-		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs}
+		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc()}
 }
 
 // Suffixes of the indexes' names.
@@ -277,7 +296,8 @@ const skipStepCode = "RCSKP"
 // from every replica at once, at every start:
 //
 //   - It goes by the objects each version needs (the indexes, the
-//     min_interval column, the claim function), read from the catalogs,
+//     min_interval column, the claim function, the tick column and index,
+//     the control table and the claim functions' bodies that read it), read from the catalogs,
 //     not by the table's comment alone: a step whose object is missing
 //     (a function dropped by hand, a table restored with pg_dump -t or
 //     moved with ALTER TABLE SET SCHEMA) is applied again, leaving the
@@ -383,6 +403,11 @@ func (s *PostgresStore) stepGuard(v int) string {
 		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'tick' AND NOT a.attisdropped)"+
 			" AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
 			dollarQuote(s.Table()), dollarQuote(s.indexName(tickSuffix)), dollarQuote(s.claimFunc()+tickFuncArgs))
+	case 5:
+		objects = fmt.Sprintf("pg_catalog.to_regclass(%[1]s) IS NOT NULL"+
+			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[2]s) AND pg_catalog.strpos(p.prosrc, %[1]s) > 0)"+
+			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[3]s) AND pg_catalog.strpos(p.prosrc, %[4]s) > 0)",
+			dollarQuote(s.controlTable()), dollarQuote(s.claimFunc()+tickFuncArgs), dollarQuote(s.claimFunc()+claimFuncArgs), dollarQuote(s.claimFunc()))
 	default:
 		objects = "true"
 	}

@@ -123,6 +123,7 @@ type PostgresStore struct {
 		fenceLock, fenceCheck                                                    string
 		clock, running, history, releaseLockTimeout, release, prune              string
 		runningTick, historyTick, releaseTick, pruneTick                         string
+		pause, resume, trigger, controls                                         string
 		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
@@ -191,6 +192,10 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.historyTick = s.statement("history_tick")
 	s.sql.releaseTick = s.statement("release_tick")
 	s.sql.pruneTick = s.statement("prune_tick")
+	s.sql.pause = s.statement("pause")
+	s.sql.resume = s.statement("resume")
+	s.sql.trigger = s.statement("trigger")
+	s.sql.controls = s.statement("controls")
 	s.sql.sourceStateOne = fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL)
 	s.sql.sourceStateAll = fmt.Sprintf(sourceStateSQL, s.Table(), fmt.Sprintf(sourceStateAllSQL, s.Table()))
 	return s, nil

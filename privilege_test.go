@@ -49,11 +49,12 @@ func randomSuffix(t *testing.T) string {
 }
 
 // appGrants are the statements docs/least-privilege.md tells the owner to run, with
-// %[1]s the schema, %[2]s the table (both quoted) and %[3]s the
-// application's role.
+// %[1]s the schema, %[2]s the table, %[4]s the control table (all quoted)
+// and %[3]s the application's role.
 var appGrants = []string{
 	`GRANT USAGE ON SCHEMA %[1]s TO %[3]s`,
 	`GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.%[2]s TO %[3]s`,
+	`GRANT SELECT, UPDATE (triggered_at) ON %[1]s.%[4]s TO %[3]s`,
 }
 
 // newPrivEnv creates the roles (dropped when the test ends: roles are
@@ -82,8 +83,9 @@ func newPrivEnv(t *testing.T) *privEnv {
 	}
 	ownerPool := e.pool(t, e.owner, nil)
 	schemaID, tableID := pgx.Identifier{e.schema}.Sanitize(), pgx.Identifier{runclaim.DefaultTable}.Sanitize()
+	controlID := pgx.Identifier{runclaim.DefaultTable + "_control"}.Sanitize()
 	for _, g := range appGrants {
-		if _, err := ownerPool.Exec(ctx, fmt.Sprintf(g, schemaID, tableID, e.app.name)); err != nil {
+		if _, err := ownerPool.Exec(ctx, fmt.Sprintf(g, schemaID, tableID, e.app.name, controlID)); err != nil {
 			t.Fatalf("grant as the owner: %v", err)
 		}
 	}

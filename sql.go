@@ -27,7 +27,13 @@ import (
 //   - {{table_running}}, {{table_history}}: its indexes, quoted;
 //   - {{table_claim}}: the claim function, quoted and schema-qualified;
 //   - {{table_tick}}: the index of ticks served (version 4), quoted, and
-//     {{schema_table_tick}}, the same schema-qualified.
+//     {{schema_table_tick}}, the same schema-qualified;
+//   - {{table_control}}: the table of pauses and triggers (version 5),
+//     quoted and schema-qualified;
+//   - {{table_literal}}, {{table_control_literal}}: the runs table's and
+//     the control table's quoted, schema-qualified names as string
+//     literals (E'...', read the same whatever standard_conforming_strings
+//     says).
 //
 //go:embed sql/*.sql
 var sqlFiles embed.FS
@@ -149,5 +155,14 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_claim}}", s.claimFunc(),
 		"{{table_tick}}", pgx.Identifier{s.table + tickSuffix}.Sanitize(),
 		"{{schema_table_tick}}", s.indexName(tickSuffix),
+		"{{table_control}}", s.controlTable(),
+		"{{table_literal}}", escapeLiteral(s.Table()),
+		"{{table_control_literal}}", escapeLiteral(s.controlTable()),
 	).Replace(q)
+}
+
+// escapeLiteral returns s as an escape string literal, E'...', which reads
+// the same whatever standard_conforming_strings says.
+func escapeLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
 }

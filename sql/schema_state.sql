@@ -3,15 +3,22 @@
 -- from the catalogs only: no lock on the runs table. $1 and $2 are the
 -- schema's and the table's names; $3 and $4 the indexes' and $5 the claim
 -- function's signature, quoted and qualified; $6 the index of ticks served
--- and $7 the signature of the claim function's overload with a tick.
+-- and $7 the signature of the claim function's overload with a tick; $8
+-- the control table (version 5), quoted and qualified, and $9 the claim
+-- function's name, quoted and qualified.
 SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), ''),
 	-- Version 1's indexes, version 2's column, version 3's function,
-	-- version 4's column, index and function.
+	-- version 4's column, index and function, version 5's table and the
+	-- bodies of both functions that read it: the one with a tick names the
+	-- table, the other calls the one with a tick.
 	pg_catalog.to_regclass($3) IS NOT NULL AND pg_catalog.to_regclass($4) IS NOT NULL,
 	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'min_interval' AND NOT a.attisdropped),
 	pg_catalog.to_regprocedure($5) IS NOT NULL,
 	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'tick' AND NOT a.attisdropped)
-	AND pg_catalog.to_regclass($6) IS NOT NULL AND pg_catalog.to_regprocedure($7) IS NOT NULL
+	AND pg_catalog.to_regclass($6) IS NOT NULL AND pg_catalog.to_regprocedure($7) IS NOT NULL,
+	pg_catalog.to_regclass($8) IS NOT NULL
+	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($7) AND pg_catalog.strpos(p.prosrc, $8) > 0)
+	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($5) AND pg_catalog.strpos(p.prosrc, $9) > 0)
 FROM (SELECT) AS one
 LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = $1
 LEFT JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = $2 AND c.relkind IN ('r', 'p')

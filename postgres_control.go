@@ -1,0 +1,184 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Pauses and triggers on Postgres (schema version 5). They live in a table
+// next to the runs table, named after it with controlSuffix: one row per
+// source that was ever paused or triggered, with its pause (paused_at,
+// pause_until, pause_note; paused_at NULL when it has none) and its
+// pending trigger (triggered_at, NULL when it has none). Pause, Resume and
+// Trigger are one statement each (sql/control.sql). The claim function
+// reads the source's row in the claim's one statement: a pause skips the
+// claim before it takes the advisory lock, and a trigger is read again
+// under the lock and cleared in the claim's transaction, just before the
+// run is inserted (sql/005_pauses.up.sql).
+//
+// A claim that the function skipped for a pause returns its row in the
+// columns it has had since version 3, which it keeps for the releases
+// before: locked false, no running run (run_id NULL), run_owner the
+// pause's note (never NULL: an empty note is ''), retry_after the pause's
+// end. A release before this one reads that as "another claim in flight",
+// a skip too. Nothing else returns run_owner without run_id.
+
+// controlSuffix makes the control table's name from the runs table's. It
+// is as long as runningSuffix, so the name fits in 63 bytes for every
+// table name WithTable accepts (see maxTableLen).
+const controlSuffix = "_control"
+
+// controlVersion is the first schema version with pauses and triggers.
+const controlVersion = 5
+
+var _ Controller = (*PostgresStore)(nil)
+
+// controlTable returns the quoted, schema-qualified name of the table of
+// pauses and triggers.
+func (s *PostgresStore) controlTable() string {
+	return pgx.Identifier{s.schema, s.table + controlSuffix}.Sanitize()
+}
+
+// Pause implements Controller. The end is checked against the database's
+// clock: an until that is not after it is refused, and nothing changes.
+// It needs schema version 5 (see Migrate) and, for the role, SELECT,
+// INSERT and UPDATE on the control table (see docs/least-privilege.md);
+// without either it fails with an error that says so, and changes nothing.
+// until is stored to the microsecond, rounded down.
+func (s *PostgresStore) Pause(ctx context.Context, source string, until time.Time, note string) error {
+	if err := checkPause(ctx, source, note); err != nil {
+		return err
+	}
+	what := "pause " + quoteForError(source)
+	end := pgtype.Timestamptz{Time: until.Truncate(time.Microsecond), Valid: !until.IsZero()}
+	var now time.Time
+	var paused bool
+	if err := s.queryRow(ctx, s.sql.pause, []any{source, end, note}, &now, &paused); err != nil {
+		return s.controlError(ctx, what, err)
+	}
+	if !paused {
+		return pastUntil(source, until, now)
+	}
+	return nil
+}
+
+// Resume implements Controller. It needs schema version 5 and, for the
+// role, SELECT and UPDATE on the control table.
+func (s *PostgresStore) Resume(ctx context.Context, source string) error {
+	if err := checkSourceCall(ctx, source); err != nil {
+		return err
+	}
+	var resumed bool
+	if err := s.queryRow(ctx, s.sql.resume, []any{source}, &resumed); err != nil {
+		return s.controlError(ctx, "resume "+quoteForError(source), err)
+	}
+	return nil
+}
+
+// Trigger implements Controller. It needs schema version 5 and, for the
+// role, SELECT, INSERT and UPDATE on the control table.
+func (s *PostgresStore) Trigger(ctx context.Context, source string) error {
+	if err := checkSourceCall(ctx, source); err != nil {
+		return err
+	}
+	var made bool
+	if err := s.queryRow(ctx, s.sql.trigger, []any{source}, &made); err != nil {
+		return s.controlError(ctx, "trigger "+quoteForError(source), err)
+	}
+	return nil
+}
+
+// SourceControl is a source's pause or pending trigger, as Controls
+// reports it.
+type SourceControl struct {
+	Source      string
+	Paused      bool      // paused now
+	PausedAt    time.Time // when the pause was made; zero if not paused
+	PausedUntil time.Time // the pause's end; zero for a pause until Resume
+	Note        string    // the pause's note
+	TriggeredAt time.Time // when the pending trigger was made; zero if none
+}
+
+// Controls returns the sources that are paused now or have a pending
+// trigger, of every source or, if source is not empty, of that one,
+// ordered by source, with the database's time of the read. On a table
+// older than schema version 5 it returns nothing and no error: no source
+// can be paused there.
+func (s *PostgresStore) Controls(ctx context.Context, source string) ([]SourceControl, time.Time, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	arg := pgtype.Text{String: source, Valid: source != ""}
+	if source != "" {
+		if err := ValidateSource(source); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	rows, err := s.db.Query(ctx, s.sql.controls, arg)
+	if err != nil {
+		if pgCode(err) == "42P01" {
+			return s.controlsWithoutTable(ctx, err)
+		}
+		return nil, time.Time{}, s.controlError(ctx, "read pauses and triggers", err)
+	}
+	defer rows.Close()
+	var out []SourceControl
+	var now time.Time
+	for rows.Next() {
+		var c SourceControl
+		var pausedAt, until, triggered pgtype.Timestamptz
+		if err := rows.Scan(&c.Source, &c.Paused, &pausedAt, &until, &c.Note, &triggered, &now); err != nil {
+			return nil, time.Time{}, s.wrap(ctx, "read pauses and triggers", err)
+		}
+		if c.Paused {
+			c.PausedAt, c.PausedUntil = pausedAt.Time, until.Time
+		} else {
+			c.Note = ""
+		}
+		c.TriggeredAt = triggered.Time
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		if pgCode(err) == "42P01" {
+			return s.controlsWithoutTable(ctx, err)
+		}
+		return nil, time.Time{}, s.controlError(ctx, "read pauses and triggers", err)
+	}
+	return out, now, nil
+}
+
+// controlsWithoutTable answers Controls on a table without the control
+// table, if the schema is indeed older than version 5.
+func (s *PostgresStore) controlsWithoutTable(ctx context.Context, err error) ([]SourceControl, time.Time, error) {
+	st, serr := s.schemaState(ctx)
+	if serr != nil || !st.tableExists || st.commentVersion() >= controlVersion {
+		return nil, time.Time{}, s.controlError(ctx, "read pauses and triggers", err)
+	}
+	var now time.Time
+	if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {
+		return nil, time.Time{}, s.wrap(ctx, "read the clock", err)
+	}
+	return nil, now, nil
+}
+
+// errControlSchema says that the table has no pauses and triggers yet.
+var errControlSchema = errors.New("pauses and triggers need schema version 5: run Migrate (or apply the Migrations, or 'runclaim migrate') as the table's owner")
+
+// controlError explains an error of Pause, Resume, Trigger or Controls.
+func (s *PostgresStore) controlError(ctx context.Context, what string, err error) error {
+	if ctx.Err() == nil {
+		switch pgCode(err) {
+		case "42P01": // undefined_table
+			return fmt.Errorf("runclaim: %s: the table %s is missing; %w (%w)", what, s.controlTable(), errControlSchema, err)
+		case "42501": // insufficient_privilege
+			return fmt.Errorf("runclaim: %s: this role may not change pauses and triggers: it needs SELECT, INSERT and UPDATE on %s (a role that only claims needs SELECT and UPDATE (triggered_at); see docs/least-privilege.md): %w",
+				what, s.controlTable(), err)
+		}
+	}
+	return s.wrap(ctx, what, err)
+}

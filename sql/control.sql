@@ -1,0 +1,52 @@
+-- Pauses and triggers (schema version 5; see sql/005_pauses.up.sql for the
+-- table and the claim function that reads it). Each statement is one
+-- implicit transaction and returns one row, whatever it changed. Every
+-- time is clock_timestamp(), the database's clock.
+
+-- name: pause
+-- Pauses the source $1 until $2 (NULL: until Resume) with the note $3,
+-- replacing a pause it has, unless $2 is not after the clock: then it
+-- changes nothing. Its row: the clock, and whether it paused.
+WITH clock AS MATERIALIZED (
+	SELECT pg_catalog.clock_timestamp() AS now
+), paused AS (
+	INSERT INTO {{table_control}} AS k (source, paused_at, pause_until, pause_note)
+	SELECT $1::text, clock.now, $2::timestamptz, $3::text FROM clock
+	WHERE $2::timestamptz IS NULL OR $2::timestamptz > clock.now
+	ON CONFLICT (source) DO UPDATE
+	SET paused_at = excluded.paused_at, pause_until = excluded.pause_until, pause_note = excluded.pause_note
+	RETURNING 1
+)
+SELECT clock.now, EXISTS (SELECT FROM paused) FROM clock
+
+-- name: resume
+-- Ends the pause of the source $1, if it has one; a pending trigger
+-- stays. Its row: whether it had one.
+WITH resumed AS (
+	UPDATE {{table_control}} AS k SET paused_at = NULL, pause_until = NULL, pause_note = ''
+	WHERE k.source = $1::text AND k.paused_at IS NOT NULL
+	RETURNING 1
+)
+SELECT EXISTS (SELECT FROM resumed)
+
+-- name: trigger
+-- Leaves a trigger for the next claim of the source $1 that wins; one
+-- that is pending already stays as it is. Its row: whether it made one.
+WITH triggered AS (
+	INSERT INTO {{table_control}} AS k (source, triggered_at) VALUES ($1::text, pg_catalog.clock_timestamp())
+	ON CONFLICT (source) DO UPDATE SET triggered_at = excluded.triggered_at
+	WHERE k.triggered_at IS NULL
+	RETURNING 1
+)
+SELECT EXISTS (SELECT FROM triggered)
+
+-- name: controls
+-- The sources that are paused now or have a pending trigger, of every
+-- source or of $1 only, by source, with the clock. A pause whose end has
+-- passed is over and not listed.
+SELECT k.source, k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until > clock.now),
+	k.paused_at, k.pause_until, k.pause_note, k.triggered_at, clock.now
+FROM {{table_control}} AS k, (SELECT pg_catalog.clock_timestamp() AS now) AS clock
+WHERE ($1::text IS NULL OR k.source = $1::text)
+  AND (k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until > clock.now) OR k.triggered_at IS NOT NULL)
+ORDER BY k.source
