@@ -150,7 +150,7 @@ func TestMigrateRepairsControl(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(s *runclaim.PostgresStore) string
 	}{
 		{"table dropped", func(s *runclaim.PostgresStore) string { return "DROP TABLE " + controlTable(runclaim.DefaultSchema) }},
