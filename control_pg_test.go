@@ -151,7 +151,7 @@ func TestMigrateRepairsControl(t *testing.T) {
 	ctx := t.Context()
 	for _, tc := range []struct {
 		name   string
-		break_ func(s *runclaim.PostgresStore) string
+		damage func(s *runclaim.PostgresStore) string
 	}{
 		{"table dropped", func(s *runclaim.PostgresStore) string { return "DROP TABLE " + controlTable(runclaim.DefaultSchema) }},
 		{"step 4 applied again", func(s *runclaim.PostgresStore) string {
@@ -165,7 +165,7 @@ func TestMigrateRepairsControl(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
 			store := migratedStore(t, db.Pool)
-			if _, err := db.Pool.Exec(ctx, tc.break_(store)); err != nil {
+			if _, err := db.Pool.Exec(ctx, tc.damage(store)); err != nil {
 				t.Fatal(err)
 			}
 			fresh, err := runclaim.NewPostgresStore(db.Pool)
