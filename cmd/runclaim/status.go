@@ -17,7 +17,9 @@ var statusCommand = command{
 	positional: 1,
 	help: `Lists the running runs of every source, or of one source, with their owner,
 age, time since the last heartbeat and lease left. Ages and leases are
-computed on the database's clock, not this host's.
+computed on the database's clock, not this host's. Then the sources that
+are paused ('runclaim pause'), with the pause's end and note, and those
+with a pending trigger ('runclaim trigger').
 
 A lease left of "EXPIRED (-12.3s)" means the holder stopped heartbeating: the
 next claim of the source marks the run expired and takes over. To free the
@@ -32,9 +34,15 @@ JSON output: an array of
   {"source", "run_id", "owner", "status", "started_at", "lease_until",
    "heartbeat_at", "tick", "checked_at", "age_seconds", "heartbeat_age_seconds",
    "lease_left_seconds", "expired"}
-where tick is the scheduled tick the run serves, or null for a plain
-claim, checked_at is the database time the ages are measured at, and
-lease_left_seconds is negative once the lease has passed. With --overdue:
+where status is "running", tick is the scheduled tick the run serves, or
+null for a plain claim, checked_at is the database time the ages are
+measured at, and lease_left_seconds is negative once the lease has
+passed; then, for each source paused or with a pending trigger,
+  {"source", "status", "paused_at", "paused_until", "note",
+   "triggered_at", "checked_at"}
+where status is "paused" or "triggered", paused_until is null for a
+pause until 'runclaim resume', and triggered_at is null without a
+pending trigger. With --overdue:
 an array of check's JSON objects (see 'runclaim check --help').`,
 }
 
@@ -102,35 +110,101 @@ func runStatus(ctx context.Context, c *cli, o *statusOptions) int {
 	if err != nil {
 		return c.fail("status", err)
 	}
-	if err := c.writeStatus(runs, now, source); err != nil {
+	controls, ctlNow, err := store.Controls(ctx, source)
+	if err != nil {
+		return c.fail("status", err)
+	}
+	if c.json {
+		err = c.writeStatusJSON(runs, now, controls, ctlNow)
+	} else {
+		err = c.writeStatus(runs, now, source)
+		if err == nil {
+			err = c.writeControls(controls, ctlNow)
+		}
+	}
+	if err != nil {
 		return c.fail("status", err)
 	}
 	return exitOK
 }
 
-func (c *cli) writeStatus(runs []runclaim.RunRecord, now time.Time, source string) error {
-	if c.json {
-		out := make([]statusJSON, 0, len(runs))
-		for _, r := range runs {
-			left := r.LeaseUntil.Sub(now)
-			out = append(out, statusJSON{
-				Source:              r.Source,
-				RunID:               r.ID,
-				Owner:               r.Owner,
-				Status:              string(r.Status),
-				StartedAt:           jsonTime(r.StartedAt),
-				LeaseUntil:          jsonTime(r.LeaseUntil),
-				HeartbeatAt:         jsonTime(r.HeartbeatAt),
-				Tick:                jsonTime(r.Tick),
-				CheckedAt:           jsonTime(now),
-				AgeSeconds:          seconds(now.Sub(r.StartedAt)),
-				HeartbeatAgeSeconds: seconds(now.Sub(r.HeartbeatAt)),
-				LeaseLeftSeconds:    seconds(left),
-				Expired:             left <= 0,
-			})
-		}
-		return writeJSON(c.stdout, out)
+// controlJSON is a source's pause or pending trigger as status prints it.
+type controlJSON struct {
+	Source      string     `json:"source"`
+	Status      string     `json:"status"`
+	PausedAt    *time.Time `json:"paused_at"`
+	PausedUntil *time.Time `json:"paused_until"`
+	Note        string     `json:"note"`
+	TriggeredAt *time.Time `json:"triggered_at"`
+	CheckedAt   *time.Time `json:"checked_at"`
+}
+
+// writeControls prints the pauses and pending triggers, after the runs.
+func (c *cli) writeControls(controls []runclaim.SourceControl, now time.Time) error {
+	if len(controls) == 0 {
+		return nil
 	}
+	if _, err := fmt.Fprintln(c.stdout); err != nil {
+		return err
+	}
+	t := newTable(c.stdout, "SOURCE", "PAUSED", "TRIGGER", "NOTE")
+	for _, k := range controls {
+		paused, trigger := "-", "-"
+		switch {
+		case k.Paused && k.PausedUntil.IsZero():
+			paused = "until resumed"
+		case k.Paused:
+			paused = "until " + formatTime(k.PausedUntil) + " (" + formatDuration(k.PausedUntil.Sub(now)) + " left)"
+		}
+		if !k.TriggeredAt.IsZero() {
+			trigger = "pending since " + formatTime(k.TriggeredAt)
+		}
+		t.row(k.Source, paused, trigger, k.Note)
+	}
+	return t.flush()
+}
+
+// writeStatusJSON prints the runs, then the pauses and pending triggers,
+// as one JSON array.
+func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls []runclaim.SourceControl, ctlNow time.Time) error {
+	out := make([]any, 0, len(runs)+len(controls))
+	for _, r := range runs {
+		left := r.LeaseUntil.Sub(now)
+		out = append(out, statusJSON{
+			Source:              r.Source,
+			RunID:               r.ID,
+			Owner:               r.Owner,
+			Status:              string(r.Status),
+			StartedAt:           jsonTime(r.StartedAt),
+			LeaseUntil:          jsonTime(r.LeaseUntil),
+			HeartbeatAt:         jsonTime(r.HeartbeatAt),
+			Tick:                jsonTime(r.Tick),
+			CheckedAt:           jsonTime(now),
+			AgeSeconds:          seconds(now.Sub(r.StartedAt)),
+			HeartbeatAgeSeconds: seconds(now.Sub(r.HeartbeatAt)),
+			LeaseLeftSeconds:    seconds(left),
+			Expired:             left <= 0,
+		})
+	}
+	for _, k := range controls {
+		status := "triggered"
+		if k.Paused {
+			status = "paused"
+		}
+		out = append(out, controlJSON{
+			Source:      k.Source,
+			Status:      status,
+			PausedAt:    jsonTime(k.PausedAt),
+			PausedUntil: jsonTime(k.PausedUntil),
+			Note:        k.Note,
+			TriggeredAt: jsonTime(k.TriggeredAt),
+			CheckedAt:   jsonTime(ctlNow),
+		})
+	}
+	return writeJSON(c.stdout, out)
+}
+
+func (c *cli) writeStatus(runs []runclaim.RunRecord, now time.Time, source string) error {
 	if len(runs) == 0 {
 		if source != "" {
 			_, err := fmt.Fprintf(c.stdout, "no running run of %q\n", source)
