@@ -31,6 +31,11 @@ import (
 //     the source, claims are skipped as without it, and the trigger waits.
 //   - A skipped claim writes nothing; a claim that uses a trigger consumes
 //     it in the same transaction as it starts its run.
+//   - A run that a trigger lets in over a done tick does not serve the
+//     tick again: the tick's first run stays its run (PostgresStore
+//     records the new run without a tick, as the index of ticks served
+//     holds one run per tick), though the claim returns the tick asked
+//     for.
 type Controller interface {
 	Store
 

@@ -119,9 +119,10 @@
 // in memory, for tests and single-instance tools. Another backend implements
 // Store and proves itself with package storetest.
 //
-// A store that is also a Controller lets operators steer a source without
-// a deploy: Pause skips every claim of it with ErrPaused, Resume ends the
-// pause, and Trigger lets its next claim in despite the minimum interval.
+// PostgresStore and MemoryStore are Controllers, which let operators steer
+// a source without a deploy: Pause skips every claim of it with ErrPaused,
+// Resume ends the pause, and Trigger lets its next claim in despite the
+// minimum interval or a done tick. On Postgres they need schema version 5.
 //
 // # Absence
 //

@@ -30,11 +30,7 @@ func (c *cli) postgresControl(ctx context.Context) (controlTarget, error) {
 	if err != nil {
 		return controlTarget{}, err
 	}
-	ctl, ok := any(store).(runclaim.Controller)
-	if !ok {
-		return controlTarget{}, errors.New("this build's Postgres store cannot pause, resume or trigger sources (it needs the schema version that adds pauses)")
-	}
-	return controlTarget{ctl: ctl, now: func(ctx context.Context) (time.Time, error) {
+	return controlTarget{ctl: store, now: func(ctx context.Context) (time.Time, error) {
 		var now time.Time
 		err := c.pool.QueryRow(ctx, `SELECT pg_catalog.clock_timestamp()`).Scan(&now)
 		return now, err
