@@ -330,3 +330,33 @@ func testTriggerTickDone(t *testing.T, s runclaim.Store) {
 	skipOf(t, tryClaim(ctx, s, later), both, runclaim.ErrTooSoon)
 	tickDone(t, tryClaim(ctx, s, req), both, t0, t0)
 }
+
+// testTriggerUnderContention: replicas race to claim a source within its
+// minimum interval, each winner finishing at once, so that late claimants
+// find the source free; each trigger lets exactly one of them in, however
+// the claims interleave with the use of the trigger.
+func testTriggerUnderContention(t *testing.T, open func() runclaim.Store) {
+	ctx, prefix := setup(t)
+	stores := openReplicas(open, replicas)
+	c := controllerOf(t, stores[0])
+	src := prefix + "/a"
+	const rounds, perReplica = 20, 2
+	req := func(owner string) runclaim.ClaimRequest {
+		return runclaim.ClaimRequest{Source: src, Owner: owner, Lease: longLease, MinInterval: time.Hour}
+	}
+	mustFinish(t, ctx, stores[0], succeeded(mustClaim(t, ctx, stores[0], req("first"))))
+	known := make(map[int64]bool)
+	for i := range rounds {
+		mustTrigger(t, ctx, c, src)
+		outs := race(ctx, stores, perReplica, req, func(s runclaim.Store, info runclaim.RunInfo) {
+			if err := s.Finish(ctx, succeeded(info)); err != nil {
+				t.Errorf("Finish(run %d): %v", info.ID, err)
+			}
+		})
+		w := winners(t, src, outs, known, runclaim.ErrAlreadyRunning, runclaim.ErrTooSoon)
+		if len(w) != 1 {
+			t.Fatalf("round %d: one trigger let %d claims in, want exactly one", i, len(w))
+		}
+		known[w[0].info.ID] = true
+	}
+}

@@ -107,8 +107,8 @@
 //     clock and no run starts before its end; a pause until a time that
 //     has passed is refused; Resume frees the source and is nil on one
 //     not paused; a trigger lets exactly one claim in despite the minimum
-//     interval or a done tick, waits while a run holds the source or a
-//     pause does, and
+//     interval or a done tick, and exactly one when replicas race for it,
+//     waits while a run holds the source or a pause does, and
 //     is not used up by a skipped claim; Pause, Resume and Trigger refuse
 //     an invalid source, a note too long, not UTF-8 or with a NUL byte,
 //     and an ended context, and change nothing.

@@ -59,6 +59,7 @@ var cases = []suiteCase{
 	{name: "TriggerNotOverRunning", store: testTriggerNotOverRunning},
 	{name: "TriggerNotOverPause", store: testTriggerNotOverPause},
 	{name: "TriggerTickDone", store: testTriggerTickDone},
+	{name: "TriggerUnderContention", replicas: testTriggerUnderContention},
 	{name: "ControlBadInput", store: testControlBadInput},
 }
 

@@ -96,6 +96,9 @@ const (
 	bugNoteUnchecked
 	// A trigger does not let a claim in over a done tick.
 	bugTriggerNotOverTick
+	// The trigger is read before the claim's critical section, and not
+	// again inside it: a claim can use a trigger that another one used.
+	bugTriggerReadOutside
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -158,6 +161,21 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		req.Tick = runclaim.NormalTick(req.Tick)
 	}
 	switch s.bug {
+	case bugTriggerReadOutside:
+		b.mu.Lock()
+		stale := b.triggers[req.Source]
+		b.mu.Unlock()
+		gap()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if stale {
+			b.triggers[req.Source] = true // as read before: perhaps used since
+		}
+		lapsed, err := b.check(req, true, s.bug)
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		return b.act(req, lapsed, s.bug), nil
 	case bugTickOutside:
 		b.mu.Lock()
 		err := b.tickDone(req, s.bug)
@@ -648,6 +666,8 @@ var wrongStores = []wrongStore{
 		"ControlBadInput", copyBackend(bugNoteUnchecked)},
 	{"trigger-not-over-tick", "a trigger does not let a claim in over a done tick",
 		"TriggerTickDone", copyBackend(bugTriggerNotOverTick)},
+	{"trigger-read-outside", "the trigger read outside the claim's critical section",
+		"TriggerUnderContention", copyBackend(bugTriggerReadOutside)},
 	{"case-insensitive", "sources compared without regard to case",
 		"LookalikeSources", func() func() runclaim.Store {
 			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)
