@@ -398,6 +398,21 @@ func FuzzTableName(f *testing.F) {
 			wantIdents = append(wantIdents, schema, table)
 		}
 		wantIdents = append(wantIdents, schema, table) // and version 4's COMMENT ON TABLE
+		control := []string{schema, table + "_control"}
+		wantIdents = append(wantIdents, control...)             // version 5's table
+		wantIdents = append(wantIdents, schema, table)          // the grants' block: the runs table
+		wantIdents = append(wantIdents, control...)             // and the control table, as literals
+		wantIdents = append(wantIdents, schema, table+"_claim") // the function with a tick
+		wantIdents = append(wantIdents, control...)             // in its body: the pause
+		wantIdents = append(wantIdents, schema, table)          // the running run
+		wantIdents = append(wantIdents, control...)             // the trigger, again
+		for range 5 {                                           // the tick, the interval, the expiry
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, control...)                                     // the trigger used
+		wantIdents = append(wantIdents, schema, table)                                  // the insert
+		wantIdents = append(wantIdents, schema, table+"_claim", schema, table+"_claim") // the other function, which calls it
+		wantIdents = append(wantIdents, schema, table)                                  // and version 5's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
@@ -287,8 +288,8 @@ var hostileTableNames = []struct{ schema, table string }{
 // TestHostileTableNames: table and schema names that try SQL injection are
 // created verbatim, as quoted identifiers, and work end to end; nothing
 // else happens: table x keeps its row, and the database holds exactly x,
-// the hostile schemas and, for each store, its table, sequence and three
-// indexes. Schema names that Postgres reserves are refused by Migrate with
+// the hostile schemas and, for each store, its table, sequence and four
+// indexes, and its control table and that table's key. Schema names that Postgres reserves are refused by Migrate with
 // the server's error and create nothing.
 func TestHostileTableNames(t *testing.T) {
 	t.Parallel()
@@ -304,9 +305,19 @@ func TestHostileTableNames(t *testing.T) {
 		if !slices.Contains(schemas, n.schema) {
 			schemas = append(schemas, n.schema)
 		}
-		for _, suffix := range []string{"", "_id_seq", "_pkey", "_running", "_history", "_tick"} {
+		for _, suffix := range []string{"", "_id_seq", "_pkey", "_running", "_history", "_tick", "_control"} {
 			want = append(want, n.schema+"."+n.table+suffix)
 		}
+		// The control table's primary key, named by Postgres: its name
+		// cut to 63 bytes, on a character boundary, before the suffix.
+		pk := n.table + "_control"
+		if cut := 63 - len("_pkey"); len(pk) > cut {
+			for cut > 0 && !utf8.RuneStart(pk[cut]) {
+				cut--
+			}
+			pk = pk[:cut]
+		}
+		want = append(want, n.schema+"."+pk+"_pkey")
 		c := newClaimer(t, store)
 		run, err := c.Claim(ctx, "src")
 		if err != nil {

@@ -424,10 +424,15 @@ func (s *PostgresStore) stepGuard(v int) string {
 // tag must first occur in s followed by the tag at the very end: not
 // inside s, and not across its end (s = "runs$q" with tag "$q$" would end
 // the literal at "$q$q$"'s first "$q$").
-func dollarQuote(s string) string {
-	tag := "$q$"
+func dollarQuote(s string) string { return dollarQuoteWith("q", s) }
+
+// dollarQuoteWith is dollarQuote with tags that start with name: a
+// literal inside a body quoted with $q$ takes another name, so that the
+// body keeps its tag.
+func dollarQuoteWith(name, s string) string {
+	tag := "$" + name + "$"
 	for i := 0; strings.Index(s+tag, tag) != len(s); i++ {
-		tag = "$q" + strconv.Itoa(i) + "$"
+		tag = "$" + name + strconv.Itoa(i) + "$"
 	}
 	return tag + s + tag
 }

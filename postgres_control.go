@@ -96,7 +96,7 @@ func (s *PostgresStore) Trigger(ctx context.Context, source string) error {
 // SourceControl is a source's pause or pending trigger, as Controls
 // reports it.
 type SourceControl struct {
-	Source      string
+	Source      string    // the source
 	Paused      bool      // paused now
 	PausedAt    time.Time // when the pause was made; zero if not paused
 	PausedUntil time.Time // the pause's end; zero for a pause until Resume

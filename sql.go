@@ -31,9 +31,8 @@ import (
 //   - {{table_control}}: the table of pauses and triggers (version 5),
 //     quoted and schema-qualified;
 //   - {{table_literal}}, {{table_control_literal}}: the runs table's and
-//     the control table's quoted, schema-qualified names as string
-//     literals (E'...', read the same whatever standard_conforming_strings
-//     says).
+//     the control table's quoted, schema-qualified names as dollar-quoted
+//     string literals, with tags ($n$) that a body's $q$ does not end.
 //
 //go:embed sql/*.sql
 var sqlFiles embed.FS
@@ -156,13 +155,8 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_tick}}", pgx.Identifier{s.table + tickSuffix}.Sanitize(),
 		"{{schema_table_tick}}", s.indexName(tickSuffix),
 		"{{table_control}}", s.controlTable(),
-		"{{table_literal}}", escapeLiteral(s.Table()),
-		"{{table_control_literal}}", escapeLiteral(s.controlTable()),
+		"{{table_literal}}", dollarQuoteWith("n", s.Table()),
+		"{{table_control_literal}}", dollarQuoteWith("n", s.controlTable()),
 	).Replace(q)
 }
 
-// escapeLiteral returns s as an escape string literal, E'...', which reads
-// the same whatever standard_conforming_strings says.
-func escapeLiteral(s string) string {
-	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
-}

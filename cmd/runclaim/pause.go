@@ -30,7 +30,8 @@ context is cancelled at its next heartbeat.
 a time (RFC 3339: 2026-12-24T18:00:00Z). A time that has passed is refused.
 Without --until the pause lasts until 'runclaim resume'.
 
-The note is at most 1024 bytes of UTF-8 without NUL bytes.
+The note is at most 1024 bytes of UTF-8 without NUL bytes. Pauses need
+the runs table at schema version 5 ('runclaim migrate').
 
 Examples:
   runclaim pause scraper-avito --note "banned; ticket 42"

@@ -8,12 +8,14 @@ import (
 // triggerCommand lets a source's next claim in.
 var triggerCommand = command{
 	name:       "trigger",
-	summary:    "let a source's next claim win despite its minimum interval, once",
+	summary:    "let a source's next claim win despite its minimum interval or a done tick, once",
 	usage:      "trigger <source>",
 	positional: 1,
 	help: `Starts one run of a source by hand, as soon as a replica next claims it: that
-claim wins despite the minimum interval since the last run. The trigger is
-used by that one claim; triggering again before it changes nothing.
+claim wins despite the minimum interval since the last run, or a tick
+already served ('runclaim exec --tick'). The trigger is used by that one
+claim; triggering again before it changes nothing. Pauses and triggers
+need the runs table at schema version 5 ('runclaim migrate').
 
 It does not break in: while a run holds the source, or the source is
 paused, claims are skipped as usual and the trigger waits, to be used by

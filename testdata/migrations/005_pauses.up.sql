@@ -12,9 +12,9 @@ BEGIN
 	FOR r IN
 		SELECT DISTINCT a.grantee
 		  FROM pg_catalog.pg_class AS c, LATERAL pg_catalog.aclexplode(c.relacl) AS a
-		 WHERE c.oid = E'"public"."runclaim_runs"'::regclass AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
+		 WHERE c.oid = $n$"public"."runclaim_runs"$n$::regclass AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
 	LOOP
-		EXECUTE pg_catalog.format('GRANT SELECT, UPDATE (triggered_at) ON %s TO %s', E'"public"."runclaim_runs_control"'::text,
+		EXECUTE pg_catalog.format('GRANT SELECT, UPDATE (triggered_at) ON %s TO %s', $n$"public"."runclaim_runs_control"$n$::text,
 			CASE WHEN r.grantee = 0 THEN 'PUBLIC'
 			     ELSE pg_catalog.quote_ident((SELECT o.rolname FROM pg_catalog.pg_roles AS o WHERE o.oid = r.grantee)) END);
 	END LOOP;
