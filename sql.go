@@ -159,4 +159,3 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_control_literal}}", dollarQuoteWith("n", s.controlTable()),
 	).Replace(q)
 }
-
