@@ -403,9 +403,8 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, schema, table)          // the grants' block: the runs table
 		wantIdents = append(wantIdents, control...)             // and the control table, as literals
 		wantIdents = append(wantIdents, schema, table+"_claim") // the function with a tick
-		wantIdents = append(wantIdents, control...)             // in its body: the pause
-		wantIdents = append(wantIdents, schema, table)          // the running run
-		wantIdents = append(wantIdents, control...)             // the trigger, again
+		wantIdents = append(wantIdents, schema, table)          // in its body: the running run
+		wantIdents = append(wantIdents, control...)             // and the pause and trigger
 		for range 5 {                                           // the tick, the interval, the expiry
 			wantIdents = append(wantIdents, schema, table)
 		}

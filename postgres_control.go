@@ -16,10 +16,15 @@ import (
 // pause_until, pause_note; paused_at NULL when it has none) and its
 // pending trigger (triggered_at, NULL when it has none). Pause, Resume and
 // Trigger are one statement each (sql/control.sql). The claim function
-// reads the source's row in the claim's one statement: a pause skips the
-// claim before it takes the advisory lock, and a trigger is read again
-// under the lock and cleared in the claim's transaction, just before the
-// run is inserted (sql/005_pauses.up.sql).
+// reads the source's row in the claim's one statement, in the same query
+// as the source's running run, after it tried the advisory lock: a pause
+// skips the claim there, whether or not it got the lock, before anything
+// is written; a trigger waives the check of the latest tick served and
+// of the minimum interval, and is cleared in the claim's transaction just
+// before the run is inserted. Only a claim that holds the lock uses a
+// trigger, and it read it after taking the lock, so two claims never use
+// one trigger (sql/005_pauses.up.sql). That query costs every claim one
+// more index probe, of the control table's key.
 //
 // A claim that the function skipped for a pause returns its row in the
 // columns it has had since version 3, which it keeps for the releases

@@ -32,6 +32,8 @@ AS $q$
 DECLARE
 	ignored text;
 	paused boolean;
+	pause_end timestamptz;
+	note text;
 	triggered boolean;
 	served_tick timestamptz := p_tick;
 BEGIN
@@ -45,24 +47,26 @@ BEGIN
 	   OR pg_catalog.current_setting('lock_timeout')::interval >= p_lock_timeout * interval '1 millisecond' THEN
 		ignored := pg_catalog.set_config('lock_timeout', p_lock_timeout::text, true);
 	END IF;
-	SELECT k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until > pg_catalog.clock_timestamp()),
+	locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
+	SELECT c.id, c.owner, c.started_at, c.lease_until,
+	       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until > pg_catalog.clock_timestamp()),
 	       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL
-	  INTO paused, retry_after, run_owner, triggered
-	  FROM "public"."runclaim_runs_control" AS k WHERE k.source = p_source;
+	  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered
+	  FROM (SELECT) AS one
+	  LEFT JOIN "public"."runclaim_runs" AS c ON c.source = p_source AND c.status = 'running'
+	  LEFT JOIN "public"."runclaim_runs_control" AS k ON k.source = p_source;
+	db_now := pg_catalog.clock_timestamp();
 	IF paused THEN
-		db_now := pg_catalog.clock_timestamp();
+		locked := false;
+		run_id := NULL;
+		run_owner := note;
+		run_started := NULL;
+		run_lease := NULL;
+		retry_after := pause_end;
 		RETURN;
 	END IF;
-	retry_after := NULL;
-	locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
-	SELECT c.id, c.owner, c.started_at, c.lease_until INTO run_id, run_owner, run_started, run_lease
-	  FROM "public"."runclaim_runs" AS c WHERE c.source = p_source AND c.status = 'running';
-	db_now := pg_catalog.clock_timestamp();
 	IF NOT locked OR run_lease > db_now THEN
 		RETURN;
-	END IF;
-	IF triggered THEN
-		triggered := EXISTS (SELECT FROM "public"."runclaim_runs_control" AS t WHERE t.source = p_source AND t.triggered_at IS NOT NULL);
 	END IF;
 	IF p_tick IS NOT NULL THEN
 		SELECT d.tick INTO done_tick
