@@ -44,8 +44,9 @@ type Controller interface {
 	// already replaces it, note included. until must be later than the
 	// store's clock: a time that has passed is refused with an error and
 	// changes nothing (a pause that would end at once is a mistake, not
-	// a no-op). note is stored with the pause and shown in skips and in
-	// the CLI's status; see ValidatePauseNote.
+	// a no-op), and so is one after year 9999. note is stored with the
+	// pause and shown in skips and in the CLI's status; see
+	// ValidatePauseNote.
 	Pause(ctx context.Context, source string, until time.Time, note string) error
 
 	// Resume ends the pause of source. It returns nil if the source is
@@ -78,14 +79,23 @@ func ValidatePauseNote(note string) error {
 	return nil
 }
 
-// checkPause validates a Pause's arguments, all but until against the
-// store's clock.
-func checkPause(ctx context.Context, source string, note string) error {
+// maxPauseUntil is the latest end a pause takes: the last moment of year
+// 9999, which every store can keep (a Postgres timestamp can, a pgx
+// encoding of a much later one cannot).
+var maxPauseUntil = time.Date(9999, time.December, 31, 23, 59, 59, 999999000, time.UTC)
+
+// checkPause validates a Pause's arguments, all but until's place against
+// the store's clock.
+func checkPause(ctx context.Context, source string, until time.Time, note string) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
 	if err := ValidateSource(source); err != nil {
 		return err
+	}
+	if until.After(maxPauseUntil) {
+		return fmt.Errorf("runclaim: pause %s: until %s is after year 9999; give an earlier time, or the zero time to pause until Resume",
+			quoteForError(source), until.Format(time.RFC3339))
 	}
 	return ValidatePauseNote(note)
 }

@@ -134,7 +134,7 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 
 // Pause implements Controller.
 func (s *MemoryStore) Pause(ctx context.Context, source string, until time.Time, note string) error {
-	if err := checkPause(ctx, source, note); err != nil {
+	if err := checkPause(ctx, source, until, note); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -56,7 +56,7 @@ func (s *PostgresStore) controlTable() string {
 // without either it fails with an error that says so, and changes nothing.
 // until is stored to the microsecond, rounded down.
 func (s *PostgresStore) Pause(ctx context.Context, source string, until time.Time, note string) error {
-	if err := checkPause(ctx, source, note); err != nil {
+	if err := checkPause(ctx, source, until, note); err != nil {
 		return err
 	}
 	what := "pause " + quoteForError(source)

@@ -223,8 +223,9 @@ func testTriggerNotOverPause(t *testing.T, s runclaim.Store) {
 }
 
 // testControlBadInput: Pause, Resume and Trigger refuse an invalid source,
-// a note that is too long, not UTF-8 or has a NUL byte, and an ended
-// context, with an error that is not a skip, and change nothing.
+// a note that is too long, not UTF-8 or has a NUL byte, a pause's end
+// after year 9999, and an ended context, with an error that is not a
+// skip, and change nothing.
 func testControlBadInput(t *testing.T, s runclaim.Store) {
 	ctx, prefix := setup(t)
 	c := controllerOf(t, s)
@@ -261,6 +262,9 @@ func testControlBadInput(t *testing.T, s runclaim.Store) {
 		if err := c.Pause(ctx, src, time.Time{}, tc.note); err == nil || errors.Is(err, runclaim.ErrNotClaimed) {
 			t.Errorf("Pause with a note %s: %v, want an error", tc.name, err)
 		}
+	}
+	if err := c.Pause(ctx, src, time.Date(10000, time.January, 1, 0, 0, 0, 0, time.UTC), "far"); err == nil || errors.Is(err, runclaim.ErrNotClaimed) {
+		t.Errorf("Pause until year 10000: %v, want an error", err)
 	}
 	mustFinish(t, ctx, s, succeeded(mustClaim(t, ctx, s, claimReq(src, "owner", longLease))))
 	// The longest note is kept whole, in any script.

@@ -99,6 +99,8 @@ const (
 	// The trigger is read before the claim's critical section, and not
 	// again inside it: a claim can use a trigger that another one used.
 	bugTriggerReadOutside
+	// A pause's end after year 9999 is taken.
+	bugFarUntilAccepted
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -423,6 +425,9 @@ func (s *copyStore) Pause(ctx context.Context, source string, until time.Time, n
 	if err := runclaim.ValidatePauseNote(note); err != nil && s.bug != bugNoteUnchecked {
 		return err
 	}
+	if until.Year() > 9999 && s.bug != bugFarUntilAccepted {
+		return fmt.Errorf("pause %q: until %v is after year 9999", source, until)
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pause %q: %w", source, err)
 	}
@@ -668,6 +673,8 @@ var wrongStores = []wrongStore{
 		"TriggerTickDone", copyBackend(bugTriggerNotOverTick)},
 	{"trigger-read-outside", "the trigger read outside the claim's critical section",
 		"TriggerUnderContention", copyBackend(bugTriggerReadOutside)},
+	{"far-until-accepted", "a pause's end after year 9999 taken",
+		"ControlBadInput", copyBackend(bugFarUntilAccepted)},
 	{"case-insensitive", "sources compared without regard to case",
 		"LookalikeSources", func() func() runclaim.Store {
 			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)
