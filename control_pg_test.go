@@ -306,3 +306,52 @@ func TestBatchIgnoresControl(t *testing.T) {
 		t.Errorf("claim of the paused source after Migrate: %v, want ErrPaused", err)
 	}
 }
+
+// Rule (G7): Pause, Resume and Trigger, and the claims that honour them,
+// answer as under READ COMMITTED whatever the server's default isolation:
+// a trigger used by a claim while another store triggers and pauses is
+// used once, and no call returns a raw serialization failure.
+func TestControlIsolationDefaults(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			migratedStore(t, db.Pool)
+			pool := poolWithIsolation(t, db, level, nil)
+			ctx := t.Context()
+			store, err := runclaim.NewPostgresStore(pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := runclaim.New(store, runclaim.WithMinInterval(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			do := func() error { return c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }) }
+			if err := do(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				if err := store.Pause(ctx, "src", time.Time{}, fmt.Sprint("round ", i)); err != nil {
+					t.Fatalf("Pause under %s: %v", level, err)
+				}
+				if err := store.Trigger(ctx, "src"); err != nil {
+					t.Fatalf("Trigger under %s: %v", level, err)
+				}
+				if err := do(); !errors.Is(err, runclaim.ErrPaused) {
+					t.Errorf("claim of a paused source under %s: %v, want ErrPaused", level, err)
+				}
+				if err := store.Resume(ctx, "src"); err != nil {
+					t.Fatalf("Resume under %s: %v", level, err)
+				}
+				if err := do(); err != nil {
+					t.Errorf("triggered claim under %s: %v", level, err)
+				}
+				if err := do(); !errors.Is(err, runclaim.ErrTooSoon) {
+					t.Errorf("second claim on one trigger under %s: %v, want ErrTooSoon", level, err)
+				}
+			}
+		})
+	}
+}
