@@ -1,0 +1,283 @@
+package runclaim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
+)
+
+// contendMany is contend for ClaimMany: perClaimer claimers, each a
+// Claimer of its own, call ClaimMany in a loop, each time with about two
+// thirds of sources in a shuffled order, so that their sets overlap in
+// every order; a winner checks that it is its source's only holder (a
+// counter per source), holds each run 1–3 ms and finishes it. The pause
+// between calls scales with the last call's latency, as in contend.
+func contendMany(t *testing.T, store runclaim.Store, sources []string, claimers int) *contentionResult {
+	t.Helper()
+	ctx := t.Context()
+	res := &contentionResult{}
+	holders := make([]atomic.Int32, len(sources))
+	index := make(map[string]int, len(sources))
+	for i, s := range sources {
+		index[s] = i
+	}
+	start := make(chan struct{})
+	var began time.Time
+	wantWins := int64(contentionWins * len(sources))
+	more := func() bool {
+		d := time.Since(began)
+		return d < contentionTime || d < contentionMaxTime && res.wins.Load() < wantWins
+	}
+	var wg sync.WaitGroup
+	for w := range claimers {
+		// A skip without a holder is a source whose advisory lock another
+		// call held: the overlapping calls met at the lock.
+		inFlight := runclaim.WithHooks(runclaim.Hooks{Skipped: func(e runclaim.SkippedEvent) {
+			if e.Err.Holder == nil {
+				res.inFlight.Add(1)
+			}
+		}})
+		c := newClaimer(t, store, runclaim.WithOwner(fmt.Sprintf("many/w%02d", w)), runclaim.WithLease(time.Minute), inFlight)
+		hold := time.Duration(1+w%3) * time.Millisecond
+		wg.Go(func() {
+			<-start
+			var latency time.Duration
+			for more() {
+				// The workload's pacing, not synchronisation.
+				time.Sleep(rand.N(min(contentionMaxPause, contentionPause*latency+time.Millisecond)))
+				picked := rand.Perm(len(sources))[:2*len(sources)/3]
+				asked := make([]string, len(picked))
+				for i, p := range picked {
+					asked[i] = sources[p]
+				}
+				sent := time.Now()
+				runs, err := c.ClaimMany(ctx, asked)
+				latency = time.Since(sent)
+				if err != nil {
+					res.fail("ClaimMany: %v", err)
+					continue
+				}
+				res.skips.Add(int64(len(asked) - len(runs)))
+				last := -1
+				for _, run := range runs {
+					i := slices.Index(asked, run.Source)
+					if i <= last {
+						res.fail("ClaimMany returned run of %q out of the order asked", run.Source)
+					}
+					last = i
+					if n := holders[index[run.Source]].Add(1); n != 1 {
+						res.overlaps.Add(1)
+					}
+					res.wins.Add(1)
+				}
+				time.Sleep(hold) // the jobs: the workload, not synchronisation
+				for _, run := range runs {
+					holders[index[run.Source]].Add(-1)
+					if err := run.Finish(ctx, nil); err != nil {
+						res.fail("Finish run %d: %v", run.ID, err)
+					}
+				}
+			}
+		})
+	}
+	began = time.Now()
+	close(start)
+	wg.Wait()
+	res.took = time.Since(began)
+	return res
+}
+
+// TestClaimManyContention: eight claimers call ClaimMany on overlapping,
+// shuffled sets of twelve sources, in each form of the claim (the batch
+// one source at a time, the function of version 3 and of version 4 in one
+// statement): no two runs of a source overlap, in Go and in the history
+// (G1), no call fails (none deadlocks: the advisory locks are tried, never
+// waited for), and no advisory lock is left. Not parallel: it uses the
+// machine's CPUs.
+func TestClaimManyContention(t *testing.T) {
+	for _, f := range claimForms {
+		t.Run(f.name, func(t *testing.T) {
+			db := pgtest.New(t)
+			pool := contentionPool(t, db, "")
+			migratedStore(t, pool)
+			store := formStore(t, pool, f)
+			sources := make([]string, 12)
+			for i := range sources {
+				sources[i] = fmt.Sprintf("city-%02d", i)
+			}
+			res := contendMany(t, store, sources, 8)
+			checkContention(t, db.Pool, store.Table(), sources, res)
+		})
+	}
+}
+
+// TestClaimManyOneTransaction: a ClaimMany on a table with the claim
+// function is one statement, whose runs are written by one transaction
+// (one xmin); a ClaimMany whose sources are all held writes nothing: the
+// holders' rows keep their xmin and lease, and no identity value is used
+// up.
+func TestClaimManyOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	pool, rec := recordingPool(t, db)
+	traced, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClaimer(t, traced)
+	sources := []string{"e", "a", "d", "b", "c"}
+	rec.take()
+	runs, err := c.ClaimMany(ctx, sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != len(sources) {
+		t.Fatalf("won %d runs of %d free sources", len(runs), len(sources))
+	}
+	batches, queries := rec.take()
+	if len(batches) != 0 || len(queries) != 1 || !strings.Contains(queries[0], runclaim.ClaimFuncName(traced)) {
+		t.Errorf("ClaimMany sent batches %q and queries %q, want one query calling the claim function", batches, queries)
+	}
+	ids := make([]int64, len(runs))
+	for i, r := range runs {
+		if r.Source != sources[i] {
+			t.Errorf("run %d is of %q, want %q (the order asked)", i, r.Source, sources[i])
+		}
+		ids[i] = r.ID
+	}
+	var xmins int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM `+store.Table()+` WHERE id = ANY($1)`, ids).Scan(&xmins); err != nil {
+		t.Fatal(err)
+	}
+	if xmins != 1 {
+		t.Errorf("the %d runs were written by %d transactions, want 1", len(runs), xmins)
+	}
+
+	type rowState struct {
+		xmin  string
+		lease time.Time
+	}
+	state := func() map[int64]rowState {
+		rows, err := db.Pool.Query(ctx, `SELECT id, xmin::text, lease_until FROM `+store.Table())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[int64]rowState{}
+		for rows.Next() {
+			var id int64
+			var s rowState
+			if err := rows.Scan(&id, &s.xmin, &s.lease); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = s
+		}
+		return out
+	}
+	before := state()
+	other := newClaimer(t, store, runclaim.WithOwner("other"))
+	backward := slices.Clone(sources)
+	slices.Reverse(backward)
+	again, err := other.ClaimMany(ctx, backward)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("ClaimMany of held sources: %d runs, %v; want none, nil", len(again), err)
+	}
+	if after := state(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("a ClaimMany that won nothing changed the table:\nbefore %v\nafter  %v", before, after)
+	}
+	next, err := other.Claim(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := slices.Max(ids) + 1; next.ID != want {
+		t.Errorf("the next run's ID is %d, want %d: the ClaimMany that won nothing used up identity values", next.ID, want)
+	}
+	if n := advisoryLocks(t, db.Pool); n != 0 {
+		t.Errorf("%d advisory locks held after the calls", n)
+	}
+}
+
+// TestClaimManyErrorClaimsNothing: a ClaimMany whose statement fails at
+// its last source (a check constraint refuses that row) rolls back the
+// runs of the sources before it, in each form of the claim; so does one
+// whose table is locked, which fails within the lock bound.
+func TestClaimManyErrorClaimsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, f := range claimForms {
+		t.Run(f.name, func(t *testing.T) {
+			db := pgtest.New(t)
+			plain := migratedStore(t, db.Pool)
+			if _, err := db.Pool.Exec(ctx, `ALTER TABLE `+plain.Table()+` ADD CONSTRAINT poison CHECK (source <> 'poison')`); err != nil {
+				t.Fatal(err)
+			}
+			c := newClaimer(t, formStore(t, db.Pool, f))
+			runs, err := c.ClaimMany(ctx, []string{"a", "b", "poison"})
+			if err == nil || errors.Is(err, runclaim.ErrNotClaimed) || pgCode(err) != "23514" {
+				t.Fatalf("ClaimMany with a source the table refuses: %d runs, %v; want the check violation", len(runs), err)
+			}
+			var n int
+			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+plain.Table()).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("a failed ClaimMany left %d rows", n)
+			}
+			if n := advisoryLocks(t, db.Pool); n != 0 {
+				t.Errorf("%d advisory locks held after a failed ClaimMany", n)
+			}
+			// A table lock: the claim waits at most its bound.
+			tx, err := db.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+plain.Table()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second) // far above the bound; only a hang reaches it
+			defer cancel()
+			if runs, err := c.ClaimMany(cctx, []string{"a", "b"}); pgCode(err) != "55P03" {
+				t.Errorf("ClaimMany on a locked table: %d runs, %v; want lock_timeout's 55P03", len(runs), err)
+			}
+		})
+	}
+}
+
+// TestClaimManyIsolationDefault: under a default isolation level other
+// than READ COMMITTED, ClaimMany's implicit statement writes nothing and
+// the store sends it again in the explicit form, which wins.
+func TestClaimManyIsolationDefault(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	pool := poolWithIsolation(t, db, "serializable", nil)
+	store, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := newClaimer(t, store).ClaimMany(ctx, []string{"a", "b"})
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("ClaimMany under serializable: %d runs, %v; want 2, nil", len(runs), err)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*), max(id) FROM `+store.Table()).Scan(&n, new(int64)); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || runs[1].ID != runs[0].ID+1 {
+		t.Errorf("table has %d rows, runs %d and %d: the refused attempt wrote something", n, runs[0].ID, runs[1].ID)
+	}
+}
