@@ -19,7 +19,8 @@ const FinishTimeout = 10 * time.Second
 type Claimer struct {
 	store Store
 	cfg   config
-	sched schedule // derived from cfg
+	sched schedule   // derived from cfg
+	hb    heartbeats // of DoMany's runs
 }
 
 // New returns a Claimer that claims sources in store. It returns an error,
