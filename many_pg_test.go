@@ -281,3 +281,66 @@ func TestClaimManyIsolationDefault(t *testing.T) {
 		t.Errorf("table has %d rows, runs %d and %d: the refused attempt wrote something", n, runs[0].ID, runs[1].ID)
 	}
 }
+
+// TestDoManyPostgres: DoMany's runs on the Postgres store heartbeat in one
+// statement for all of them (no heartbeat of one run is sent), their
+// leases are extended, and a run released by an operator meanwhile is lost
+// alone: its fn learns it, the others succeed.
+func TestDoManyPostgres(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	pool, rec := recordingPool(t, db)
+	traced, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A 2 s lease, heartbeats every 200 ms: fn waits for outcomes (an
+	// extended lease, a lost run), not for a time; a loaded machine only
+	// makes it wait longer, up to waitUntil's bound.
+	c := newClaimer(t, traced, runclaim.WithLease(2*time.Second), runclaim.WithHeartbeat(200*time.Millisecond))
+	sources := sourcesN(20)
+	released := make(chan struct{})
+	var once sync.Once
+	err = c.DoMany(ctx, sources, func(ctx context.Context, run *runclaim.Run) error {
+		waitUntil(t, time.Minute, 10*time.Millisecond, "an extended lease", func() bool { return run.Deadline().After(run.LeaseUntil) })
+		if run.Source == "city-007" {
+			once.Do(func() {
+				if _, err := store.Release(context.WithoutCancel(ctx), run.ID, run.Source); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+				close(released)
+			})
+			select {
+			case <-run.Lost():
+				return errors.New("released")
+			case <-time.After(time.Minute): // a bound, far above a heartbeat interval
+				return errors.New("never told of the release")
+			}
+		}
+		<-released
+		// Two more heartbeat intervals at least: the batch after the
+		// release extended this run.
+		d := run.Deadline()
+		waitUntil(t, time.Minute, 10*time.Millisecond, "a lease extended after the release", func() bool { return run.Deadline().After(d) })
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, runclaim.ErrLeaseLost) || !strings.Contains(err.Error(), "city-007") || strings.Count(err.Error(), "runclaim: run ") != 1 {
+		t.Errorf("DoMany: %v; want city-007's lost run alone", err)
+	}
+	batches, queries := rec.take()
+	single, many := 0, 0
+	for _, q := range append(queries, slices.Concat(batches...)...) {
+		switch {
+		case strings.Contains(q, "unnest($1::bigint[], $2::text[]) AS h"):
+			many++
+		case strings.Contains(q, "heartbeat_at = c.now"):
+			single++
+		}
+	}
+	if single != 0 || many < 2 {
+		t.Errorf("%d heartbeats of one run and %d of many sent; want none and at least 2", single, many)
+	}
+	t.Logf("%d heartbeat statements for %d runs", many, len(sources))
+}

@@ -109,7 +109,10 @@
 //     runclaim.MaxClaimMany sources is refused and claims none of the
 //     valid ones; eight claimants on four replicas, each asking for two
 //     thirds of 24 sources in its own shuffled order, win each source
-//     exactly once per round, and none of their calls fails.
+//     exactly once per round, and none of their calls fails. A Store that
+//     is a runclaim.ManyHeartbeater extends many leases at once: each live
+//     run's, while a run finished, lapsed or named with another source is
+//     lost alone.
 //
 // The suite's own tests prove its power: each of a set of deliberately
 // wrong Stores, one bug each, fails the subtest meant to catch it.

@@ -296,3 +296,67 @@ func testManyExclusive(t *testing.T, open func() runclaim.Store) {
 		}
 	}
 }
+
+// heartbeatMany asks s to extend reqs' leases together: through its
+// HeartbeatMany if it is a runclaim.ManyHeartbeater, else one at a time.
+func heartbeatMany(ctx context.Context, s runclaim.Store, reqs []runclaim.HeartbeatRequest) ([]runclaim.HeartbeatResult, error) {
+	if mh, ok := s.(runclaim.ManyHeartbeater); ok {
+		return mh.HeartbeatMany(ctx, reqs)
+	}
+	out := make([]runclaim.HeartbeatResult, len(reqs))
+	for i, r := range reqs {
+		out[i].LeaseUntil, out[i].Err = s.Heartbeat(ctx, r)
+		if out[i].Err != nil && !errors.Is(out[i].Err, runclaim.ErrLeaseLost) {
+			return nil, out[i].Err
+		}
+	}
+	return out, nil
+}
+
+// testManyHeartbeats checks heartbeats of many runs at once: each live
+// run's lease is extended, and a run that is finished, lapsed, or named
+// with another source is lost, alone.
+func testManyHeartbeats(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	// A lease under a second for the lapsed run: the case waits for it to
+	// end by the store's clock (waitPast), and asserts only what holds
+	// after that.
+	const short = 150 * time.Millisecond
+	lapsed := mustClaim(t, ctx, s, claimReq(prefix+"/lapsed", "many", short))
+	live := mustClaim(t, ctx, s, claimReq(prefix+"/live", "many", longLease))
+	done := mustClaim(t, ctx, s, claimReq(prefix+"/done", "many", longLease))
+	mustFinish(t, ctx, s, succeeded(done))
+	live2 := mustClaim(t, ctx, s, claimReq(prefix+"/live2", "many", longLease))
+	clock := newStoreClock(t, ctx, s, prefix+"/clock")
+	clock.waitPast(t, ctx, lapsed.LeaseUntil, 20*time.Second)
+
+	hb := func(r runclaim.RunInfo) runclaim.HeartbeatRequest {
+		return runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: longLease}
+	}
+	wrongSource := hb(live2)
+	wrongSource.Source = prefix + "/live"
+	reqs := []runclaim.HeartbeatRequest{hb(lapsed), hb(live), hb(done), wrongSource}
+	before := clock.now(t, ctx)
+	res, err := heartbeatMany(ctx, s, reqs)
+	if err != nil {
+		t.Fatalf("heartbeats of %d runs: %v", len(reqs), err)
+	}
+	if len(res) != len(reqs) {
+		t.Fatalf("heartbeats of %d runs: %d results", len(reqs), len(res))
+	}
+	for _, i := range []int{0, 2, 3} {
+		if !errors.Is(res[i].Err, runclaim.ErrLeaseLost) {
+			t.Errorf("heartbeat of run %d (%s): %v, want ErrLeaseLost", reqs[i].ID, reqs[i].Source, res[i].Err)
+		}
+	}
+	if res[1].Err != nil || !res[1].LeaseUntil.After(before.Add(longLease-time.Second)) {
+		t.Errorf("heartbeat of the live run %d: until %v, %v; want a lease of %v from now", live.ID, res[1].LeaseUntil, res[1].Err, longLease)
+	}
+	// live2, named with another source, was not extended, and still runs.
+	res, err = heartbeatMany(ctx, s, []runclaim.HeartbeatRequest{hb(live2), hb(live)})
+	if err != nil || len(res) != 2 || res[0].Err != nil || res[1].Err != nil {
+		t.Errorf("heartbeats of the two live runs: %v, %v", res, err)
+	}
+	mustFinish(t, ctx, s, succeeded(live))
+	mustFinish(t, ctx, s, succeeded(live2))
+}

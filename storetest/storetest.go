@@ -59,6 +59,7 @@ var cases = []suiteCase{
 	{name: "ManyMinInterval", store: testManyMinInterval},
 	{name: "ManyTickDone", store: testManyTickDone},
 	{name: "ManyExclusive", replicas: testManyExclusive},
+	{name: "ManyHeartbeats", store: testManyHeartbeats},
 }
 
 // RunReplicas runs the whole suite, each check as a subtest of t, the cases

@@ -89,6 +89,8 @@ const (
 	// ClaimMany validates each request only when it comes to it, after
 	// claiming the ones before.
 	bugManyValidateLate
+	// HeartbeatMany reports every run lost when one of them is.
+	bugManyBeatAllLost
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -266,6 +268,25 @@ func (s *copyStore) ClaimMany(ctx context.Context, reqs []runclaim.ClaimRequest)
 	}
 	if s.bug == bugManySorted {
 		slices.SortFunc(out, func(x, y runclaim.ClaimResult) int { return strings.Compare(resultSource(x), resultSource(y)) })
+	}
+	return out, nil
+}
+
+// HeartbeatMany extends each lease as Heartbeat does.
+func (s *copyStore) HeartbeatMany(ctx context.Context, reqs []runclaim.HeartbeatRequest) ([]runclaim.HeartbeatResult, error) {
+	out := make([]runclaim.HeartbeatResult, len(reqs))
+	lost := false
+	for i, r := range reqs {
+		out[i].LeaseUntil, out[i].Err = s.Heartbeat(ctx, r)
+		if out[i].Err != nil && !errors.Is(out[i].Err, runclaim.ErrLeaseLost) {
+			return nil, out[i].Err
+		}
+		lost = lost || out[i].Err != nil
+	}
+	if lost && s.bug == bugManyBeatAllLost {
+		for i := range out {
+			out[i] = runclaim.HeartbeatResult{Err: fmt.Errorf("heartbeat many: %w", runclaim.ErrLeaseLost)}
+		}
 	}
 	return out, nil
 }
@@ -619,6 +640,7 @@ var wrongStores = []wrongStore{
 	{"many-no-takeover", "ClaimMany treats a lapsed run as a live holder", "ManyTakeover", copyBackend(bugManyNoTakeover)},
 	{"many-validate-late", "ClaimMany validates each request when it comes to it, after claiming the ones before",
 		"ManyBadInput", copyBackend(bugManyValidateLate)},
+	{"many-beat-all-lost", "HeartbeatMany reports every run lost when one is", "ManyHeartbeats", copyBackend(bugManyBeatAllLost)},
 	{"case-insensitive", "sources compared without regard to case",
 		"LookalikeSources", func() func() runclaim.Store {
 			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)
