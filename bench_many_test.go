@@ -23,19 +23,23 @@ import (
 // manyCost is what one side of a comparison took: wall time and the
 // database's CPU time, summed over the iterations.
 type manyCost struct {
-	wall  time.Duration
-	cpu   time.Duration
-	cpuOK bool
+	wall     time.Duration
+	cpu      time.Duration
+	cpuOK    bool
+	wal, xid int64 // WAL bytes written and transaction IDs assigned, server-wide
 }
 
 // measure adds f's wall time and the backends' CPU time to c.
 func (c *manyCost) measure(b *testing.B, monitor *pgxpool.Pool, f func()) {
+	lsn0, xid0 := walPosition(b, monitor)
 	cpu0, ok0 := backendCPU(b, monitor)
 	start := time.Now()
 	f()
 	c.wall += time.Since(start)
 	cpu1, ok1 := backendCPU(b, monitor)
+	lsn1, xid1 := walPosition(b, monitor)
 	c.cpu += cpu1 - cpu0
+	c.wal, c.xid = c.wal+lsn1-lsn0, c.xid+xid1-xid0
 	c.cpuOK = c.cpuOK && ok0 && ok1
 }
 
@@ -68,8 +72,12 @@ func finishAll(b *testing.B, pool *pgxpool.Pool, store *runclaim.PostgresStore) 
 // sources (each claim wins), then on the same sources held by those runs
 // (each claim loses, as on every replica but one). Reported per
 // iteration: wall time (win-many-ms, win-single-ms, and the same for
-// lose-), the database backends' CPU (…-db-cpu-ms), and the ratios of one
-// ClaimMany to the singles (target: wall time ≤ 0.2×).
+// lose-), the database backends' CPU (…-db-cpu-ms), the ratios of one
+// ClaimMany to the singles (target: wall time ≤ 0.2×), the transaction IDs
+// assigned (…-xids: each writing transaction flushes WAL at its commit),
+// and the WAL that the losing ClaimMany wrote (lose-many-wal-B). The WAL
+// and transaction figures are the server's, so another database's
+// activity would show in them.
 func BenchmarkClaimMany500(b *testing.B) {
 	const n = 500
 	db := benchDB(b)
@@ -134,6 +142,15 @@ func BenchmarkClaimMany500(b *testing.B) {
 	}
 	reportMany(b, iter, winMany, winSingle, "win-many", "win-single")
 	reportMany(b, iter, loseMany, loseSingle, "lose-many", "lose-single")
+	// Transactions that wrote (each flushes WAL once at commit), and the
+	// WAL bytes of the losing side: none expected.
+	for _, c := range []struct {
+		name string
+		cost manyCost
+	}{{"win-many", winMany}, {"win-single", winSingle}, {"lose-many", loseMany}, {"lose-single", loseSingle}} {
+		b.ReportMetric(float64(c.cost.xid)/float64(iter), c.name+"-xids")
+	}
+	b.ReportMetric(float64(loseMany.wal)/float64(iter), "lose-many-wal-B")
 	b.ReportMetric(0, "ns/op")
 }
 
