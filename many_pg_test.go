@@ -98,7 +98,7 @@ func contendMany(t *testing.T, store runclaim.Store, sources []string, claimers 
 }
 
 // TestClaimManyContention: eight claimers call ClaimMany on overlapping,
-// shuffled sets of twelve sources, in each form of the claim (the batch
+// shuffled sets of five of eight sources, in each form of the claim (the batch
 // one source at a time, the function of version 3 and of version 4 in one
 // statement): no two runs of a source overlap, in Go and in the history
 // (G1), no call fails (none deadlocks: the advisory locks are tried, never
@@ -111,7 +111,7 @@ func TestClaimManyContention(t *testing.T) {
 			pool := contentionPool(t, db, "")
 			migratedStore(t, pool)
 			store := formStore(t, pool, f)
-			sources := make([]string, 12)
+			sources := make([]string, 8)
 			for i := range sources {
 				sources[i] = fmt.Sprintf("city-%02d", i)
 			}
