@@ -19,23 +19,24 @@ no_db=(replicas ticker gocron cron redeploy)
 # The examples that need a database.
 db_only=(quickstart fence)
 
+# Each example is built once, into bin; the runs below run the binaries.
+bin="$(mktemp -d -t runclaim-examples.XXXXXX)"
+trap 'rm -rf "$bin"' EXIT
 log "build ./examples/..."
-go build -o /dev/null ./examples/...
+go build -o "$bin/" ./examples/...
 log "build and test examples/metrics (nested module)"
-(cd examples/metrics && go vet ./... && go build -o /dev/null ./... && go test -race -count=1 ./...)
+(cd examples/metrics && go vet ./... && go build -o "$bin/metrics" . && go test -race -count=1 ./...)
 log "build runclaimotel and its example (nested module)"
-(cd runclaimotel && go build -o /dev/null ./...)
+(cd runclaimotel && go build -o /dev/null ./... && go build -o "$bin/runclaimotel" ./example)
 
-run() { # run DIR [DATABASE_URL]
-	local dir=$1 url=${2:-} envs=(-u DATABASE_URL)
+run() { # run NAME [DATABASE_URL]
+	local name=$1 url=${2:-} envs=(-u DATABASE_URL)
 	[[ -n $url ]] && envs=("DATABASE_URL=$url")
-	log "run $dir${url:+ with a database}"
-	if [[ $dir == metrics ]]; then
-		(cd examples/metrics && env "${envs[@]}" timeout 60 go run .)
-	elif [[ $dir == runclaimotel ]]; then
-		(cd runclaimotel && env "${envs[@]}" timeout 60 go run ./example >/dev/null)
+	log "run $name${url:+ with a database}"
+	if [[ $name == runclaimotel ]]; then
+		env "${envs[@]}" timeout 60 "$bin/$name" >/dev/null
 	else
-		env "${envs[@]}" timeout 60 go run "./examples/$dir"
+		env "${envs[@]}" timeout 60 "$bin/$name"
 	fi
 }
 

@@ -14,21 +14,25 @@ import (
 // with the timeout in its error, and exec exits with --timeout-exit-code.
 // The limits (1 s, 2 s) are far longer than starting a shell takes, so the
 // signal lands once the command runs; what catches a real fault is the
-// exit code, the recorded outcome and the messages, not any duration.
+// exit code, the recorded outcome and the messages, not any duration. The
+// command that stops on SIGTERM gets a kill grace of 5 s (and so a lease
+// of a minute, which bounds it), so that no SIGKILL is needed even when a
+// loaded machine is slow to reap it: with 300 ms it was sent once.
 func TestExecMaxRunTime(t *testing.T) {
 	db, store := setup(t)
 	for _, tc := range []struct {
 		name    string
 		script  string
 		flags   []string
+		grace   string // the --kill-grace given
 		code    int
 		sigkill bool
 		ended   string
 	}{
 		{"stops on SIGTERM", `echo started; exec sleep 60`,
-			[]string{"--max-run-time", "1s"}, exitTimedOut, false, "signal: terminated"},
+			[]string{"--max-run-time", "1s", "--lease", "1m", "--kill-grace", "5s"}, "5s", exitTimedOut, false, "signal: terminated"},
 		{"ignores SIGTERM", `trap '' TERM; echo started; while :; do sleep 0.05; done`,
-			[]string{"--max-run-time", "2s", "--timeout-exit-code", "99"}, 99, true, "signal: killed"},
+			[]string{"--max-run-time", "2s", "--timeout-exit-code", "99"}, "300ms", 99, true, "signal: killed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			source := "timeout-" + strings.Fields(tc.name)[0]
@@ -48,8 +52,8 @@ func TestExecMaxRunTime(t *testing.T) {
 			}
 			msgs := stderr.String()
 			for _, want := range []string{
-				fmt.Sprintf(`runclaim exec: run %d of %q: maximum run time exceeded: run %d of %q ran longer than %s; sending SIGTERM to the command, SIGKILL in 300ms`,
-					runs[0].ID, source, runs[0].ID, source, tc.flags[1]),
+				fmt.Sprintf(`runclaim exec: run %d of %q: maximum run time exceeded: run %d of %q ran longer than %s; sending SIGTERM to the command, SIGKILL in %s`,
+					runs[0].ID, source, runs[0].ID, source, tc.flags[1], tc.grace),
 				"the command ran longer than --max-run-time " + tc.flags[1] + " and was stopped; the command ended with " + tc.ended,
 			} {
 				if !strings.Contains(msgs, want) {
