@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/tcpproxy"
 )
 
 // contendMany is contend for ClaimMany: perClaimer claimers, each a
@@ -343,4 +346,73 @@ func TestDoManyPostgres(t *testing.T) {
 		t.Errorf("%d heartbeats of one run and %d of many sent; want none and at least 2", single, many)
 	}
 	t.Logf("%d heartbeat statements for %d runs", many, len(sources))
+}
+
+// TestClaimManyCancelledInFlight: a ClaimMany whose context ends once its
+// statement has reached the server (a proxy delays every byte 1 s each way,
+// so the answer is still a second away) lets the statement finish, deletes
+// the runs it won, and returns context.Canceled: nothing is left, though
+// the runs were won (their IDs are used up).
+func TestClaimManyCancelledInFlight(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	cfg, err := pgxpool.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := tcpproxy.Start(net2addr(cfg.ConnConfig.Host, cfg.ConnConfig.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	pool := db.NewPool(t, func(c *pgxpool.Config) {
+		c.ConnConfig.Host = "127.0.0.1"
+		c.ConnConfig.Port = uint16(proxy.Addr().Port)
+		c.ConnConfig.Fallbacks = nil
+		c.MaxConns = 1
+		c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	})
+	delayed, err := runclaim.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClaimer(t, delayed)
+	// Warm the connection: the statement is prepared, so the call below
+	// is one write.
+	warm, err := c.ClaimMany(t.Context(), []string{"warm"})
+	if err != nil || len(warm) != 1 {
+		t.Fatalf("ClaimMany: %v, %v", warm, err)
+	}
+	proxy.Delay(time.Second)
+	sent := proxy.Stats().BytesToServer
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		// Once the statement has reached the server, its answer is a
+		// second away: cancel then.
+		if proxy.Wait(ctx, func(s tcpproxy.Stats) bool { return s.BytesToServer > sent }) == nil {
+			cancel()
+		}
+	}()
+	sources := sourcesN(5)
+	runs, err := c.ClaimMany(ctx, sources)
+	if runs != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("ClaimMany cancelled in flight: %v, %v; want nil and context.Canceled", runs, err)
+	}
+	proxy.Pass()
+	var left int
+	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM `+store.Table()+` WHERE source = ANY($1)`, sources).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("a ClaimMany cancelled in flight left %d rows", left)
+	}
+	next, err := c.Claim(t.Context(), "after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if min := warm[0].ID + int64(len(sources)) + 1; next.ID < min {
+		t.Errorf("the next run's ID is %d, want at least %d: the cancelled call won nothing, so its deletion was not tested", next.ID, min)
+	}
 }
