@@ -416,3 +416,38 @@ func TestClaimManyCancelledInFlight(t *testing.T) {
 		t.Errorf("the next run's ID is %d, want at least %d: the cancelled call won nothing, so its deletion was not tested", next.ID, min)
 	}
 }
+
+// TestClaimManySynchronousCommit: with WithSynchronousCommit the store
+// sends ClaimMany and HeartbeatMany in the explicit form, with the SET
+// LOCAL, and both work.
+func TestClaimManySynchronousCommit(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	pool, rec := recordingPool(t, db)
+	store, err := runclaim.NewPostgresStore(pool, runclaim.WithSynchronousCommit("local"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := newClaimer(t, store).ClaimMany(ctx, []string{"a", "b"})
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("ClaimMany: %d runs, %v", len(runs), err)
+	}
+	res, err := store.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{
+		{ID: runs[0].ID, Source: "a", Lease: time.Minute}, {ID: runs[1].ID, Source: "b", Lease: time.Minute},
+	})
+	if err != nil || len(res) != 2 || res[0].Err != nil || res[1].Err != nil || !res[1].LeaseUntil.After(runs[1].LeaseUntil) {
+		t.Fatalf("HeartbeatMany: %v, %v", res, err)
+	}
+	batches, _ := rec.take()
+	explicit := 0
+	for _, b := range batches {
+		if len(b) == 4 && beginReadCommitted.MatchString(b[0]) && strings.Contains(b[1], "synchronous_commit") {
+			explicit++
+		}
+	}
+	if explicit != 2 {
+		t.Errorf("%d of the batches %q are explicit with synchronous_commit, want 2", explicit, batches)
+	}
+}
