@@ -53,6 +53,13 @@ var cases = []suiteCase{
 	{name: "TickPrecision", store: testTickPrecision},
 	{name: "TickPlainShare", store: testTickPlainShare},
 	{name: "TickUnderContention", replicas: testTickUnderContention},
+	{name: "ManyResult", store: testManyResult},
+	{name: "ManyBadInput", store: testManyBadInput},
+	{name: "ManyTakeover", store: testManyTakeover},
+	{name: "ManyMinInterval", store: testManyMinInterval},
+	{name: "ManyTickDone", store: testManyTickDone},
+	{name: "ManyExclusive", replicas: testManyExclusive},
+	{name: "ManyHeartbeats", store: testManyHeartbeats},
 }
 
 // RunReplicas runs the whole suite, each check as a subtest of t, the cases
