@@ -19,7 +19,8 @@ const FinishTimeout = 10 * time.Second
 type Claimer struct {
 	store Store
 	cfg   config
-	sched schedule // derived from cfg
+	sched schedule   // derived from cfg
+	hb    heartbeats // of DoMany's runs
 }
 
 // New returns a Claimer that claims sources in store. It returns an error,
@@ -103,7 +104,14 @@ func (c *Claimer) claim(ctx context.Context, source string, tick time.Time) (*Ru
 		c.notClaimed(ctx, source, err, time.Since(sent))
 		return nil, err
 	}
-	run := &Run{
+	run := c.newRun(info, sent)
+	c.claimed(run, time.Since(sent))
+	return run, nil
+}
+
+// newRun returns the Run of info, won by a claim sent at sent.
+func (c *Claimer) newRun(info RunInfo, sent time.Time) *Run {
+	return &Run{
 		ID:          info.ID,
 		Source:      info.Source,
 		Owner:       info.Owner,
@@ -115,8 +123,6 @@ func (c *Claimer) claim(ctx context.Context, source string, tick time.Time) (*Ru
 		claimedAt:   sent,
 		localExpiry: c.sched.localEnd(sent),
 	}
-	c.claimed(run, time.Since(sent))
-	return run, nil
 }
 
 // A Run is one claimed run of a source. Its exported fields do not change.
@@ -185,7 +191,18 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("runclaim: heartbeat run %d: %w", r.ID, ErrFinished)
 	}
 	sent := time.Now()
-	until, err := r.claimer.store.Heartbeat(ctx, HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: r.claimer.sched.lease})
+	until, err := r.claimer.store.Heartbeat(ctx, r.heartbeatRequest())
+	return r.heartbeatAnswer(ctx, sent, until, err)
+}
+
+// heartbeatRequest is the store request of a heartbeat of r.
+func (r *Run) heartbeatRequest() HeartbeatRequest {
+	return HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: r.claimer.sched.lease}
+}
+
+// heartbeatAnswer takes in the store's answer to a heartbeat sent at sent
+// (until, or err), and returns what Heartbeat returns.
+func (r *Run) heartbeatAnswer(ctx context.Context, sent, until time.Time, err error) error {
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			if ferr := r.finishedMeanwhile(ctx); ferr != nil {

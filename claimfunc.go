@@ -98,6 +98,12 @@ func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explici
 	} else {
 		err = s.explicitQueryRow(ctx, sql, args, dest...)
 	}
+	r.settle()
+	return err
+}
+
+// settle turns the function's row into the claim's decision.
+func (r *funcClaim) settle() {
 	// The function names the level only when it refuses to claim under it,
 	// and returns one run: the one it inserted, or the source's running one.
 	r.isolation = "read committed"
@@ -113,7 +119,6 @@ func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explici
 	default:
 		r.curID, r.curOwner, r.curStarted, r.curLease = r.runID, r.runOwner, r.runStarted, r.runLease
 	}
-	return err
 }
 
 // claimFunc returns the quoted, schema-qualified name of the claim

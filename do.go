@@ -76,7 +76,7 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 	if err != nil {
 		return err
 	}
-	return c.do(ctx, run, fn)
+	return c.do(ctx, run, fn, false)
 }
 
 // DoTick is Do for one scheduled tick: it claims source with ClaimTick, so
@@ -91,12 +91,83 @@ func (c *Claimer) DoTick(ctx context.Context, source string, tick time.Time, fn 
 	if err != nil {
 		return err
 	}
-	return c.do(ctx, run, fn)
+	return c.do(ctx, run, fn, false)
 }
 
-// do runs fn for run, which was just claimed, as Do describes.
-func (c *Claimer) do(ctx context.Context, run *Run, fn func(ctx context.Context, run *Run) error) error {
-	runCtx, cancel, halt := run.startKeepAlive(ctx)
+// DoMany claims sources with ClaimMany and calls fn for each run it won,
+// each on a goroutine of its own, all at once, under Do's rules: fn's
+// context is derived from ctx, the run is kept alive until fn returns,
+// whatever happens to ctx, run.Lost() closes and fn's context is
+// cancelled with a cause matching ErrLeaseLost when the run is lost, the
+// maximum run time applies, and the outcome is recorded when fn returns.
+// It returns once every fn has returned and its outcome is recorded.
+//
+// When the Store is a ManyHeartbeater (PostgresStore and MemoryStore
+// are), the runs of every DoMany call of the Claimer are kept alive
+// together: one call of HeartbeatMany (with PostgresStore, one statement)
+// per heartbeat interval for all of them, whatever their number. Each
+// attempt is bounded and retried as Do's heartbeats are, so one slow or
+// failed call loses no run; a run that the answer reports lost is lost
+// alone. With another Store each run heartbeats on its own, as under Do.
+//
+// The sources that were skipped are not errors: DoMany reports them to
+// Hooks.Skipped and the logger, and calls fn for the runs it won only. It
+// returns the ClaimMany error, if the claim failed (fn is then not
+// called), or else the errors that Do would have returned for each run,
+// joined (errors.Join), nil if every fn succeeded. fn runs for every won
+// source at once: to bound how many do their work at the same time, have
+// fn wait on a semaphore; its run is kept alive while it waits. A panic
+// in fn is recorded as the run's failure and then re-panicked on fn's
+// goroutine, which ends the program, as a panic on any goroutine does.
+func (c *Claimer) DoMany(ctx context.Context, sources []string, fn func(ctx context.Context, run *Run) error) error {
+	if fn == nil {
+		return errors.New("runclaim: DoMany: nil function")
+	}
+	runs, err := c.ClaimMany(ctx, sources)
+	if err != nil {
+		return err
+	}
+	return c.doMany(ctx, runs, fn)
+}
+
+// DoManyTick is DoMany for one scheduled tick: it claims with
+// ClaimManyTick, so that fn runs at most once for tick and each source
+// across every replica. A zero tick is an error, and fn is not called.
+func (c *Claimer) DoManyTick(ctx context.Context, sources []string, tick time.Time, fn func(ctx context.Context, run *Run) error) error {
+	if fn == nil {
+		return errors.New("runclaim: DoManyTick: nil function")
+	}
+	runs, err := c.ClaimManyTick(ctx, sources, tick)
+	if err != nil {
+		return err
+	}
+	return c.doMany(ctx, runs, fn)
+}
+
+// doMany runs fn for each of runs, just claimed, as DoMany describes.
+func (c *Claimer) doMany(ctx context.Context, runs []*Run, fn func(ctx context.Context, run *Run) error) error {
+	_, group := c.store.(ManyHeartbeater)
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, run := range runs {
+		wg.Go(func() {
+			// Overwritten when fn returns; left when it calls runtime.Goexit.
+			errs[i] = fmt.Errorf("runclaim: run %d of %q: fn called runtime.Goexit", run.ID, run.Source)
+			errs[i] = c.do(ctx, run, fn, group)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// do runs fn for run, which was just claimed, as Do describes; with
+// group, its heartbeats are the Claimer's heartbeats of DoMany's runs.
+func (c *Claimer) do(ctx context.Context, run *Run, fn func(ctx context.Context, run *Run) error, group bool) error {
+	start := run.startKeepAlive
+	if group {
+		start = run.startGroupKeepAlive
+	}
+	runCtx, cancel, halt := start(ctx)
 	defer cancel(nil)
 	stopLimit := run.limitRunTime(cancel)
 	defer stopLimit()

@@ -97,6 +97,16 @@
 // Code that needs finer control calls Claim, Run.Heartbeat and Run.Finish
 // itself; Run.Lost works for it too.
 //
+// # Many sources per tick
+//
+// ClaimMany (and ClaimManyTick) claims up to MaxClaimMany sources in one
+// call, with each source's guarantees of a single claim; on Postgres, one
+// statement, one transaction. DoMany (and DoManyTick) runs fn for each won
+// run under Do's rules, and keeps all of a Claimer's DoMany runs alive in
+// one statement per heartbeat interval. A Store offers the bulk forms by
+// implementing ManyClaimer and ManyHeartbeater; another Store is asked one
+// source, and one run, at a time.
+//
 // # Timing
 //
 // A Claimer's timing follows from its lease and heartbeat interval, and its

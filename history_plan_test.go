@@ -92,6 +92,18 @@ func sqlLiteral(v any) (string, error) {
 			return "NULL", nil
 		}
 		return sqlLiteral(*v)
+	case []int64:
+		lits := make([]string, len(v))
+		for i, x := range v {
+			lits[i] = strconv.FormatInt(x, 10)
+		}
+		return "ARRAY[" + strings.Join(lits, ", ") + "]::bigint[]", nil
+	case []string:
+		lits := make([]string, len(v))
+		for i, x := range v {
+			lits[i], _ = sqlLiteral(x)
+		}
+		return "ARRAY[" + strings.Join(lits, ", ") + "]::text[]", nil
 	}
 	return "", fmt.Errorf("no SQL literal for %T", v)
 }
@@ -180,7 +192,7 @@ func (n planNode) walk(f func(planNode)) {
 // TestHistoryPlansUseIndexes checks that claims stay O(1) as history grows:
 // on a table of finished runs (RUNCLAIM_PLAN_ROWS, default 20,000, over
 // 1,000 sources, analyzed), no statement that a claim sent as the batch, a
-// heartbeat or a finish sends scans the runs table sequentially, and each one that reads
+// heartbeat (of one run, or of many) or a finish sends scans the runs table sequentially, and each one that reads
 // it uses one of its indexes, in both the custom and the generic plan
 // (prepared statements switch to the generic plan after five executions).
 // The statements are the ones the store really sends, recorded by a tracer.
@@ -208,6 +220,10 @@ func TestHistoryPlansUseIndexes(t *testing.T) {
 	if err := run.Heartbeat(ctx); err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
+	// The heartbeat of many runs (DoMany's), here of one.
+	if res, err := tstore.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: run.ID, Source: run.Source, Lease: c.Lease()}}); err != nil || res[0].Err != nil {
+		t.Fatalf("HeartbeatMany: %v, %v", res, err)
+	}
 	if err := run.Finish(ctx, nil); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
@@ -221,9 +237,9 @@ func TestHistoryPlansUseIndexes(t *testing.T) {
 			reading++
 		}
 	}
-	// The claim's expire and claim statements, the heartbeat and the finish.
-	if reading < 4 {
-		t.Fatalf("recorded %d statements that read the runs table, want at least 4: %q", reading, stmts)
+	// The claim's expire and claim statements, the heartbeats and the finish.
+	if reading < 5 {
+		t.Fatalf("recorded %d statements that read the runs table, want at least 5: %q", reading, stmts)
 	}
 
 	conn, err := db.Pool.Acquire(ctx)

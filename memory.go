@@ -90,6 +90,11 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.claimLocked(req)
+}
+
+// claimLocked decides a valid claim, with s.mu held.
+func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 	now := s.now()
 	tick := NormalTick(req.Tick)
 	if p, ok := s.pauses[req.Source]; ok && p.holds(now) {
@@ -193,6 +198,11 @@ func (s *MemoryStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (time
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.heartbeatLocked(req)
+}
+
+// heartbeatLocked extends a lease for a valid request, with s.mu held.
+func (s *MemoryStore) heartbeatLocked(req HeartbeatRequest) (time.Time, error) {
 	r := s.runs[req.ID]
 	now := s.now()
 	if r == nil || r.info.Source != req.Source || r.status != StatusRunning || !r.info.LeaseUntil.After(now) {

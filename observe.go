@@ -98,8 +98,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 func (c *Claimer) claimed(run *Run, d time.Duration) {
-	if c.cfg.logger != nil {
-		c.cfg.logger.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: claimed",
+	if l := c.cfg.logger; l != nil && l.Enabled(context.Background(), slog.LevelDebug) {
+		l.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: claimed",
 			slog.String("source", run.Source), slog.Int64("run_id", run.ID), slog.Duration("took", d))
 	}
 	if f := c.cfg.hooks.Claimed; f != nil {
@@ -121,8 +121,10 @@ func (c *Claimer) notClaimed(ctx context.Context, source string, err error, d ti
 		}
 		nc = wrapped
 	}
-	if c.cfg.logger != nil {
-		c.cfg.logger.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: skipped",
+	// The skip's text is formatted only for a logger that keeps Debug: a
+	// lost claim is what every replica but one pays on every tick.
+	if l := c.cfg.logger; l != nil && l.Enabled(context.Background(), slog.LevelDebug) {
+		l.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: skipped",
 			slog.String("source", source), slog.String("reason", nc.Error()))
 	}
 	if f := c.cfg.hooks.Skipped; f != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -175,5 +176,49 @@ func TestClaimFailedHookPostgres(t *testing.T) {
 	}
 	if len(logs) != 1 || logs[0]["level"] != "ERROR" || !strings.Contains(logs[0]["error"].(string), "42P01") {
 		t.Errorf("logged %v; want one ERROR line with the database's error", logs)
+	}
+}
+
+// TestSkipLogCostsNothingWhenDropped: a skip logged at Debug by a logger
+// whose level drops Debug costs no more allocations than a skip with no
+// logger at all: the skip's text is not formatted for a record no one
+// keeps.
+func TestSkipLogCostsNothingWhenDropped(t *testing.T) {
+	store := runclaim.NewMemoryStore()
+	holder, err := runclaim.New(store, runclaim.WithOwner("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Claim(t.Context(), "held"); err != nil {
+		t.Fatal(err)
+	}
+	allocs := func(opts ...runclaim.Option) float64 {
+		c, err := runclaim.New(store, append([]runclaim.Option{runclaim.WithOwner("loser")}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testing.AllocsPerRun(200, func() {
+			if _, err := c.Claim(context.Background(), "held"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+				t.Fatalf("claim of a held source: %v", err)
+			}
+		})
+	}
+	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	none, dropped := allocs(), allocs(runclaim.WithLogger(info))
+	if dropped > none {
+		t.Errorf("a skip costs %v allocations with a logger that drops Debug, %v with none", dropped, none)
+	}
+	// And a logger that keeps Debug does get the skip's text.
+	var buf bytes.Buffer
+	debug := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := runclaim.New(store, runclaim.WithOwner("loser"), runclaim.WithLogger(debug))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(t.Context(), "held"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `msg="runclaim: skipped"`) || !strings.Contains(buf.String(), "already running as run") {
+		t.Errorf("a Debug logger got %q, want the skip and its reason", buf.String())
 	}
 }

@@ -120,6 +120,7 @@ type PostgresStore struct {
 	// sql holds the statements of sql/, filled in for the store's table.
 	sql struct {
 		lock, expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
+		callMany, callManyTick, unclaimMany, heartbeatMany                       string // ClaimMany's and HeartbeatMany's
 		fenceLock, fenceCheck                                                    string
 		clock, running, history, releaseLockTimeout, release, prune              string
 		runningTick, historyTick, releaseTick, pruneTick                         string
@@ -176,6 +177,10 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.prepared.stmts = []string{s.sql.expire, s.sql.claim}
 	s.sql.call = s.statement("call")
 	s.sql.callTick = s.statement("call_tick")
+	s.sql.callMany = s.statement("call_many")
+	s.sql.callManyTick = s.statement("call_many_tick")
+	s.sql.unclaimMany = s.statement("unclaim_many")
+	s.sql.heartbeatMany = s.statement("heartbeat_many")
 	s.sql.heartbeat = s.statement("heartbeat")
 	s.sql.finish = s.statement("finish")
 	s.sql.unclaim = s.statement("unclaim")
@@ -225,14 +230,8 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	// on a context that ctx's end does not cancel until claimGrace later,
 	// and a run won after ctx ended is deleted again: the claim then returns
 	// ctx's error and, as any failed claim, leaves no row (G8).
-	cctx := ctx
-	if ctx.Done() != nil { // a context that can end
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
-		defer cancel()
-		stop := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, cancel) })
-		defer stop()
-	}
+	cctx, release := graceContext(ctx)
+	defer release()
 
 	explicit := s.useExplicit()
 	info, err := s.claim(cctx, req, explicit)
@@ -256,6 +255,20 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 		return info, err
 	default:
 		return RunInfo{}, fmt.Errorf("runclaim: %s: %w (%w)", what, ctxErr, err)
+	}
+}
+
+// graceContext returns the context a claim runs on: ctx, not cancelled
+// by ctx's end until claimGrace later (see Claim). release frees it.
+func graceContext(ctx context.Context) (cctx context.Context, release func()) {
+	if ctx.Done() == nil { // a context that cannot end
+		return ctx, func() {}
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, cancel) })
+	return cctx, func() {
+		stop()
+		cancel()
 	}
 }
 

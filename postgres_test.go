@@ -705,8 +705,16 @@ func blockedClaims(t *testing.T, db *pgtest.DB) (store *runclaim.PostgresStore, 
 	if _, err := newClaimer(t, migratedStore(t, db.Pool)).Claim(ctx, "held"); err != nil {
 		t.Fatal(err)
 	}
-	store, err := runclaim.NewPostgresStore(db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 }))
+	pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	store, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The warm-up claim runs without the database's timeouts, which the
+	// tests set short: on a loaded machine a first claim (its plans, the
+	// function's compilation) can take longer than them. The pool's one
+	// connection gets them back once it is warm.
+	if _, err := pool.Exec(ctx, "SET statement_timeout = 0"); err != nil {
 		t.Fatal(err)
 	}
 	warm, err := newClaimer(t, store).Claim(ctx, "warm")
@@ -714,6 +722,9 @@ func blockedClaims(t *testing.T, db *pgtest.DB) (store *runclaim.PostgresStore, 
 		t.Fatal(err)
 	}
 	if err := warm.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "RESET statement_timeout"); err != nil {
 		t.Fatal(err)
 	}
 	before = readState(t, db.Pool, store.Table())

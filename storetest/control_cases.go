@@ -364,3 +364,35 @@ func testTriggerUnderContention(t *testing.T, open func() runclaim.Store) {
 		known[w[0].info.ID] = true
 	}
 }
+
+// testManyControl: a many-source claim honours pauses and triggers as
+// single claims do, each source on its own: a paused source is skipped
+// with ErrPaused and its note, a triggered one wins despite its interval
+// and uses the trigger up, and the others are claimed.
+func testManyControl(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	c := controllerOf(t, s)
+	req := func(name string) runclaim.ClaimRequest {
+		return runclaim.ClaimRequest{Source: prefix + "/" + name, Owner: "many", Lease: longLease, MinInterval: time.Hour}
+	}
+	for _, name := range []string{"paused", "triggered"} {
+		mustFinish(t, ctx, s, succeeded(mustClaim(t, ctx, s, req(name))))
+	}
+	mustPause(t, ctx, c, prefix+"/paused", time.Time{}, "hold")
+	mustTrigger(t, ctx, c, prefix+"/paused") // waits for the pause
+	mustTrigger(t, ctx, c, prefix+"/triggered")
+	reqs := []runclaim.ClaimRequest{req("paused"), req("triggered"), req("free")}
+	res := mustClaimMany(t, ctx, s, reqs)
+	pausedSkip(t, res[0].Err, prefix+"/paused", time.Time{}, "hold")
+	mustFinish(t, ctx, s, succeeded(wonRun(t, reqs[1], res[1])))
+	mustFinish(t, ctx, s, succeeded(wonRun(t, reqs[2], res[2])))
+
+	// Again: the trigger was used, the pause holds.
+	res = mustClaimMany(t, ctx, s, reqs)
+	pausedSkip(t, res[0].Err, prefix+"/paused", time.Time{}, "hold")
+	skipOf(t, res[1].Err, prefix+"/triggered", runclaim.ErrTooSoon)
+	skipOf(t, res[2].Err, prefix+"/free", runclaim.ErrTooSoon)
+	mustResume(t, ctx, c, prefix+"/paused")
+	res = mustClaimMany(t, ctx, s, reqs[:1])
+	mustFinish(t, ctx, s, succeeded(wonRun(t, reqs[0], res[0]))) // its trigger waited
+}

@@ -100,6 +100,19 @@
 //     complete or return an error matching context.Canceled: a claim that
 //     returned it wrote nothing, a heartbeat left the run held, and a
 //     finish can be sent again.
+//   - Many sources at once: a Store that is a runclaim.ManyClaimer is
+//     asked through its ClaimMany (another one through Claim, a source at a
+//     time, as a Claimer asks it). Results come in the order asked: a run
+//     for each free source, a skip for each held, too-soon or tick-done
+//     one, whose holder is left as it was; a lapsed run is taken over; a
+//     source listed twice, an invalid request or more than
+//     runclaim.MaxClaimMany sources is refused and claims none of the
+//     valid ones; eight claimants on four replicas, each asking for two
+//     thirds of 24 sources in its own shuffled order, win each source
+//     exactly once per round, and none of their calls fails. A Store that
+//     is a runclaim.ManyHeartbeater extends many leases at once: each live
+//     run's, while a run finished, lapsed or named with another source is
+//     lost alone.
 //   - Control, for a Store that is also a runclaim.Controller (the cases
 //     are skipped, and say so, for one that is not): a pause skips every
 //     claim with runclaim.ErrPaused, its end as RetryAfter and its note,

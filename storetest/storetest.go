@@ -53,6 +53,13 @@ var cases = []suiteCase{
 	{name: "TickPrecision", store: testTickPrecision},
 	{name: "TickPlainShare", store: testTickPlainShare},
 	{name: "TickUnderContention", replicas: testTickUnderContention},
+	{name: "ManyResult", store: testManyResult},
+	{name: "ManyBadInput", store: testManyBadInput},
+	{name: "ManyTakeover", store: testManyTakeover},
+	{name: "ManyMinInterval", store: testManyMinInterval},
+	{name: "ManyTickDone", store: testManyTickDone},
+	{name: "ManyExclusive", replicas: testManyExclusive},
+	{name: "ManyHeartbeats", store: testManyHeartbeats},
 	{name: "Pause", store: testPause},
 	{name: "TimedPause", store: testTimedPause},
 	{name: "TriggerOnce", store: testTriggerOnce},
@@ -60,6 +67,7 @@ var cases = []suiteCase{
 	{name: "TriggerNotOverPause", store: testTriggerNotOverPause},
 	{name: "TriggerTickDone", store: testTriggerTickDone},
 	{name: "TriggerUnderContention", replicas: testTriggerUnderContention},
+	{name: "ManyControl", store: testManyControl},
 	{name: "ControlBadInput", store: testControlBadInput},
 }
 

@@ -35,6 +35,19 @@ func TestSharedMemoryStore(t *testing.T) {
 	})
 }
 
+// TestNotManyClaimer runs the suite on a store that is not a
+// runclaim.ManyClaimer, which the many-source cases then ask one source at
+// a time.
+func TestNotManyClaimer(t *testing.T) {
+	storetest.RunReplicas(t, func(t *testing.T) func() runclaim.Store {
+		s := struct{ runclaim.Store }{runclaim.NewMemoryStore()}
+		if _, ok := runclaim.Store(s).(runclaim.ManyClaimer); ok {
+			t.Fatal("the wrapped store is still a ManyClaimer")
+		}
+		return func() runclaim.Store { return s }
+	})
+}
+
 // TestOneEntryPoint: the package exports one function to run the suite,
 // RunReplicas, and no older variant beside it.
 func TestOneEntryPoint(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +74,23 @@ const (
 	// A tick claim sees only running runs of tick claims: a plain run does
 	// not keep it out.
 	bugTickPlainSeparate
+	// ClaimMany checks every source in one critical section and starts
+	// the runs in the next, without checking again.
+	bugManyCheckThenAct
+	// ClaimMany returns its results sorted by source, not in the order
+	// asked.
+	bugManySorted
+	// ClaimMany ignores the minimum interval.
+	bugManyNoInterval
+	// ClaimMany ignores ticks.
+	bugManyTickIgnored
+	// ClaimMany treats a lapsed run as a live holder.
+	bugManyNoTakeover
+	// ClaimMany validates each request only when it comes to it, after
+	// claiming the ones before.
+	bugManyValidateLate
+	// HeartbeatMany reports every run lost when one of them is.
+	bugManyBeatAllLost
 	// Claims ignore pauses.
 	bugPauseIgnored
 	// A pause's end is ignored: every pause lasts until Resume.
@@ -247,6 +265,86 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		}
 		return b.act(req, lapsed, s.bug), nil
 	}
+}
+
+// ClaimMany decides every request in one critical section, in order.
+func (s *copyStore) ClaimMany(ctx context.Context, reqs []runclaim.ClaimRequest) ([]runclaim.ClaimResult, error) {
+	if s.bug != bugManyValidateLate {
+		if err := runclaim.ValidateClaims(reqs); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("claim many: %w", err)
+	}
+	b := s.b
+	out := make([]runclaim.ClaimResult, len(reqs))
+	lapsed := make([]*memRun, len(reqs))
+	b.mu.Lock()
+	for i, req := range reqs {
+		if s.bug == bugManyValidateLate {
+			if err := req.Validate(); err != nil {
+				b.mu.Unlock()
+				return nil, err
+			}
+		}
+		req.Tick = runclaim.NormalTick(req.Tick)
+		if s.bug == bugManyTickIgnored {
+			req.Tick = time.Time{}
+		}
+		reqs[i] = req
+		lapsed[i], out[i].Err = b.check(req, s.bug != bugManyNoInterval, s.bug)
+		if s.bug == bugManyNoTakeover && out[i].Err == nil && lapsed[i] != nil {
+			holder := lapsed[i].info
+			out[i].Err = &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
+		}
+		if s.bug != bugManyCheckThenAct && out[i].Err == nil {
+			out[i].Run = b.act(req, lapsed[i], s.bug)
+		}
+	}
+	b.mu.Unlock()
+	if s.bug == bugManyCheckThenAct {
+		gap()
+		b.mu.Lock()
+		for i, req := range reqs {
+			if out[i].Err == nil {
+				out[i].Run = b.act(req, lapsed[i], s.bug)
+			}
+		}
+		b.mu.Unlock()
+	}
+	if s.bug == bugManySorted {
+		slices.SortFunc(out, func(x, y runclaim.ClaimResult) int { return strings.Compare(resultSource(x), resultSource(y)) })
+	}
+	return out, nil
+}
+
+// HeartbeatMany extends each lease as Heartbeat does.
+func (s *copyStore) HeartbeatMany(ctx context.Context, reqs []runclaim.HeartbeatRequest) ([]runclaim.HeartbeatResult, error) {
+	out := make([]runclaim.HeartbeatResult, len(reqs))
+	lost := false
+	for i, r := range reqs {
+		out[i].LeaseUntil, out[i].Err = s.Heartbeat(ctx, r)
+		if out[i].Err != nil && !errors.Is(out[i].Err, runclaim.ErrLeaseLost) {
+			return nil, out[i].Err
+		}
+		lost = lost || out[i].Err != nil
+	}
+	if lost && s.bug == bugManyBeatAllLost {
+		for i := range out {
+			out[i] = runclaim.HeartbeatResult{Err: fmt.Errorf("heartbeat many: %w", runclaim.ErrLeaseLost)}
+		}
+	}
+	return out, nil
+}
+
+// resultSource is the source a ClaimResult answers.
+func resultSource(r runclaim.ClaimResult) string {
+	var nc *runclaim.NotClaimedError
+	if errors.As(r.Err, &nc) {
+		return nc.Source
+	}
+	return r.Run.Source
 }
 
 // check decides a claim, with b.mu held: a skip, or a claim that takes over
@@ -649,6 +747,15 @@ var wrongStores = []wrongStore{
 	{"tick-nanos", "ticks compared and kept at nanoseconds", "TickPrecision", copyBackend(bugTickNanos)},
 	{"tick-outside", "the tick checked outside the claim's critical section", "TickUnderContention", copyBackend(bugTickOutside)},
 	{"tick-plain-separate", "a tick claim not kept out by a running plain run", "TickPlainShare", copyBackend(bugTickPlainSeparate)},
+	{"many-check-then-act", "ClaimMany checks all sources, then starts the runs in another critical section",
+		"ManyExclusive", copyBackend(bugManyCheckThenAct)},
+	{"many-sorted", "ClaimMany's results sorted by source, not in the order asked", "ManyResult", copyBackend(bugManySorted)},
+	{"many-no-interval", "ClaimMany ignores the minimum interval", "ManyMinInterval", copyBackend(bugManyNoInterval)},
+	{"many-tick-ignored", "ClaimMany ignores ticks", "ManyTickDone", copyBackend(bugManyTickIgnored)},
+	{"many-no-takeover", "ClaimMany treats a lapsed run as a live holder", "ManyTakeover", copyBackend(bugManyNoTakeover)},
+	{"many-validate-late", "ClaimMany validates each request when it comes to it, after claiming the ones before",
+		"ManyBadInput", copyBackend(bugManyValidateLate)},
+	{"many-beat-all-lost", "HeartbeatMany reports every run lost when one is", "ManyHeartbeats", copyBackend(bugManyBeatAllLost)},
 	{"pause-ignored", "claims ignore pauses",
 		"Pause", copyBackend(bugPauseIgnored)},
 	{"pause-until-ignored", "every pause lasts until Resume, whatever its end",

@@ -1,0 +1,289 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxClaimMany is the most sources one ClaimMany call claims. A longer
+// list is refused, before anything is sent to the store, with an error
+// that says so: call ClaimMany once per slice of at most MaxClaimMany
+// sources.
+//
+// The call is not split into several statements behind the caller's
+// back: one call is one transaction, so that an error claims nothing,
+// and a split would lose that. The bound keeps one transaction's cost
+// bounded: the Postgres store's call holds the advisory lock of every
+// source it is deciding until it commits, and advisory locks live in the
+// server's shared lock table, which holds max_locks_per_transaction ×
+// (max_connections + max_prepared_transactions) locks in all, 6,400 with
+// the defaults; and a call takes about 30 µs of server time per source
+// (see BENCHMARKS.md), so a full call stays in tens of milliseconds.
+const MaxClaimMany = 1000
+
+// A ManyClaimer is a Store that decides many claims at once. Claimer's
+// ClaimMany uses it when its Store implements it, and otherwise claims
+// one source at a time with Store.Claim. PostgresStore implements it with
+// one statement per call; MemoryStore under one lock.
+type ManyClaimer interface {
+	// ClaimMany decides every request as Store.Claim would, as one
+	// atomic step: the results are in the order of reqs, each either the
+	// run started or the skip (a *NotClaimedError). An error that is not
+	// a skip claims nothing, and leaves no row: the store either decided
+	// every request or none. It refuses requests that ValidateClaims
+	// refuses before it writes anything, and returns ctx's error, wrapped,
+	// when ctx ends first (as Claim does, a run won after ctx ended is
+	// deleted again).
+	ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
+}
+
+// A ManyHeartbeater is a Store that extends many leases in one step.
+// DoMany keeps its runs alive through it, one call per heartbeat interval
+// for every run of the Claimer, when its Store implements it; otherwise
+// each run heartbeats on its own, as under Do. PostgresStore implements it
+// with one statement per call; MemoryStore under one lock.
+type ManyHeartbeater interface {
+	// HeartbeatMany does what Store.Heartbeat does for each request, in
+	// one step: the results are in the order of reqs, each either the new
+	// end of the lease or an error matching ErrLeaseLost for that run
+	// alone. An error of the whole call extends no lease that the caller
+	// can count on. It refuses an invalid request, and two requests for
+	// one run ID, before it writes anything.
+	HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error)
+}
+
+// ClaimResult is the answer to one request of a ManyClaimer's ClaimMany.
+type ClaimResult struct {
+	Run RunInfo // the run started, when Err is nil
+	Err error   // nil, or why the source was skipped: a *NotClaimedError
+}
+
+// HeartbeatResult is the answer to one request of a ManyHeartbeater's
+// HeartbeatMany.
+type HeartbeatResult struct {
+	LeaseUntil time.Time // the new end of the lease, when Err is nil
+	Err        error     // nil, or an error matching ErrLeaseLost
+}
+
+// ValidateClaims returns an error if reqs cannot be claimed together: more
+// than MaxClaimMany requests, an invalid request (see
+// ClaimRequest.Validate), or two requests for one source. A store checks
+// it before it sends anything.
+func ValidateClaims(reqs []ClaimRequest) error {
+	if len(reqs) > MaxClaimMany {
+		return fmt.Errorf("runclaim: claim many: %d sources, more than MaxClaimMany (%d); claim them in slices of at most %d", len(reqs), MaxClaimMany, MaxClaimMany)
+	}
+	seen := make(map[string]int, len(reqs))
+	for i, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("runclaim: claim many: source %d: %w", i, err)
+		}
+		if j, dup := seen[r.Source]; dup {
+			return fmt.Errorf("runclaim: claim many: source %s is listed twice, at %d and %d", quoteForError(r.Source), j, i)
+		}
+		seen[r.Source] = i
+	}
+	return nil
+}
+
+// validateHeartbeats returns an error for an invalid request or two
+// requests for one run.
+func validateHeartbeats(reqs []HeartbeatRequest) error {
+	seen := make(map[int64]struct{}, len(reqs))
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+		if _, dup := seen[r.ID]; dup {
+			return fmt.Errorf("runclaim: heartbeat many: run %d is listed twice", r.ID)
+		}
+		seen[r.ID] = struct{}{}
+	}
+	return nil
+}
+
+// ClaimMany claims each of sources as Claim does, in one call to the
+// store: with PostgresStore, one statement, one round trip, one
+// transaction and one commit, however many sources (up to MaxClaimMany).
+// It returns the runs it won, in the order of sources; a source that was
+// skipped (ErrNotClaimed, for any of Claim's reasons) is absent, and is
+// reported to Hooks.Skipped and the logger as a skip of Claim is. Each
+// source has the guarantees of a single claim: at most one running run,
+// a lapsed run taken over, the minimum interval respected, and a skip
+// writes nothing. Concurrent calls with overlapping sources, in any
+// order, do not wait for each other: a source that another call is
+// deciding is skipped with ErrAlreadyRunning.
+//
+// An error that is not a skip claims nothing. An empty list returns no
+// runs and sends nothing. A list longer than MaxClaimMany, an invalid
+// source (ErrInvalidSource) or a source listed twice is refused before
+// anything is sent. ctx bounds the call as it bounds Claim.
+//
+// A Store that is not a ManyClaimer is asked one source at a time. If
+// one of those claims fails, the runs already won are finished as failed
+// with that error, since a Store has no way to remove a run: they then
+// count for the minimum interval.
+//
+// Each run must be finished, and kept alive while it lasts longer than
+// the lease: DoMany does both.
+func (c *Claimer) ClaimMany(ctx context.Context, sources []string) ([]*Run, error) {
+	return c.claimMany(ctx, sources, time.Time{})
+}
+
+// ClaimManyTick is ClaimMany for one scheduled tick, which every run it
+// wins serves, as ClaimTick's runs do; a source whose tick is done is
+// skipped with ErrTickDone. A zero tick is an error, and nothing is sent.
+//
+// The tick is one for the whole call, because one scheduler firing names
+// one tick for every source it fires (the top of the minute for all the
+// cities of a scraper). Sources on different schedules fire at different
+// ticks, and then make one call per tick.
+func (c *Claimer) ClaimManyTick(ctx context.Context, sources []string, tick time.Time) ([]*Run, error) {
+	if tick.IsZero() {
+		err := errors.New("runclaim: ClaimManyTick: zero tick")
+		c.manyFailed(ctx, sources, err, 0)
+		return nil, err
+	}
+	return c.claimMany(ctx, sources, NormalTick(tick))
+}
+
+// claimMany is ClaimMany, for tick when it is not zero.
+func (c *Claimer) claimMany(ctx context.Context, sources []string, tick time.Time) ([]*Run, error) {
+	if err := checkContext(ctx); err != nil {
+		c.manyFailed(ctx, sources, err, 0)
+		return nil, err
+	}
+	if len(sources) == 0 {
+		return nil, nil
+	}
+	if len(sources) > MaxClaimMany {
+		err := ValidateClaims(make([]ClaimRequest, len(sources)))
+		c.claimFailed(ctx, "", err, 0)
+		return nil, err
+	}
+	reqs := make([]ClaimRequest, len(sources))
+	for i, s := range sources {
+		reqs[i] = ClaimRequest{Source: s, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: tick}
+	}
+	if err := ValidateClaims(reqs); err != nil {
+		c.manyFailed(ctx, sources, err, 0)
+		return nil, err
+	}
+	sent := time.Now()
+	var (
+		results []ClaimResult
+		err     error
+	)
+	if mc, ok := c.store.(ManyClaimer); ok {
+		results, err = mc.ClaimMany(ctx, reqs)
+		if err == nil && len(results) != len(reqs) {
+			err = fmt.Errorf("runclaim: claim many: the store returned %d results for %d sources", len(results), len(reqs))
+		}
+	} else {
+		results, err = c.claimEach(ctx, reqs)
+	}
+	took := time.Since(sent)
+	if err != nil {
+		c.manyFailed(ctx, sources, err, took)
+		return nil, err
+	}
+	runs := make([]*Run, 0, len(results))
+	for i, res := range results {
+		if res.Err != nil {
+			c.notClaimed(ctx, reqs[i].Source, res.Err, took)
+			continue
+		}
+		run := c.newRun(res.Run, sent)
+		c.claimed(run, took)
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+// claimEach claims reqs one at a time, for a Store that is not a
+// ManyClaimer. When a claim fails, it finishes the runs won before as
+// failed and returns the error.
+func (c *Claimer) claimEach(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+	results := make([]ClaimResult, len(reqs))
+	for i, req := range reqs {
+		info, err := c.store.Claim(ctx, req)
+		if err == nil || errors.Is(err, ErrNotClaimed) {
+			results[i] = ClaimResult{Run: info, Err: err}
+			continue
+		}
+		err = fmt.Errorf("runclaim: claim many: claim %s: %w", quoteForError(req.Source), err)
+		fctx, cancel := finishContext(ctx)
+		defer cancel()
+		var undo []error
+		for _, r := range results[:i] {
+			if r.Err != nil {
+				continue
+			}
+			ferr := c.store.Finish(fctx, FinishRequest{ID: r.Run.ID, Source: r.Run.Source, Status: StatusFailed, Error: errorText(err)})
+			if ferr != nil {
+				undo = append(undo, fmt.Errorf("and run %d of %s, won before, could not be finished: %w", r.Run.ID, quoteForError(r.Run.Source), ferr))
+			}
+		}
+		return nil, errors.Join(append([]error{err}, undo...)...)
+	}
+	return results, nil
+}
+
+// manyFailed reports a ClaimMany that failed as a failed claim of each of
+// its sources.
+func (c *Claimer) manyFailed(ctx context.Context, sources []string, err error, d time.Duration) {
+	for _, s := range sources {
+		c.claimFailed(ctx, s, err, d)
+	}
+}
+
+// ClaimMany implements ManyClaimer: it decides every request under the
+// store's lock, as one step.
+func (s *MemoryStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := ValidateClaims(reqs); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("runclaim: claim many: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ClaimResult, len(reqs))
+	for i, req := range reqs {
+		out[i].Run, out[i].Err = s.claimLocked(req)
+	}
+	return out, nil
+}
+
+// HeartbeatMany implements ManyHeartbeater: it extends every lease under
+// the store's lock, as one step.
+func (s *MemoryStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := validateHeartbeats(reqs); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("runclaim: heartbeat many: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]HeartbeatResult, len(reqs))
+	for i, req := range reqs {
+		out[i].LeaseUntil, out[i].Err = s.heartbeatLocked(req)
+	}
+	return out, nil
+}
+
+var (
+	_ ManyClaimer     = (*MemoryStore)(nil)
+	_ ManyHeartbeater = (*MemoryStore)(nil)
+	_ ManyClaimer     = (*PostgresStore)(nil)
+	_ ManyHeartbeater = (*PostgresStore)(nil)
+)

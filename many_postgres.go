@@ -1,0 +1,315 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// PostgresStore's ClaimMany calls the claim function (claimfunc.go,
+// tickfunc.go) once per source in one statement (sql/claim_many.sql): one
+// round trip, one transaction, one commit, so one WAL flush for all the
+// runs it wins and none when it wins nothing. Each call is the single
+// claim's, with its guarantees: it checks the isolation level (under
+// another level than READ COMMITTED every call refuses, and the store
+// sends the statement again in the explicit form, as it does a claim);
+// the first call bounds the transaction's lock_timeout before anything
+// touches the table, and the others find it bounded; each tries its own
+// source's advisory lock, which never waits, then re-reads the source in
+// statements of its own, each with a snapshot taken after the lock. Two
+// calls whose sources overlap, in any order, cannot deadlock: neither
+// waits for a lock the other holds (a busy advisory lock is a skip, the
+// lapsed run's expiry skips rows locked by others, and the runs they
+// insert are of different sources, or serve different ticks). The locks
+// won are held until the commit, so a claim of one of those sources
+// meanwhile is skipped as "in flight".
+//
+// On a table without the claim function (schema version 2) each source
+// is claimed with the batch, one at a time; a failure then deletes the
+// runs won before it, so that the call still claims nothing when it fails.
+
+// ClaimMany implements ManyClaimer in one statement.
+func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := ValidateClaims(reqs); err != nil {
+		return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	what := fmt.Sprintf("claim %d sources", len(reqs))
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("runclaim: %s: %w", what, err)
+	}
+	// As Claim does: a statement sent commits whether or not its answer is
+	// read, so it runs on past ctx's end for claimGrace, and the runs won
+	// after ctx ended are deleted again.
+	cctx, release := graceContext(ctx)
+	defer release()
+
+	explicit := s.useExplicit()
+	res, err := s.claimMany(cctx, reqs, explicit)
+	if err == errNeedExplicit {
+		s.explicit.Store(true)
+		res, err = s.claimMany(cctx, reqs, true)
+	}
+	ctxErr := ctx.Err()
+	switch {
+	case ctxErr == nil:
+		return res, err
+	case err == nil:
+		if derr := s.unclaimMany(cctx, res); derr != nil {
+			return nil, fmt.Errorf("runclaim: %s: %w; and the runs won meanwhile could not be deleted: %w", what, ctxErr, derr)
+		}
+		return nil, fmt.Errorf("runclaim: %s: %w", what, ctxErr)
+	case errors.Is(err, ctxErr):
+		return nil, err
+	default:
+		return nil, fmt.Errorf("runclaim: %s: %w (%w)", what, ctxErr, err)
+	}
+}
+
+// claimMany decides reqs once, in the implicit form or, with explicit,
+// inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT: in one call of
+// the claim function per request, in one statement, unless the store
+// knows the table to be without it.
+func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, error) {
+	ticks := false
+	for _, r := range reqs {
+		ticks = ticks || !r.Tick.IsZero()
+	}
+	if ticks || s.schemaVer.useTickFunc() {
+		res, err := s.callMany(ctx, reqs, explicit, true)
+		switch {
+		case err == nil || err == errNeedExplicit:
+			if err == nil && s.schemaVer.version.Load() < tickFuncVersion {
+				s.schemaVer.set(tickFuncVersion)
+			}
+			return res, err
+		case !missingFunc(err):
+			return nil, s.claimManyError(ctx, reqs, err, true)
+		case ticks:
+			return nil, fmt.Errorf("runclaim: claim %d sources for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
+				len(reqs), s.Table(), tickFuncVersion, err)
+		}
+		s.schemaVer.noFunc() // as for a single claim: the call wrote nothing
+	}
+	if s.schemaVer.useFunc() {
+		res, err := s.callMany(ctx, reqs, explicit, false)
+		switch {
+		case err == nil || err == errNeedExplicit:
+			return res, err
+		case !missingFunc(err):
+			return nil, s.claimManyError(ctx, reqs, err, true)
+		}
+		s.schemaVer.noFunc()
+	}
+	return s.claimEach(ctx, reqs, explicit)
+}
+
+// manyArgs are the arrays a ClaimMany statement sends.
+type manyArgs struct {
+	keys                    []int64
+	sources, owners         []string
+	leases, intervals       []int64
+	ticks                   []pgtype.Timestamptz
+	results                 []funcClaim
+	ord                     int64
+	lockTimeoutMilliseconds int64
+}
+
+// callMany sends reqs as one call of the claim function per request, in
+// one statement: of version 4 if ticks, else of version 3. It returns the
+// decisions, or errNeedExplicit when the transaction's isolation level
+// made every call refuse.
+func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, explicit, ticks bool) ([]ClaimResult, error) {
+	n := len(reqs)
+	a := manyArgs{
+		keys: make([]int64, n), sources: make([]string, n), owners: make([]string, n),
+		leases: make([]int64, n), intervals: make([]int64, n), results: make([]funcClaim, n),
+		lockTimeoutMilliseconds: claimLockTimeout.Milliseconds(),
+	}
+	if ticks {
+		a.ticks = make([]pgtype.Timestamptz, n)
+	}
+	for i, r := range reqs {
+		a.keys[i], a.sources[i], a.owners[i] = AdvisoryKey(s.namespace, r.Source), r.Source, r.Owner
+		a.leases[i], a.intervals[i] = r.Lease.Microseconds(), r.MinInterval.Microseconds()
+		if ticks {
+			a.ticks[i] = pgtype.Timestamptz{Time: r.Tick, Valid: !r.Tick.IsZero()}
+		}
+	}
+	sql, args := s.sql.callMany, []any{a.keys, a.sources, a.owners, a.leases, a.intervals, a.lockTimeoutMilliseconds}
+	if ticks {
+		sql, args = s.sql.callManyTick, append(args, a.ticks)
+	}
+	rowsRead := 0
+	read := func(rows pgx.Rows) error {
+		for rows.Next() {
+			if rowsRead == n {
+				return fmt.Errorf("runclaim: claim %d sources: more rows than sources", n)
+			}
+			r := &a.results[rowsRead]
+			if err := rows.Scan(&a.ord, &r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick); err != nil {
+				return err
+			}
+			if a.ord != int64(rowsRead+1) {
+				return fmt.Errorf("runclaim: claim %d sources: row %d answers source %d", n, rowsRead+1, a.ord)
+			}
+			r.settle()
+			rowsRead++
+		}
+		return rows.Err()
+	}
+	var err error
+	if !explicit {
+		var rows pgx.Rows
+		rows, err = s.db.Query(ctx, sql, args...)
+		if err == nil {
+			err = read(rows)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+	} else {
+		err = s.sendBatch(ctx, true, func(b *pgx.Batch) { b.Queue(sql, args...).Query(read) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rowsRead != n {
+		return nil, fmt.Errorf("runclaim: claim %d sources: %d rows", n, rowsRead)
+	}
+	out := make([]ClaimResult, n)
+	for i := range a.results {
+		out[i].Run, out[i].Err = a.results[i].outcome(reqs[i], explicit)
+		if out[i].Err != nil && !errors.Is(out[i].Err, ErrNotClaimed) {
+			// The transaction has committed: undo what it won.
+			err := out[i].Err
+			if err != errNeedExplicit {
+				err = fmt.Errorf("runclaim: claim %d sources: %w", n, err)
+			}
+			if derr := s.unclaimMany(ctx, out); derr != nil {
+				return nil, fmt.Errorf("%w; and the runs it won could not be deleted: %w", err, derr)
+			}
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// claimEach claims reqs one at a time, for a table without the claim
+// function. When a claim fails, it deletes the runs won before.
+func (s *PostgresStore) claimEach(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, error) {
+	out := make([]ClaimResult, len(reqs))
+	for i, req := range reqs {
+		out[i].Run, out[i].Err = s.claim(ctx, req, explicit)
+		if out[i].Err == nil || errors.Is(out[i].Err, ErrNotClaimed) {
+			continue
+		}
+		err := out[i].Err
+		out[i] = ClaimResult{}
+		if derr := s.unclaimMany(ctx, out[:i]); derr != nil {
+			return nil, fmt.Errorf("%w; and the runs won before could not be deleted: %w", err, derr)
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// unclaimMany deletes the runs that res won, so that a ClaimMany that
+// fails leaves no row. It runs on ctx without its cancellation, bounded
+// as Finish is.
+func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult) error {
+	var ids []int64
+	for _, r := range res {
+		if r.Err == nil && r.Run.ID > 0 {
+			ids = append(ids, r.Run.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	dctx, cancel := finishContext(ctx)
+	defer cancel()
+	return s.batchReadCommitted(dctx, func(b *pgx.Batch) { b.Queue(s.sql.unclaimMany, ids) })
+}
+
+// claimManyError explains a ClaimMany that failed in the database, as
+// claimError does a claim.
+func (s *PostgresStore) claimManyError(ctx context.Context, reqs []ClaimRequest, err error, function bool) error {
+	what := fmt.Sprintf("claim %d sources", len(reqs))
+	switch pgCode(err) {
+	case "23505": // unique_violation
+		return fmt.Errorf("runclaim: %s: a concurrent claim inserted a running run of one of them, or a run of the same tick, without waiting for this store's advisory lock; "+
+			"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
+			what, s.Table(), s.namespace, err)
+	case "42501": // insufficient_privilege
+		if function {
+			return fmt.Errorf("runclaim: %s: %w (the role needs EXECUTE on function %s as well as SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)",
+				what, err, s.claimFunc(), s.Table())
+		}
+	}
+	return s.wrap(ctx, what, err)
+}
+
+// HeartbeatMany implements ManyHeartbeater in one statement.
+func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := validateHeartbeats(reqs); err != nil {
+		return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	what := fmt.Sprintf("heartbeat %d runs", len(reqs))
+	// One lease for the statement: a Claimer's runs share it. Requests
+	// with other leases go in statements of their own.
+	byLease := map[time.Duration][]int{}
+	for i, r := range reqs {
+		byLease[r.Lease] = append(byLease[r.Lease], i)
+	}
+	out := make([]HeartbeatResult, len(reqs))
+	for lease, idx := range byLease {
+		ids, sources := make([]int64, len(idx)), make([]string, len(idx))
+		for j, i := range idx {
+			ids[j], sources[j] = reqs[i].ID, reqs[i].Source
+		}
+		extended := make(map[int64]time.Time, len(idx))
+		var (
+			id    int64
+			until pgtype.Timestamptz
+		)
+		err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
+			b.Queue(s.sql.heartbeatMany, ids, sources, lease.Microseconds()).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					if err := rows.Scan(&id, &until); err != nil {
+						return err
+					}
+					extended[id] = until.Time
+				}
+				return rows.Err()
+			})
+		})
+		if err != nil {
+			return nil, s.wrap(ctx, what, err)
+		}
+		for _, i := range idx {
+			if t, ok := extended[reqs[i].ID]; ok {
+				out[i].LeaseUntil = t
+			} else {
+				out[i].Err = fmt.Errorf("runclaim: heartbeat run %d: %w", reqs[i].ID, ErrLeaseLost)
+			}
+		}
+	}
+	return out, nil
+}

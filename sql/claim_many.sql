@@ -1,0 +1,51 @@
+-- Many claims in one statement (ClaimMany), and many heartbeats in one
+-- statement (HeartbeatMany). Neither is a schema step: both call what
+-- schema versions 3 and 4 already have.
+
+-- name: call_many_tick
+-- One call of the claim function of schema version 4 per element of the
+-- arrays, in their order, in one statement: one round trip, one
+-- transaction, one commit. $1 the advisory keys, $2 the sources, $3 the
+-- owners, $4 the leases and $5 the minimum intervals in microseconds, $7
+-- the ticks (NULL for a plain claim); $6 the bound on a table lock wait in
+-- milliseconds. Each call tries its own source's advisory lock, which
+-- never waits, so two calls with overlapping sets in any order cannot
+-- deadlock; the first call sets the transaction's lock_timeout before
+-- anything touches the table, and the later ones find it set. The locks
+-- won are held until the statement commits. Each row: the element's
+-- ordinal, then the function's row.
+SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $7::timestamptz[])
+     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, ord)
+-- LATERAL: the function is called once per element, after the previous
+-- call has returned.
+CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick) AS c
+ORDER BY s.ord
+
+-- name: call_many
+-- call_many_tick for a table at schema version 3: the six-argument
+-- function, without ticks. done_tick is NULL.
+SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, NULL::timestamptz
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])
+     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, ord)
+CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint) AS c
+ORDER BY s.ord
+
+-- name: unclaim_many
+-- Deletes the runs $1, won by a ClaimMany whose caller gave up or that
+-- failed after it committed, so that a failed ClaimMany leaves no row.
+DELETE FROM {{table}} WHERE id = ANY($1::bigint[]) AND status = 'running'
+
+-- name: heartbeat_many
+-- Extends the leases of the runs $1 of the sources $2 (pairwise) to $3
+-- microseconds from now, as heartbeat does for one: only a running run
+-- whose lease has not ended. A run it does not return is lost.
+UPDATE {{table}} AS r
+SET lease_until = c.now + $3::bigint * interval '1 microsecond', heartbeat_at = c.now
+FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c,
+     unnest($1::bigint[], $2::text[]) AS h(id, source)
+-- id = ANY lets the primary key find the rows whatever the statistics
+-- say of the unnest; the join then checks each one's source.
+WHERE r.id = ANY($1::bigint[]) AND r.id = h.id AND r.source = h.source
+  AND r.status = 'running' AND r.lease_until > c.now
+RETURNING r.id, r.lease_until
