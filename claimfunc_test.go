@@ -415,7 +415,9 @@ func callsOf(queries []string, store *runclaim.PostgresStore) int {
 
 // TestClaimFunctionDefinition: the function is SECURITY INVOKER (it runs
 // with the caller's privileges and grants none of its own), VOLATILE (a
-// fresh snapshot per statement), PL/pgSQL, with a pinned search_path, in
+// fresh snapshot per statement), PL/pgSQL, with no settings of its own
+// (from schema version 6 every name in its body is schema-qualified
+// instead of a SET search_path; TestClaimFunctionHostileSearchPath), in
 // the table's schema under the table's name with "_claim".
 func TestClaimFunctionDefinition(t *testing.T) {
 	t.Parallel()
@@ -438,7 +440,7 @@ WHERE n.nspname = $1 AND p.proname = $2`, "Sch ema", `runs "x"_claim`, runclaim.
 	if err != nil {
 		t.Fatalf("find the claim function of %s: %v", store.Table(), err)
 	}
-	want := []any{false, "v", "plpgsql", []string{"search_path=pg_catalog, pg_temp"}, true}
+	want := []any{false, "v", "plpgsql", []string{}, true}
 	if diff := cmp.Diff(want, []any{secdef, volatile, lang, config, named}); diff != "" {
 		t.Errorf("claim function (security definer, volatility, language, settings, named by its signature) (-want +got):\n%s", diff)
 	}

@@ -25,3 +25,7 @@ func ClaimFuncName(s *PostgresStore) string { return s.claimFunc() }
 
 // ClaimFuncArgs are the claim function's argument types.
 const ClaimFuncArgs = claimFuncArgs
+
+// TickFuncArgs are the argument types of the claim function's overload
+// with a tick.
+const TickFuncArgs = tickFuncArgs

@@ -34,7 +34,11 @@ import (
 //     the runs table are granted what claims need on the new table. On an
 //     older table claims go on as before and Pause, Resume and Trigger
 //     fail with an error that says to run Migrate.
-const LatestSchemaVersion = 5
+//   - Version 6: new bodies for both claim functions, under their names,
+//     signatures and results: a claim that meets a pause or a live holder
+//     answers before it takes the advisory lock, and every name in the
+//     bodies is schema-qualified, so that they need no SET search_path.
+const LatestSchemaVersion = 6
 
 // A Migration is one step of the runs table's schema, for users of goose,
 // atlas or golang-migrate who apply schema changes with their own tool
@@ -97,6 +101,9 @@ var migrations = []struct {
 	// the claim functions, under their names, signatures and results;
 	// no lock on the runs table but the comment's.
 	{5, "005_pauses", "add pauses and triggers"},
+	// New bodies for the claim functions, under their names, signatures
+	// and results; no lock on the runs table but the comment's.
+	{6, "006_lost_path", "answer a lost claim before the advisory lock"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -180,14 +187,14 @@ var schemaStateSQL = statements["schema_state"]
 
 // schemaState is schemaStateSQL's row.
 type schemaState struct {
-	schemaExists, tableExists                 bool
-	comment                                   string
-	indexes, column, function, ticks, control bool
+	schemaExists, tableExists                           bool
+	comment                                             string
+	indexes, column, function, ticks, control, lostPath bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -204,7 +211,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -297,7 +304,8 @@ const skipStepCode = "RCSKP"
 //
 //   - It goes by the objects each version needs (the indexes, the
 //     min_interval column, the claim function, the tick column and index,
-//     the control table and the claim functions' bodies that read it), read from the catalogs,
+//     the control table and the claim functions' bodies that read it, the
+//     bodies without a SET clause), read from the catalogs,
 //     not by the table's comment alone: a step whose object is missing
 //     (a function dropped by hand, a table restored with pg_dump -t or
 //     moved with ALTER TABLE SET SCHEMA) is applied again, leaving the
@@ -408,6 +416,11 @@ func (s *PostgresStore) stepGuard(v int) string {
 			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[2]s) AND pg_catalog.strpos(p.prosrc, %[1]s) > 0)"+
 			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[3]s) AND pg_catalog.strpos(p.prosrc, %[4]s) > 0)",
 			dollarQuote(s.controlTable()), dollarQuote(s.claimFunc()+tickFuncArgs), dollarQuote(s.claimFunc()+claimFuncArgs), dollarQuote(s.claimFunc()))
+	case 6:
+		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[1]s) AND p.proconfig IS NULL"+
+			" AND pg_catalog.strpos(p.prosrc, 'OPERATOR(pg_catalog.=)') > 0)"+
+			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[2]s) AND p.proconfig IS NULL)",
+			dollarQuote(s.claimFunc()+tickFuncArgs), dollarQuote(s.claimFunc()+claimFuncArgs))
 	default:
 		objects = "true"
 	}
