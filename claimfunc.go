@@ -26,7 +26,12 @@ import (
 //   - It bounds the transaction's lock_timeout as the batch's lock
 //     statement does, then tries the advisory lock.
 //   - One query reads the source's running run: a busy lock or a live
-//     holder returns here. Only then does a second one read the next start
+//     holder returns here. (From schema version 6, sql/006_lost_path.up.sql,
+//     that query runs first, after lock_timeout is set and before the
+//     advisory lock: a pause or a live holder returns at once, without
+//     the lock, an answer true as of the query's snapshot; otherwise the
+//     function takes the lock and reads again, so that a claim wins only
+//     on what it read under the lock.) Only then does a second one read the next start
 //     the minimum interval allows: a claim too soon returns there. Neither
 //     has written anything.
 //   - A lapsed run is marked expired (FOR UPDATE SKIP LOCKED, as the batch
@@ -38,8 +43,10 @@ import (
 // takes a fresh snapshot, after the lock: the read sees every run committed
 // before the lock was taken, as the batch's later statements do. It is
 // SECURITY INVOKER, so it runs with the caller's privileges on the table
-// and grants nothing of its own, and its search_path is pinned, with every
-// object it names schema-qualified. PL/pgSQL keeps the plans of its
+// and grants nothing of its own, and every object it names is
+// schema-qualified (from schema version 6 every function, operator and
+// type too, so that it needs no SET search_path, whose save and restore
+// cost each call; before, its search_path was pinned). PL/pgSQL keeps the plans of its
 // statements for the session, as pgx keeps the batch's prepared
 // statements. Each step is as cheap as it can be for the claims that stop
 // there, since a lost claim is what every replica but one pays on every
