@@ -40,14 +40,27 @@ run() { # run NAME [DATABASE_URL]
 	fi
 }
 
-for ex in "${no_db[@]}" metrics runclaimotel; do
-	run "$ex"
-done
+# Two lanes: the runs without a database (in memory) in the background,
+# their output kept and shown once they end, and the runs against the
+# database meanwhile. The examples mostly wait on their own periods.
+(
+	for ex in "${no_db[@]}" metrics runclaimotel; do
+		run "$ex"
+	done
+) >"$bin/memory.log" 2>&1 &
+memory=$!
+rc=0
 if [[ -n ${EXAMPLES_DATABASE_URL:-} ]]; then
 	for ex in "${no_db[@]}" metrics runclaimotel "${db_only[@]}"; do
-		run "$ex" "$EXAMPLES_DATABASE_URL"
+		run "$ex" "$EXAMPLES_DATABASE_URL" || { rc=$?; break; }
 	done
 else
 	log "not run, for want of EXAMPLES_DATABASE_URL: ${db_only[*]}"
+fi
+wait "$memory" || rc=$?
+cat "$bin/memory.log"
+if ((rc != 0)); then
+	log "FAILED (exit $rc)"
+	exit "$rc"
 fi
 log "all examples built and ran"

@@ -156,7 +156,10 @@ export out test2json
 # starts its heavier half i places later, so that the runs going at once are
 # mostly of different packages (several runs of one contention test at once
 # would slow each other down the most).
-# The smoke runs go after the whole ones, which are longer.
+# The longest runs go first, so that the short ones fill the gaps at the
+# end: the whole runs of the two heaviest packages, then the smoke runs of
+# the heaviest smoke package (the root package's, about as long as a whole
+# run of the second), then the other whole runs, then the other smoke runs.
 t=$SECONDS
 full=() smokes=()
 for v in "${versions[@]}"; do
@@ -165,8 +168,9 @@ for v in "${versions[@]}"; do
 done
 n=${#pkgs[@]}
 half=$(((n + 1) / 2))
-{
-	for ((r = 0; r < n; r++)); do
+full_rounds() { # full_rounds FROM TO: the whole runs of rounds FROM..TO-1
+	local r i k p
+	for ((r = $1; r < $2 && r < n; r++)); do
 		for i in "${!full[@]}"; do
 			k=$r
 			((r < half)) && k=$(((r + i) % half))
@@ -174,12 +178,21 @@ half=$(((n + 1) / 2))
 			printf '%s\0%s\0%s\0\0' "${full[$i]}" "${p%% *}" "${p#* }"
 		done
 	done
-	for i in "${!smoke_pkgs[@]}"; do
+}
+smoke_runs_of() { # smoke_runs_of FROM TO: the smoke runs of smoke packages FROM..TO-1
+	local i v p
+	for ((i = $1; i < $2 && i < ${#smoke_pkgs[@]}; i++)); do
 		p=${smoke_pkgs[$i]}
 		for v in "${smokes[@]}"; do
 			printf '%s\0%s\0%s\0%s\0' "$v" "${p%% *}" "${p#* }" "${smoke_runs[$i]}"
 		done
 	done
+}
+{
+	full_rounds 0 2
+	smoke_runs_of 0 1
+	full_rounds 2 "$n"
+	smoke_runs_of 1 "${#smoke_pkgs[@]}"
 } | xargs -0 -n 4 -P "$jobs" bash -c 'run_one "$@"' run_one
 log "ran ${#pkgs[@]} packages on ${#full[@]} versions and ${#smoke_pkgs[@]} packages' smoke selection on ${#smokes[@]}, $jobs at a time, in $((SECONDS - t)) s"
 
