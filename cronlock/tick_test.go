@@ -2,8 +2,8 @@ package cronlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -137,23 +137,31 @@ func testEachTickOnce(t *testing.T, store runclaim.Store, variant string) {
 	for a := range attempts {
 		attempt(a)
 	}
-	// Each tick won once, and no tick between the first and the last
-	// skipped by every replica: the replicas fire each tick a few
-	// milliseconds apart, and a tick is named by rounding the moment the
-	// job fired, so a tick is lost only if all three fire half a second
-	// late.
+	// Each tick won once; and a tick that a claim named but no claim won
+	// must be explained by what its claims were told: a later tick, won,
+	// served first (a replica whose firing rounded to the next second
+	// claimed it before the others claimed this one), or another tick's
+	// run holding the source. A tick that no claim named is not a fault:
+	// a tick is named by rounding the moment the job fired, and the three
+	// replicas share this process, so a loaded machine can make all three
+	// fire over half a second late at once.
 	byTick := won.ticks()
-	var order []time.Time
 	for tick, owners := range byTick {
-		order = append(order, tick)
 		if len(owners) != 1 {
 			t.Errorf("tick %s: won by %v, want exactly one replica", tick.Format(time.TimeOnly), owners)
 		}
 	}
-	sort.Slice(order, func(i, j int) bool { return order[i].Before(order[j]) })
-	for i := 1; i < len(order); i++ {
-		if order[i].Sub(order[i-1]) != time.Second {
-			t.Errorf("ticks %v and %v won: want consecutive seconds", order[i-1].Format(time.TimeOnly), order[i].Format(time.TimeOnly))
+	for tick, skips := range won.skipped() {
+		if _, ok := byTick[tick]; ok {
+			continue
+		}
+		for _, nc := range skips {
+			switch {
+			case errors.Is(nc, runclaim.ErrTickDone) && nc.DoneTick.After(tick) && len(byTick[nc.DoneTick.UTC()]) == 1:
+			case errors.Is(nc, runclaim.ErrAlreadyRunning):
+			default:
+				t.Errorf("tick %s was won by no replica, yet a claim of it was told: %v", tick.Format(time.TimeOnly), nc)
+			}
 		}
 	}
 	if n := won.count(); ran != n {
@@ -161,26 +169,47 @@ func testEachTickOnce(t *testing.T, store runclaim.Store, variant string) {
 	}
 }
 
-// winsStore is a Store that keeps the owner of every claim won, by tick.
+// winsStore is a Store that keeps the owner of every claim won, and the
+// skip of every claim not won, by tick (in UTC, so that the ticks named
+// and the ticks the store gives back compare equal).
 type winsStore struct {
 	runclaim.Store
-	mu  sync.Mutex
-	won map[time.Time][]string
-	n   int
+	mu   sync.Mutex
+	won  map[time.Time][]string
+	skip map[time.Time][]*runclaim.NotClaimedError
+	n    int
 }
 
 func (s *winsStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
 	info, err := s.Store.Claim(ctx, req)
-	if err == nil {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var nc *runclaim.NotClaimedError
+	switch {
+	case err == nil:
 		if s.won == nil {
 			s.won = map[time.Time][]string{}
 		}
-		s.won[info.Tick] = append(s.won[info.Tick], info.Owner)
+		s.won[info.Tick.UTC()] = append(s.won[info.Tick.UTC()], info.Owner)
 		s.n++
+	case errors.As(err, &nc):
+		if s.skip == nil {
+			s.skip = map[time.Time][]*runclaim.NotClaimedError{}
+		}
+		s.skip[req.Tick.UTC()] = append(s.skip[req.Tick.UTC()], nc)
 	}
 	return info, err
+}
+
+// skipped returns a copy of the skips, by the tick claimed.
+func (s *winsStore) skipped() map[time.Time][]*runclaim.NotClaimedError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[time.Time][]*runclaim.NotClaimedError, len(s.skip))
+	for tick, skips := range s.skip {
+		out[tick] = append([]*runclaim.NotClaimedError(nil), skips...)
+	}
+	return out
 }
 
 // ticks returns a copy of the owners of the claims won, by tick.
