@@ -38,10 +38,23 @@ type env struct {
 	table string
 }
 
+// setupSlots bounds how many tests hold a PgBouncer at once, whatever
+// -parallel says: each drives a PgBouncer and a workload through it, and
+// more than two at once on a two-core machine starve the lifecycle tests'
+// heartbeats (a 2 s lease lost through PgBouncer with -parallel=4).
+var setupSlots = make(chan struct{}, 2)
+
 // setup creates a database, starts PgBouncer in front of its server and
-// migrates the runs table through PgBouncer.
+// migrates the runs table through PgBouncer. It waits for one of
+// setupSlots, held until the test ends; a test calls it once.
 func setup(t *testing.T) *env {
 	t.Helper()
+	select {
+	case setupSlots <- struct{}{}:
+	case <-t.Context().Done():
+		t.Fatal("no PgBouncer slot before the test ended")
+	}
+	t.Cleanup(func() { <-setupSlots })
 	db := pgtest.New(t)
 	b := bouncer.Start(t, pgtest.SharedServer(t).AdminDSN)
 	e := &env{db: db, b: b}
