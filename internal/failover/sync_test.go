@@ -179,7 +179,7 @@ WHERE status = 'running' AND owner LIKE 'replica-%' AND heartbeat_at > $1`, prom
 
 	rs.stop()
 	spans := rs.rec.snapshot()
-	checkSteady(t, spans)
+	checkSteady(t, spans, rs.quitAt)
 	if ov := overlaps(spans); len(ov) != 0 {
 		t.Errorf("double runs: %v", ov)
 	}
