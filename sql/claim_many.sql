@@ -41,7 +41,8 @@ DELETE FROM {{table}} WHERE id = ANY($1::bigint[]) AND status = 'running'
 -- microseconds from now, as heartbeat does for one: only a running run
 -- whose lease has not ended. A run it does not return is lost.
 UPDATE {{table}} AS r
-SET lease_until = c.now + $3::bigint * interval '1 microsecond', heartbeat_at = c.now
+SET lease_until = GREATEST(r.lease_until, c.now + $3::bigint * interval '1 microsecond'),
+    heartbeat_at = GREATEST(r.heartbeat_at, c.now) -- never back: see heartbeat
 FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c,
      unnest($1::bigint[], $2::text[]) AS h(id, source)
 -- id = ANY lets the primary key find the rows whatever the statistics

@@ -6,7 +6,11 @@
 -- reads the clock once, so that lease_until - heartbeat_at is exactly the
 -- lease.
 UPDATE {{table}}
-SET lease_until = c.now + $3::bigint * interval '1 microsecond', heartbeat_at = c.now
+-- GREATEST: a heartbeat that read the clock before a later one but
+-- waited for its row lock (say one whose caller gave up on it) must not
+-- move the lease back.
+SET lease_until = GREATEST(lease_until, c.now + $3::bigint * interval '1 microsecond'),
+	heartbeat_at = GREATEST(heartbeat_at, c.now)
 FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
 -- By ID and source, which the partial index on running runs answers in one
 -- probe whatever the statistics say; and only a lease that has not ended:
