@@ -533,3 +533,98 @@ func TestPostgresLostAfterShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Rule: a heartbeat never moves a lease's end back. Heartbeats of one run
+// can cross in flight (one whose caller gave up on it, and the next): the
+// first reads the database clock, then waits for the row lock, while a
+// later one writes a later end. This test makes that happen in order: a
+// transaction holds the run's row, a heartbeat reads the clock and waits
+// for it, and the transaction then writes what a later heartbeat of the
+// same lease writes. The waiting heartbeat must leave the later end in
+// place, and report it. Without GREATEST in the heartbeat statements it
+// wrote its own, earlier end. Both Heartbeat and HeartbeatMany.
+func TestPostgresHeartbeatsCrossInFlight(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	table := store.Table()
+	ctx := t.Context()
+	const lease = time.Minute
+	beats := []struct {
+		name string
+		beat func(runclaim.RunInfo) (time.Time, error)
+	}{
+		{"Heartbeat", func(r runclaim.RunInfo) (time.Time, error) {
+			return store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: lease})
+		}},
+		{"HeartbeatMany", func(r runclaim.RunInfo) (time.Time, error) {
+			res, err := store.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: r.ID, Source: r.Source, Lease: lease}})
+			if err != nil {
+				return time.Time{}, err
+			}
+			return res[0].LeaseUntil, res[0].Err
+		}},
+	}
+	for _, b := range beats {
+		run, err := store.Claim(ctx, runclaim.ClaimRequest{Source: "crossing-" + b.name, Owner: "a", Lease: lease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+table+" WHERE id = $1 FOR UPDATE", run.ID); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			until time.Time
+			err   error
+		}
+		first := make(chan result, 1)
+		go func() {
+			until, err := b.beat(run)
+			first <- result{until, err}
+		}()
+		// The heartbeat has read the clock once it waits for the row lock.
+		waitUntil(t, 30*time.Second, 5*time.Millisecond, b.name+" waiting for the run's row lock", func() bool {
+			var n int
+			err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock' AND query LIKE '%lease_until%'`).Scan(&n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n == 1
+		})
+		// What the later heartbeat writes: the same lease from its own,
+		// later, clock reading.
+		var later, laterBeat time.Time
+		if err := tx.QueryRow(ctx, `UPDATE `+table+` SET lease_until = c.now + $2::bigint * interval '1 microsecond', heartbeat_at = c.now
+FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c WHERE id = $1 RETURNING lease_until, heartbeat_at`,
+			run.ID, lease.Microseconds()).Scan(&later, &laterBeat); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-first
+		if r.err != nil {
+			t.Fatalf("%s: the heartbeat that waited: %v", b.name, r.err)
+		}
+		var stored, storedBeat time.Time
+		if err := db.Pool.QueryRow(ctx, "SELECT lease_until, heartbeat_at FROM "+table+" WHERE id = $1", run.ID).Scan(&stored, &storedBeat); err != nil {
+			t.Fatal(err)
+		}
+		if !stored.Equal(later) || !r.until.Equal(later) {
+			t.Errorf("%s: the heartbeat that waited returned lease end %v and left %v; want the later heartbeat's %v kept (moved back by %v)",
+				b.name, r.until, stored, later, later.Sub(stored))
+		}
+		if !storedBeat.Equal(laterBeat) {
+			t.Errorf("%s: heartbeat_at is %v after the heartbeat that waited, want the later heartbeat's %v", b.name, storedBeat, laterBeat)
+		}
+		if err := store.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: run.Source, Status: runclaim.StatusSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

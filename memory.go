@@ -208,7 +208,11 @@ func (s *MemoryStore) heartbeatLocked(req HeartbeatRequest) (time.Time, error) {
 	if r == nil || r.info.Source != req.Source || r.status != StatusRunning || !r.info.LeaseUntil.After(now) {
 		return time.Time{}, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, ErrLeaseLost)
 	}
-	r.info.LeaseUntil = now.Add(req.Lease)
+	// Never back: a heartbeat with a shorter lease than the one left
+	// leaves the end in place, as in PostgresStore.
+	if until := now.Add(req.Lease); until.After(r.info.LeaseUntil) {
+		r.info.LeaseUntil = until
+	}
 	return r.info.LeaseUntil, nil
 }
 

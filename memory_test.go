@@ -98,13 +98,16 @@ func TestMemoryStoreHeartbeatExtendsFromNow(t *testing.T) {
 		t.Fatalf("skip names holder %+v, want lease until %v", nc.Holder, until)
 	}
 
-	// A shorter lease shortens it: the lease is counted from the heartbeat.
-	now = clk.Now()
-	until, err = s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: time.Second})
-	if err != nil || !until.Equal(now.Add(time.Second)) {
-		t.Fatalf("Heartbeat with a 1s lease = %v, %v; want %v", until, err, now.Add(time.Second))
+	// A shorter lease does not shorten it: a heartbeat never moves the end
+	// back, and the run is held until the end the last one set.
+	short, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: time.Second})
+	if err != nil || !short.Equal(until) {
+		t.Fatalf("Heartbeat with a 1s lease = %v, %v; want the end kept, %v", short, err, until)
 	}
-	clk.Advance(time.Second)
+	clk.Advance(until.Sub(clk.Now()) - time.Millisecond)
+	_, err = memClaim(t, s, "src", "b", lease, 0)
+	memWantSkip(t, err, runclaim.ErrAlreadyRunning)
+	clk.Advance(time.Millisecond)
 	b := memMustClaim(t, s, "src", "b", lease, 0)
 	if b.ID <= a.ID {
 		t.Fatalf("run %d took over run %d", b.ID, a.ID)

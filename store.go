@@ -34,9 +34,12 @@ type Store interface {
 	Claim(ctx context.Context, req ClaimRequest) (RunInfo, error)
 
 	// Heartbeat extends the lease of a running run to req.Lease from now and
-	// returns the new end of the lease. It returns ErrLeaseLost if the run is
-	// not running any more, or if its lease has ended by the store's clock,
-	// whether or not a claim has expired it yet: a lapsed lease is lost.
+	// returns the new end of the lease. It never moves the end back: if the
+	// lease already ends later, the end stays, and Heartbeat returns it (two
+	// heartbeats of one run that cross in flight leave the later end). It
+	// returns ErrLeaseLost if the run is not running any more, or if its
+	// lease has ended by the store's clock, whether or not a claim has
+	// expired it yet: a lapsed lease is lost.
 	Heartbeat(ctx context.Context, req HeartbeatRequest) (time.Time, error)
 
 	// Finish records the outcome of a running run. Repeating a Finish that

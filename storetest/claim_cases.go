@@ -148,6 +148,18 @@ func testHeartbeat(t *testing.T, s runclaim.Store) {
 	if long.Sub(prev) < longLease-lease {
 		t.Errorf("heartbeat with lease %v returned %v, want at least %v after the previous end %v", longLease, long, longLease-lease, prev)
 	}
+	// A heartbeat never moves the lease's end back: one with a shorter
+	// lease leaves the longer one in place. (In Postgres, a heartbeat that
+	// read the clock and then waited for the row lock behind a later one
+	// would otherwise write an earlier end than the one it found.)
+	short := mustHeartbeat(t, ctx, s, a, lease)
+	if short.Before(long) {
+		t.Errorf("heartbeat with lease %v after one with lease %v moved the lease's end back, from %v to %v", lease, longLease, long, short)
+	}
+	_, err = s.Claim(ctx, claimReq(src, "owner-b", lease))
+	held := a
+	held.LeaseUntil = short
+	wantHolder(t, skipOf(t, err, src, runclaim.ErrAlreadyRunning), held)
 	mustFinish(t, ctx, s, succeeded(a))
 }
 

@@ -355,7 +355,18 @@ func testManyHeartbeats(t *testing.T, s runclaim.Store) {
 	// live2, named with another source, was not extended, and still runs.
 	res, err = heartbeatMany(ctx, s, []runclaim.HeartbeatRequest{hb(live2), hb(live)})
 	if err != nil || len(res) != 2 || res[0].Err != nil || res[1].Err != nil {
-		t.Errorf("heartbeats of the two live runs: %v, %v", res, err)
+		t.Fatalf("heartbeats of the two live runs: %v, %v", res, err)
+	}
+	// A heartbeat never moves a lease's end back, as with Heartbeat.
+	long := res[1].LeaseUntil
+	shorter := hb(live)
+	shorter.Lease = short
+	res, err = heartbeatMany(ctx, s, []runclaim.HeartbeatRequest{shorter})
+	if err != nil || len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("heartbeat of the live run with a lease of %v: %v, %v", short, res, err)
+	}
+	if res[0].LeaseUntil.Before(long) {
+		t.Errorf("heartbeat with lease %v after one with lease %v moved the lease's end back, from %v to %v", short, longLease, long, res[0].LeaseUntil)
 	}
 	mustFinish(t, ctx, s, succeeded(live))
 	mustFinish(t, ctx, s, succeeded(live2))

@@ -91,6 +91,9 @@ const (
 	bugManyValidateLate
 	// HeartbeatMany reports every run lost when one of them is.
 	bugManyBeatAllLost
+	// A heartbeat sets the lease's end to its lease from now, even when
+	// that is earlier than the end already stored.
+	bugLeaseMovedBack
 	// Claims ignore pauses.
 	bugPauseIgnored
 	// A pause's end is ignored: every pause lasts until Resume.
@@ -460,7 +463,9 @@ func (s *copyStore) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest
 	if r == nil || r.info.Source != req.Source || r.status != runclaim.StatusRunning || !r.info.LeaseUntil.After(now) && s.bug != bugLapsedRevived {
 		return time.Time{}, fmt.Errorf("heartbeat run %d: %w", req.ID, runclaim.ErrLeaseLost)
 	}
-	r.info.LeaseUntil = now.Add(req.Lease)
+	if until := now.Add(req.Lease); until.After(r.info.LeaseUntil) || s.bug == bugLeaseMovedBack {
+		r.info.LeaseUntil = until
+	}
 	return r.info.LeaseUntil, nil
 }
 
@@ -756,6 +761,7 @@ var wrongStores = []wrongStore{
 	{"many-validate-late", "ClaimMany validates each request when it comes to it, after claiming the ones before",
 		"ManyBadInput", copyBackend(bugManyValidateLate)},
 	{"many-beat-all-lost", "HeartbeatMany reports every run lost when one is", "ManyHeartbeats", copyBackend(bugManyBeatAllLost)},
+	{"lease-moved-back", "a heartbeat with a shorter lease moves the lease's end back", "HeartbeatExtendsLease", copyBackend(bugLeaseMovedBack)},
 	{"pause-ignored", "claims ignore pauses",
 		"Pause", copyBackend(bugPauseIgnored)},
 	{"pause-until-ignored", "every pause lasts until Resume, whatever its end",
