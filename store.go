@@ -124,7 +124,7 @@ func (r ClaimRequest) Validate() error {
 type HeartbeatRequest struct {
 	ID     int64         // the run
 	Source string        // the run's source; a run of another source is not found
-	Lease  time.Duration // the new lease, counted from now
+	Lease  time.Duration // the new lease, counted from now; a later end already stored is kept
 }
 
 // Validate returns an error if the request is malformed.
