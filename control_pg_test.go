@@ -164,23 +164,7 @@ func TestMigrateRepairsControl(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
-			store := migratedStore(t, db.Pool)
-			if _, err := db.Pool.Exec(ctx, tc.damage(store)); err != nil {
-				t.Fatal(err)
-			}
-			fresh, err := runclaim.NewPostgresStore(db.Pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != 4 {
-				t.Errorf("SchemaVersion with %s = %d, %v; want 4", tc.name, have, err)
-			}
-			if err := fresh.Migrate(ctx); err != nil {
-				t.Fatalf("Migrate: %v", err)
-			}
-			if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != runclaim.LatestSchemaVersion {
-				t.Errorf("SchemaVersion after the repair = %d, %v; want %d", have, err, runclaim.LatestSchemaVersion)
-			}
+			fresh := repairDamaged(t, db, tc.name, tc.damage, 4)
 			var comment string
 			if err := db.Pool.QueryRow(ctx, `SELECT obj_description($1::regclass, 'pg_class')`, fresh.Table()).Scan(&comment); err != nil || comment != fmt.Sprintf("runclaim schema version %d", runclaim.LatestSchemaVersion) {
 				t.Errorf("comment after the repair: %q, %v", comment, err)

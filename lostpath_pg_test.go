@@ -202,26 +202,10 @@ func TestMigrateRepairsLostPath(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
-			store := migratedStore(t, db.Pool)
-			if _, err := db.Pool.Exec(ctx, tc.damage(store)); err != nil {
-				t.Fatal(err)
-			}
-			fresh, err := runclaim.NewPostgresStore(db.Pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != 5 {
-				t.Errorf("SchemaVersion with %s = %d, %v; want 5", tc.name, have, err)
-			}
-			if err := fresh.Migrate(ctx); err != nil {
-				t.Fatalf("Migrate: %v", err)
-			}
-			if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != runclaim.LatestSchemaVersion {
-				t.Errorf("SchemaVersion after the repair = %d, %v; want %d", have, err, runclaim.LatestSchemaVersion)
-			}
+			fresh := repairDamaged(t, db, tc.name, tc.damage, 5)
 			var comment string
 			var settings int
-			err = db.Pool.QueryRow(ctx, `SELECT obj_description($1::regclass, 'pg_class'),
+			err := db.Pool.QueryRow(ctx, `SELECT obj_description($1::regclass, 'pg_class'),
 	(SELECT count(*) FROM pg_catalog.pg_proc AS p WHERE p.oid IN ($2::regprocedure, $3::regprocedure) AND p.proconfig IS NOT NULL)`,
 				fresh.Table(), runclaim.ClaimFuncName(fresh)+runclaim.ClaimFuncArgs, runclaim.ClaimFuncName(fresh)+runclaim.TickFuncArgs).Scan(&comment, &settings)
 			if err != nil || comment != fmt.Sprintf("runclaim schema version %d", runclaim.LatestSchemaVersion) || settings != 0 {

@@ -127,25 +127,11 @@ func TestMigrateRepairsMissingFunction(t *testing.T) {
 	t.Run("dropped_by_hand", func(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
-		store := migratedStore(t, db.Pool)
-		if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimFuncName(store)+runclaim.ClaimFuncArgs); err != nil {
-			t.Fatal(err)
-		}
-		fresh, err := runclaim.NewPostgresStore(db.Pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != 2 {
-			t.Errorf("SchemaVersion with the function missing = %d, %v; want 2", have, err)
-		}
-		if err := fresh.Migrate(ctx); err != nil {
-			t.Fatalf("Migrate: %v", err)
-		}
+		fresh := repairDamaged(t, db, "the function missing", func(s *runclaim.PostgresStore) string {
+			return "DROP FUNCTION " + runclaim.ClaimFuncName(s) + runclaim.ClaimFuncArgs
+		}, 2)
 		if !claimFuncExists(t, db.Pool, fresh) {
 			t.Fatalf("Migrate left the claim function missing")
-		}
-		if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != runclaim.LatestSchemaVersion {
-			t.Errorf("SchemaVersion after the repair = %d, %v; want %d", have, err, runclaim.LatestSchemaVersion)
 		}
 		checkMigrateTakesNoLock(t, db.Pool, fresh)
 	})
@@ -176,6 +162,33 @@ func TestMigrateRepairsMissingFunction(t *testing.T) {
 			t.Errorf("%d claims recorded, want 3 calls of the function", n)
 		}
 	})
+}
+
+// repairDamaged migrates a table on db, damages it with the statement
+// damage returns, and checks that a new store reads it as schema version
+// want and that Migrate brings it back to the latest version. It returns
+// that store.
+func repairDamaged(t *testing.T, db *pgtest.DB, what string, damage func(*runclaim.PostgresStore) string, want int) *runclaim.PostgresStore {
+	t.Helper()
+	ctx := t.Context()
+	store := migratedStore(t, db.Pool)
+	if _, err := db.Pool.Exec(ctx, damage(store)); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := runclaim.NewPostgresStore(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != want {
+		t.Errorf("SchemaVersion with %s = %d, %v; want %d", what, have, err, want)
+	}
+	if err := fresh.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if have, _, err := fresh.SchemaVersion(ctx); err != nil || have != runclaim.LatestSchemaVersion {
+		t.Errorf("SchemaVersion after the repair = %d, %v; want %d", have, err, runclaim.LatestSchemaVersion)
+	}
+	return fresh
 }
 
 // checkMigrateTakesNoLock: with the table held ACCESS EXCLUSIVE by
