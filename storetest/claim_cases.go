@@ -103,10 +103,16 @@ func testExpiry(t *testing.T, s runclaim.Store) {
 // testHeartbeat checks that heartbeats extend the lease and keep the run's
 // source held past the end of its first lease, by the store's own clock: a
 // heartbeat's result minus the lease is the store's time of the heartbeat.
+//
+// The lease is 5 s: each claim below is sent right after a heartbeat
+// returned and must find the run held, which fails only if the machine
+// stalls the case for most of a lease between the two calls. With a lease
+// of a second, a loaded CI machine did (PostgreSQL 13). The case runs
+// about one lease.
 func testHeartbeat(t *testing.T, s runclaim.Store) {
 	ctx, prefix := setup(t)
 	src := prefix + "/a"
-	const lease = time.Second
+	const lease = 5 * time.Second
 	const every = lease / 10
 	a := mustClaim(t, ctx, s, claimReq(src, "owner-a", lease))
 
