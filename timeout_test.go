@@ -449,7 +449,10 @@ func TestDBAIdleInTransactionTimeout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := newClaimer(t, store, runclaim.WithOwner("a"), runclaim.WithLease(time.Second))
+			// A lease of a minute: b's claim must find a's run held, which
+			// a busy machine broke with a lease of a second (CI,
+			// PostgreSQL 14); nothing here waits for a lease to end.
+			a := newClaimer(t, store, runclaim.WithOwner("a"), runclaim.WithLease(time.Minute))
 			b := newClaimer(t, store, runclaim.WithOwner("b"))
 			for i := range 20 {
 				src := fmt.Sprintf("s%d", i%3)
