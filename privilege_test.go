@@ -182,7 +182,12 @@ func TestLeastPrivilege(t *testing.T) {
 	// them, and the batch.
 	for _, f := range claimForms {
 		fstore := formStore(t, pool, f, runclaim.WithTable(e.schema, runclaim.DefaultTable))
-		a := newClaimer(t, fstore, runclaim.WithOwner("a"), runclaim.WithLease(time.Second))
+		// a's runs must be found held by b's claims, however slow the
+		// machine: a lease of a minute. The run that is taken over has
+		// a lease of its own, 1 s, which the test waits out (by the
+		// database's clock).
+		a := newClaimer(t, fstore, runclaim.WithOwner("a"), runclaim.WithLease(time.Minute))
+		aDying := newClaimer(t, fstore, runclaim.WithOwner("a"), runclaim.WithLease(time.Second))
 		b := newClaimer(t, fstore, runclaim.WithOwner("b"))
 		src, deadSrc := "src-"+f.name, "dead-"+f.name
 		run, err := a.Claim(ctx, src)
@@ -202,7 +207,7 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Errorf("%s: Do as the application: %v", f.name, err)
 		}
 		// A takeover: the claim marks the dead holder's run expired.
-		dead, err := a.Claim(ctx, deadSrc)
+		dead, err := aDying.Claim(ctx, deadSrc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +222,7 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Errorf("History as the application: %d runs, %v; want 2", len(h), err)
 		}
 	}
-	a := newClaimer(t, store, runclaim.WithOwner("a"), runclaim.WithLease(time.Second))
+	a := newClaimer(t, store, runclaim.WithOwner("a"), runclaim.WithLease(time.Minute))
 	if _, _, err := store.Running(ctx, ""); err != nil {
 		t.Errorf("Running as the application: %v", err)
 	}
