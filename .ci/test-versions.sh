@@ -157,9 +157,11 @@ export out test2json
 # mostly of different packages (several runs of one contention test at once
 # would slow each other down the most).
 # The longest runs go first, so that the short ones fill the gaps at the
-# end: the whole runs of the two heaviest packages, then the smoke runs of
-# the heaviest smoke package (the root package's, about as long as a whole
-# run of the second), then the other whole runs, then the other smoke runs.
+# end: the whole runs of the three heaviest packages (the root package,
+# the CLI, and internal/chaos, whose lease-timed scenarios take the longest
+# of all and mostly wait), then the smoke runs of the heaviest smoke
+# package (the root package's), then the other whole runs, then the other
+# smoke runs.
 t=$SECONDS
 full=() smokes=()
 for v in "${versions[@]}"; do
@@ -189,9 +191,9 @@ smoke_runs_of() { # smoke_runs_of FROM TO: the smoke runs of smoke packages FROM
 	done
 }
 {
-	full_rounds 0 2
+	full_rounds 0 3
 	smoke_runs_of 0 1
-	full_rounds 2 "$n"
+	full_rounds 3 "$n"
 	smoke_runs_of 1 "${#smoke_pkgs[@]}"
 } | xargs -0 -n 4 -P "$jobs" bash -c 'run_one "$@"' run_one
 log "ran ${#pkgs[@]} packages on ${#full[@]} versions and ${#smoke_pkgs[@]} packages' smoke selection on ${#smokes[@]}, $jobs at a time, in $((SECONDS - t)) s"

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -189,6 +190,41 @@ func TestContainerRestart(t *testing.T) {
 	var v int
 	if err := db.Pool.QueryRow(ctx, "SELECT v FROM kept").Scan(&v); err != nil || v != 7 {
 		t.Fatalf("after restart: v=%d err=%v", v, err)
+	}
+}
+
+// TestDataDirectory: under PGTEST_TMPFS=1 the server's data directory is
+// the host directory in memory, bind-mounted; otherwise the image's own.
+// (TestContainerRestart shows that the data survives a restart either way.)
+func TestDataDirectory(t *testing.T) {
+	srv := SharedServer(t)
+	if srv.Container == nil {
+		t.Skip("server from PGTEST_DSN: its data directory is not ours")
+	}
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, srv.AdminDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var dir string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv(envTmpfs) != "1" {
+		if dir == containerDataDir || srv.dataDir != "" {
+			t.Errorf("without %s=1: data directory %s, host directory %q; want the image's own and none", envTmpfs, dir, srv.dataDir)
+		}
+		return
+	}
+	if dir != containerDataDir {
+		t.Errorf("data directory %s, want %s", dir, containerDataDir)
+	}
+	if !strings.HasPrefix(srv.dataDir, "/dev/shm/pgtest-data-") {
+		t.Fatalf("host directory %q, want one under /dev/shm", srv.dataDir)
+	}
+	if _, err := os.Stat(filepath.Join(srv.dataDir, "PG_VERSION")); err != nil {
+		t.Errorf("the server's files are not in the host directory: %v", err)
 	}
 }
 
