@@ -86,15 +86,38 @@ func TestLeaseExpiry(t *testing.T) {
 
 // TestHeartbeatKeepsLease: heartbeats extend lease_until (by the database
 // clock) and keep other claimers out well past the first lease's end.
+//
+// The lease is 1 s, so that the test waits two of them. A loaded machine
+// can stall the test for longer than a lease between a heartbeat and the
+// next (or the rival's claim): the lease then lapses, which is no fault.
+// That is told apart by the database's clock (the rival's claim started,
+// or the failed heartbeat came, after the lease end), and the test runs
+// again with a lease twice as long, up to 8 s. A rival that wins within
+// the lease fails the test at once.
 func TestHeartbeatKeepsLease(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
-	const lease = time.Second
+	for lease := time.Second; ; lease *= 2 {
+		if heartbeatsKeepLease(t, db, store, lease) {
+			return
+		}
+		if lease >= 8*time.Second {
+			t.Fatalf("the lease lapsed at every length up to %v: the machine stalled the test for longer than a lease each time", lease)
+		}
+		t.Logf("a lease of %v lapsed between a heartbeat and the next claim (a loaded machine): again with %v", lease, 2*lease)
+	}
+}
+
+// heartbeatsKeepLease is one run of TestHeartbeatKeepsLease with the given
+// lease, on a source of its own. It returns false if the lease lapsed by
+// the database's clock before the test's next step.
+func heartbeatsKeepLease(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStore, lease time.Duration) bool {
+	ctx := t.Context()
+	src := "src-" + lease.String()
 	a := newClaimer(t, store, runclaim.WithOwner("a"), runclaim.WithLease(lease))
 	b := newClaimer(t, store, runclaim.WithOwner("b"))
-	run, err := a.Claim(ctx, "src")
+	run, err := a.Claim(ctx, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +126,16 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 	}
 	prev := run.LeaseUntil
 	beats := 0
+	lapsed := false
 	// Heartbeat every lease/5 until the database clock is a lease past the
 	// first lease's end; every other claim meanwhile is skipped.
 	waitUntil(t, 20*lease, lease/5, "a lease past the first lease", func() bool {
 		if err := run.Heartbeat(ctx); err != nil {
-			t.Fatalf("Heartbeat: %v", err)
+			if now := dbNow(t, db.Pool); errors.Is(err, runclaim.ErrLeaseLost) && !now.Before(prev) {
+				lapsed = true
+				return true
+			}
+			t.Fatalf("Heartbeat: %v (lease until %v)", err, prev)
 		}
 		beats++
 		row := loadRun(t, db.Pool, store.Table(), run.ID)
@@ -115,18 +143,31 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 			t.Fatalf("after heartbeat %d: lease_until %v (previous %v), heartbeat_at %v, Deadline %v", beats, row.LeaseUntil, prev, row.HeartbeatAt, run.Deadline())
 		}
 		prev = row.LeaseUntil
-		if _, err := b.Claim(ctx, "src"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		rival, err := b.Claim(ctx, src)
+		switch {
+		case err == nil:
+			if started := loadRun(t, db.Pool, store.Table(), rival.ID).StartedAt; started.Before(prev) {
+				t.Fatalf("G1 broken: a rival's claim started at %v, while the holder's lease ran until %v", started, prev)
+			}
+			_ = rival.Finish(ctx, nil)
+			lapsed = true
+			return true
+		case !errors.Is(err, runclaim.ErrAlreadyRunning):
 			t.Fatalf("Claim while the holder heartbeats: %v, want ErrAlreadyRunning", err)
 		}
 		return dbNow(t, db.Pool).After(run.LeaseUntil.Add(lease))
 	})
+	if lapsed {
+		return false
+	}
 	if !run.LeaseUntil.Equal(loadRun(t, db.Pool, store.Table(), run.ID).StartedAt.Add(lease)) {
 		t.Errorf("Run.LeaseUntil changed: it must stay the lease granted by the claim")
 	}
-	t.Logf("%d heartbeats", beats)
+	t.Logf("%d heartbeats with a lease of %v", beats, lease)
 	if err := run.Finish(ctx, nil); err != nil {
 		t.Errorf("Finish after heartbeats: %v", err)
 	}
+	return true
 }
 
 // aboutLease reports whether a heartbeat's lease_until - heartbeat_at is

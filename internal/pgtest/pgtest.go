@@ -43,6 +43,9 @@
 //   - The container runs postgres with "-c max_connections=300"; fsync and
 //     the other durability settings keep their defaults, so that benchmarks
 //     see realistic WAL flushes.
+//   - Under go test -fuzz, the fuzzing workers use the coordinating
+//     process's container (through PGTEST_DSN, set for them) rather than
+//     each starting one.
 //   - With PGTEST_TMPFS=1 the data directory is kept in memory: a directory
 //     under /dev/shm named pgtest-data-$PGTEST_RUN-*, bind-mounted into the
 //     container (so that it survives a restart of the container) and
@@ -73,6 +76,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/netip"
@@ -297,6 +301,13 @@ func SharedServer(t testing.TB) *Server {
 	if !sharedDone {
 		shared, sharedErr = startServer()
 		sharedDone = true
+		if sharedErr == nil && shared.Container != nil && fuzzCoordinator() {
+			// The fuzzing workers, which this process starts later, inherit
+			// its environment: they use this server instead of each starting
+			// a container, which a worker killed at the end of fuzzing would
+			// leave behind.
+			sharedErr = os.Setenv(envDSN, shared.AdminDSN)
+		}
 	}
 	srv, err := shared, sharedErr
 	sharedMu.Unlock()
@@ -313,6 +324,13 @@ func SharedServer(t testing.TB) *Server {
 		t.Skipf("pgtest: no PostgreSQL server: %v; %s", err, howToRun)
 	}
 	return srv
+}
+
+// fuzzCoordinator tells whether this test binary coordinates fuzzing
+// (go test -fuzz): it then starts worker processes of its own binary.
+func fuzzCoordinator() bool {
+	fuzz, worker := flag.Lookup("test.fuzz"), flag.Lookup("test.fuzzworker")
+	return fuzz != nil && fuzz.Value.String() != "" && (worker == nil || worker.Value.String() != "true")
 }
 
 // startServer finds or starts the shared server and checks its version.
