@@ -49,11 +49,10 @@
 //   - With PGTEST_TMPFS=1 the data directory is kept in memory: a directory
 //     under /dev/shm named pgtest-data-$PGTEST_RUN-*, bind-mounted into the
 //     container (so that it survives a restart of the container) and
-//     removed with it. It needs a local
-//     Docker daemon, and root to remove the server's files. Tests that create
-//     many databases then run several times faster on a machine whose disk
-//     writes are costly; benchmark figures should come from a run without it.
-//     CI sets it.
+//     removed with it. It needs a local Docker daemon, and root to remove
+//     the server's files. Tests that create many databases then run up to
+//     about twice as fast on a machine whose disk writes are costly;
+//     benchmark figures should come from a run without it. CI sets it.
 //   - With a local Docker daemon (DOCKER_HOST unset or unix://) the
 //     container's port 5432 is published on 127.0.0.1 at a host port chosen
 //     up front, so the address stays the same when a test stops and starts
