@@ -125,25 +125,6 @@ func TestEachTickOnceByDefault(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
 			byTick, ticks := runThreeReplicas(t, sc.Open(t), 5)
-			for tick, as := range byTick {
-				if !tick.Equal(tick.Round(time.Second)) {
-					t.Errorf("tick %s: not a whole second", tick.Format(time.RFC3339Nano))
-				}
-				var ran []string
-				for _, a := range as {
-					if a.err == nil {
-						ran = append(ran, a.replica)
-					}
-				}
-				if len(ran) > 1 {
-					t.Errorf("tick %s: the job ran on %v, want one replica at most", tick.Format(time.TimeOnly), ran)
-				}
-			}
-			// A tick every replica attempted ran once, or its skips are
-			// explained by what they were told: another tick's run holding
-			// the source (on a loaded machine a run can outlast its second),
-			// or a later tick, run, served first (a replica whose Lock came
-			// over half a second late named the next tick).
 			ranOn := func(tick time.Time) (ran []string) {
 				for _, a := range byTick[tick] {
 					if a.err == nil {
@@ -152,6 +133,19 @@ func TestEachTickOnceByDefault(t *testing.T) {
 				}
 				return ran
 			}
+			for tick := range byTick {
+				if !tick.Equal(tick.Round(time.Second)) {
+					t.Errorf("tick %s: not a whole second", tick.Format(time.RFC3339Nano))
+				}
+				if ran := ranOn(tick); len(ran) > 1 {
+					t.Errorf("tick %s: the job ran on %v, want one replica at most", tick.Format(time.TimeOnly), ran)
+				}
+			}
+			// A tick every replica attempted ran once, or its skips are
+			// explained by what they were told: another tick's run holding
+			// the source (on a loaded machine a run can outlast its second),
+			// or a later tick, run, served first (a replica whose Lock came
+			// over half a second late named the next tick).
 			for _, tick := range ticks {
 				for _, a := range byTick[tick] {
 					if a.err != nil && !errors.Is(a.err, runclaim.ErrNotClaimed) {

@@ -116,17 +116,26 @@ func TestParallel(t *testing.T) {
 	}
 }
 
-func TestServerSettings(t *testing.T) {
+// containerAdmin returns the shared server and a superuser connection to
+// it, closed when the test ends; it skips the test, saying why, when the
+// server comes from PGTEST_DSN rather than a container of pgtest's.
+func containerAdmin(t *testing.T, why string) (*Server, *pgx.Conn) {
+	t.Helper()
 	srv := SharedServer(t)
 	if srv.Container == nil {
-		t.Skip("server from PGTEST_DSN: its settings are not ours to check")
+		t.Skip("server from PGTEST_DSN: " + why)
 	}
-	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, srv.AdminDSN)
+	conn, err := pgx.Connect(t.Context(), srv.AdminDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return srv, conn
+}
+
+func TestServerSettings(t *testing.T) {
+	_, conn := containerAdmin(t, "its settings are not ours to check")
+	ctx := t.Context()
 	for name, want := range map[string]string{"max_connections": "300", "fsync": "on"} {
 		var got string
 		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&got); err != nil {
@@ -197,18 +206,9 @@ func TestContainerRestart(t *testing.T) {
 // the host directory in memory, bind-mounted; otherwise the image's own.
 // (TestContainerRestart shows that the data survives a restart either way.)
 func TestDataDirectory(t *testing.T) {
-	srv := SharedServer(t)
-	if srv.Container == nil {
-		t.Skip("server from PGTEST_DSN: its data directory is not ours")
-	}
-	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, srv.AdminDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	srv, conn := containerAdmin(t, "its data directory is not ours")
 	var dir string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
+	if err := conn.QueryRow(t.Context(), "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
 		t.Fatal(err)
 	}
 	if os.Getenv(envTmpfs) != "1" {
