@@ -174,7 +174,7 @@ func BenchmarkHeartbeatMany1000(b *testing.B) {
 	}
 	reqs := make([]runclaim.HeartbeatRequest, n)
 	for i, r := range runs {
-		reqs[i] = runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: time.Hour}
+		reqs[i] = runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: time.Hour}
 	}
 	many, single := manyCost{cpuOK: true}, manyCost{cpuOK: true}
 	iter := 0

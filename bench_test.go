@@ -211,8 +211,8 @@ VALUES ($1, 'running', $2, pg_catalog.clock_timestamp(), pg_catalog.clock_timest
 RETURNING id, started_at, lease_until`}
 }
 
-// insertRow inserts a running row for source and returns its ID.
-func (f *insertFloor) insertRow(b testing.TB, source string) int64 {
+// insertRow inserts a running row for source and returns its ID and start.
+func (f *insertFloor) insertRow(b testing.TB, source string) (int64, time.Time) {
 	var (
 		id             int64
 		started, until time.Time
@@ -220,13 +220,13 @@ func (f *insertFloor) insertRow(b testing.TB, source string) int64 {
 	if err := f.pool.QueryRow(context.Background(), f.insert, source, "floor", f.lease).Scan(&id, &started, &until); err != nil {
 		b.Fatalf("floor INSERT: %v", err)
 	}
-	return id
+	return id, started
 }
 
 // finishRow ends the floor's row the way Finish ends a run, so that both
 // leave the same row versions behind.
-func (f *insertFloor) finishRow(b testing.TB, id int64, source string) {
-	if err := f.store.Finish(context.Background(), runclaim.FinishRequest{ID: id, Source: source, Status: runclaim.StatusSucceeded}); err != nil {
+func (f *insertFloor) finishRow(b testing.TB, id int64, started time.Time, source string) {
+	if err := f.store.Finish(context.Background(), runclaim.FinishRequest{ID: id, Source: source, StartedAt: started, Status: runclaim.StatusSucceeded}); err != nil {
 		b.Fatalf("finish floor row %d: %v", id, err)
 	}
 }
@@ -438,9 +438,12 @@ func BenchmarkClaimWin(b *testing.B) {
 	res, _ := interleave(b, []timedOp{
 		{"insert", func(i int) time.Duration {
 			src := sources[i%len(sources)]
-			var id int64
-			d := timed(func() { id = floor.insertRow(b, src) })
-			floor.finishRow(b, id, src)
+			var (
+				id      int64
+				started time.Time
+			)
+			d := timed(func() { id, started = floor.insertRow(b, src) })
+			floor.finishRow(b, id, started, src)
 			return d
 		}},
 		{"batch", claim(cb)},

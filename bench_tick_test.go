@@ -81,8 +81,9 @@ FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '202
 		return func(i int) time.Duration {
 			src := sources[i%len(sources)]
 			var id int64
-			d := timed(func() { id = f.insertRow(b, "floor/"+src) })
-			f.finishRow(b, id, "floor/"+src)
+			var started time.Time
+			d := timed(func() { id, started = f.insertRow(b, "floor/"+src) })
+			f.finishRow(b, id, started, "floor/"+src)
 			return d
 		}
 	}

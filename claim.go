@@ -197,7 +197,7 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 
 // heartbeatRequest is the store request of a heartbeat of r.
 func (r *Run) heartbeatRequest() HeartbeatRequest {
-	return HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: r.claimer.sched.lease}
+	return HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: r.claimer.sched.lease}
 }
 
 // heartbeatAnswer takes in the store's answer to a heartbeat sent at sent
@@ -368,7 +368,7 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	req := FinishRequest{ID: r.ID, Source: r.Source, Status: StatusSucceeded}
+	req := FinishRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Status: StatusSucceeded}
 	if jobErr != nil {
 		req.Status, req.Error = StatusFailed, errorText(jobErr)
 	}

@@ -373,21 +373,21 @@ func TestBadInput(t *testing.T) {
 			return err
 		}, false, "nil context"},
 		{"store: heartbeat of run 0", func() error {
-			_, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{Source: held.Source, Lease: time.Second})
+			_, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{Source: held.Source, StartedAt: held.StartedAt, Lease: time.Second})
 			return err
 		}, false, "run ID"},
 		{"store: heartbeat with zero lease", func() error {
-			_, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source})
+			_, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt})
 			return err
 		}, false, "lease"},
 		{"store: finish as running", func() error {
-			return store.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, Status: runclaim.StatusRunning})
+			return store.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Status: runclaim.StatusRunning})
 		}, false, "not \"running\""},
 		{"store: succeeded with error text", func() error {
-			return store.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, Status: runclaim.StatusSucceeded, Error: "x"})
+			return store.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Status: runclaim.StatusSucceeded, Error: "x"})
 		}, false, "no error text"},
 		{"store: finish with nil context", func() error {
-			return store.Finish(nilCtx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, Status: runclaim.StatusSucceeded})
+			return store.Finish(nilCtx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Status: runclaim.StatusSucceeded})
 		}, false, "nil context"},
 	} {
 		w0, _ := wire.Counts()

@@ -273,7 +273,7 @@ func TestBatchIgnoresControl(t *testing.T) {
 	if err != nil {
 		t.Fatalf("batch claim of a paused source: %v, want a run: the batch does not read pauses", err)
 	}
-	if err := batch.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: "src", Status: runclaim.StatusSucceeded}); err != nil {
+	if err := batch.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: "src", StartedAt: run.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf("DROP FUNCTION %[1]s%[2]s; DROP FUNCTION %[1]s%[3]s", runclaim.ClaimFuncName(store), runclaim.ClaimFuncArgs,

@@ -144,7 +144,7 @@ func wantRecorded(t *testing.T, s runclaim.Store, req runclaim.FinishRequest) {
 	if err := s.Finish(ctx, req); err != nil {
 		t.Errorf("the store did not record %+v: repeating it returned %v", req, err)
 	}
-	other := runclaim.FinishRequest{ID: req.ID, Source: req.Source, Status: runclaim.StatusFailed, Error: "a different outcome"}
+	other := runclaim.FinishRequest{ID: req.ID, Source: req.Source, StartedAt: req.StartedAt, Status: runclaim.StatusFailed, Error: "a different outcome"}
 	if err := s.Finish(ctx, other); !errors.Is(err, runclaim.ErrFinished) {
 		t.Errorf("the store let run %d finish again as %+v: %v", req.ID, other, err)
 	}
@@ -225,7 +225,7 @@ func TestDoSucceeded(t *testing.T) {
 		t.Error("fn's context is still live after Do returned")
 	}
 	spy.wantOneFinish(t, got.ID, runclaim.StatusSucceeded, "")
-	wantRecorded(t, spy, runclaim.FinishRequest{ID: got.ID, Source: got.Source, Status: runclaim.StatusSucceeded})
+	wantRecorded(t, spy, runclaim.FinishRequest{ID: got.ID, Source: got.Source, StartedAt: got.StartedAt, Status: runclaim.StatusSucceeded})
 
 	// The source is free for the next tick.
 	if err := c.Do(t.Context(), "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {

@@ -286,12 +286,12 @@ func TestFenceLeaseLost(t *testing.T) {
 			}
 		}, "already finished as succeeded"},
 		{"finished_in_store", false, func(t *testing.T, run *runclaim.Run) {
-			if err := e.store.Finish(t.Context(), runclaim.FinishRequest{ID: run.ID, Source: run.Source, Status: runclaim.StatusFailed, Error: "x"}); err != nil {
+			if err := e.store.Finish(t.Context(), runclaim.FinishRequest{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Status: runclaim.StatusFailed, Error: "x"}); err != nil {
 				t.Fatalf("store.Finish: %v", err)
 			}
 		}, "the run is failed"},
 		{"pruned", false, func(t *testing.T, run *runclaim.Run) {
-			if err := e.store.Finish(t.Context(), runclaim.FinishRequest{ID: run.ID, Source: run.Source, Status: runclaim.StatusSucceeded}); err != nil {
+			if err := e.store.Finish(t.Context(), runclaim.FinishRequest{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 				t.Fatalf("store.Finish: %v", err)
 			}
 			next, err := e.rival.Claim(t.Context(), run.Source)
@@ -507,7 +507,7 @@ func TestFenceSnapshot(t *testing.T) {
 			}{
 				{"finish", false, func(t *testing.T, run *runclaim.Run) {
 					// Through the store, so that Fence cannot know it from the Run.
-					if err := e.store.Finish(t.Context(), runclaim.FinishRequest{ID: run.ID, Source: run.Source, Status: runclaim.StatusSucceeded}); err != nil {
+					if err := e.store.Finish(t.Context(), runclaim.FinishRequest{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 						t.Fatal(err)
 					}
 				}},

@@ -221,7 +221,7 @@ func TestHistoryPlansUseIndexes(t *testing.T) {
 		t.Fatalf("Heartbeat: %v", err)
 	}
 	// The heartbeat of many runs (DoMany's), here of one.
-	if res, err := tstore.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: run.ID, Source: run.Source, Lease: c.Lease()}}); err != nil || res[0].Err != nil {
+	if res, err := tstore.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Lease: c.Lease()}}); err != nil || res[0].Err != nil {
 		t.Fatalf("HeartbeatMany: %v, %v", res, err)
 	}
 	if err := run.Finish(ctx, nil); err != nil {
@@ -370,14 +370,17 @@ SELECT 'run-' || g, 'running', 'x', clock_timestamp(), clock_timestamp() + inter
 	if err != nil {
 		t.Fatal(err)
 	}
-	var id int64
-	if err := db.Pool.QueryRow(ctx, `SELECT id FROM `+table+` WHERE source = 'run-1000'`).Scan(&id); err != nil {
+	var (
+		id      int64
+		started time.Time
+	)
+	if err := db.Pool.QueryRow(ctx, `SELECT id, started_at FROM `+table+` WHERE source = 'run-1000'`).Scan(&id, &started); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tstore.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: id, Source: "run-1000", Lease: time.Hour}); err != nil {
+	if _, err := tstore.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: id, Source: "run-1000", StartedAt: started, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tstore.Finish(ctx, runclaim.FinishRequest{ID: id, Source: "run-1000", Status: runclaim.StatusSucceeded}); err != nil {
+	if err := tstore.Finish(ctx, runclaim.FinishRequest{ID: id, Source: "run-1000", StartedAt: started, Status: runclaim.StatusSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	stmts := rec.take()

@@ -53,7 +53,7 @@ func TestPostgresRunFinishConcurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusFailed, Error: "boom"}
+		req := runclaim.FinishRequest{ID: info.ID, Source: info.Source, StartedAt: info.StartedAt, Status: runclaim.StatusFailed, Error: "boom"}
 		for i, err := range atOnce(8, func() error { return store.Finish(t.Context(), req) }) {
 			if err != nil {
 				t.Errorf("round %d: store Finish #%d: %v", round, i, err)
@@ -86,8 +86,8 @@ func TestPostgresLapsedLease(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, hbErr := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: time.Minute})
-		finErr := store.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded})
+		_, hbErr := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: time.Minute})
+		finErr := store.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Status: runclaim.StatusSucceeded})
 		if !errors.Is(hbErr, runclaim.ErrLeaseLost) || !errors.Is(finErr, runclaim.ErrLeaseLost) {
 			t.Errorf("takeover=%v: Heartbeat %v, Finish %v; want ErrLeaseLost from both", takeover, hbErr, finErr)
 		}
@@ -95,7 +95,7 @@ func TestPostgresLapsedLease(t *testing.T) {
 			t.Errorf("takeover=%v: the lapsed run ended as %+v, want expired", takeover, row)
 		}
 		// Retried, Finish says the same.
-		if err := store.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
+		if err := store.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("takeover=%v: retried Finish = %v, want ErrLeaseLost", takeover, err)
 		}
 	}
@@ -233,7 +233,7 @@ func racePrune(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStore) {
 		for i := 0; ctx.Err() == nil; i++ {
 			info, err := store.Claim(ctx, runclaim.ClaimRequest{Source: fmt.Sprintf("prune-%d", i%4), Owner: "w", Lease: time.Minute})
 			if err == nil {
-				err = store.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded})
+				err = store.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, StartedAt: info.StartedAt, Status: runclaim.StatusSucceeded})
 			}
 			if err != nil && ctx.Err() == nil && !errors.Is(err, runclaim.ErrNotClaimed) {
 				t.Errorf("claim or finish while pruning: %v", err)
@@ -283,10 +283,10 @@ func raceTakeover(t *testing.T, db *pgtest.DB, store, opStore *runclaim.Postgres
 	go func() {
 		switch op {
 		case "heartbeat":
-			_, err := opStore.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: info.ID, Source: info.Source, Lease: time.Minute})
+			_, err := opStore.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: info.ID, Source: info.Source, StartedAt: info.StartedAt, Lease: time.Minute})
 			done <- err
 		default:
-			done <- opStore.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded})
+			done <- opStore.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, StartedAt: info.StartedAt, Status: runclaim.StatusSucceeded})
 		}
 	}()
 	waitUntil(t, 10*time.Second, 2*time.Millisecond, op+" to wait for the takeover's row lock", func() bool { return lockWaiters(t, db.Pool) > 0 })
@@ -555,10 +555,10 @@ func TestPostgresHeartbeatsCrossInFlight(t *testing.T) {
 		beat func(runclaim.RunInfo) (time.Time, error)
 	}{
 		{"Heartbeat", func(r runclaim.RunInfo) (time.Time, error) {
-			return store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: lease})
+			return store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: lease})
 		}},
 		{"HeartbeatMany", func(r runclaim.RunInfo) (time.Time, error) {
-			res, err := store.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: r.ID, Source: r.Source, Lease: lease}})
+			res, err := store.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: lease}})
 			if err != nil {
 				return time.Time{}, err
 			}
@@ -623,7 +623,7 @@ FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c WHERE id = $1 RETURNING l
 		if !storedBeat.Equal(laterBeat) {
 			t.Errorf("%s: heartbeat_at is %v after the heartbeat that waited, want the later heartbeat's %v", b.name, storedBeat, laterBeat)
 		}
-		if err := store.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: run.Source, Status: runclaim.StatusSucceeded}); err != nil {
+		if err := store.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 			t.Fatal(err)
 		}
 	}

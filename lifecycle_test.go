@@ -306,14 +306,14 @@ func TestMemoryStoreLapsedLease(t *testing.T) {
 
 	a := memMustClaim(t, s, "src", "a", lease, 0)
 	clk.Advance(lease)
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Fatalf("Heartbeat at the lease end = %v, want ErrLeaseLost", err)
 	}
-	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Fatalf("Finish at the lease end = %v, want ErrLeaseLost", err)
 	}
 	// Retried, the Finish still says the same.
-	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Fatalf("a retried Finish after the lease end = %v, want ErrLeaseLost", err)
 	}
 	// The source is free for the next claim.
@@ -335,8 +335,8 @@ func TestMemoryStoreLapsedLeaseSameWithTakeover(t *testing.T) {
 		if takeover {
 			memMustClaim(t, s, "src", "b", time.Minute, 0)
 		}
-		_, hbErr := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: time.Minute})
-		finErr := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusFailed, Error: "late"})
+		_, hbErr := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: time.Minute})
+		finErr := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Status: runclaim.StatusFailed, Error: "late"})
 		if !errors.Is(hbErr, runclaim.ErrLeaseLost) || !errors.Is(finErr, runclaim.ErrLeaseLost) {
 			t.Errorf("takeover=%v: Heartbeat %v, Finish %v; want ErrLeaseLost from both", takeover, hbErr, finErr)
 		}
@@ -359,7 +359,7 @@ func TestMemoryStoreTooSoonWritesNothing(t *testing.T) {
 	}
 	// The lapsed run was not expired by the skip: a Finish records it as
 	// expired now, which it could not do if the skip had already.
-	err = s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded})
+	err = s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Status: runclaim.StatusSucceeded})
 	if !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Fatalf("Finish of the lapsed run = %v, want ErrLeaseLost", err)
 	}
@@ -492,7 +492,7 @@ func TestFinishDeadline(t *testing.T) {
 // storable first.
 func TestFinishRequestText(t *testing.T) {
 	for _, text := range []string{"nul\x00byte", "bad \xff utf-8"} {
-		req := runclaim.FinishRequest{ID: 1, Source: "src", Status: runclaim.StatusFailed, Error: text}
+		req := runclaim.FinishRequest{ID: 1, Source: "src", StartedAt: time.Now(), Status: runclaim.StatusFailed, Error: text}
 		if err := req.Validate(); err == nil {
 			t.Errorf("FinishRequest.Validate accepted the error text %q", text)
 		}
@@ -502,7 +502,7 @@ func TestFinishRequestText(t *testing.T) {
 		if err := s.Finish(t.Context(), req); err == nil || errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("memory store Finish with error text %q = %v, want a validation error", text, err)
 		}
-		if err := s.Finish(t.Context(), runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded}); err != nil {
+		if err := s.Finish(t.Context(), runclaim.FinishRequest{ID: info.ID, Source: info.Source, StartedAt: info.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 			t.Errorf("the refused Finish changed the run: %v", err)
 		}
 	}

@@ -119,7 +119,7 @@ CREATE OPERATOR evil.%[5]s (LEFTARG = %[2]s, RIGHTARG = %[3]s, FUNCTION = evil.f
 	}
 	finish := func(run runclaim.RunInfo) {
 		t.Helper()
-		if err := store.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: run.Source, Status: runclaim.StatusSucceeded}); err != nil {
+		if err := store.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 			t.Fatal(err)
 		}
 	}

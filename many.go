@@ -221,7 +221,7 @@ func (c *Claimer) claimEach(ctx context.Context, reqs []ClaimRequest) ([]ClaimRe
 			if r.Err != nil {
 				continue
 			}
-			ferr := c.store.Finish(fctx, FinishRequest{ID: r.Run.ID, Source: r.Run.Source, Status: StatusFailed, Error: errorText(err)})
+			ferr := c.store.Finish(fctx, FinishRequest{ID: r.Run.ID, Source: r.Run.Source, StartedAt: r.Run.StartedAt, Status: StatusFailed, Error: errorText(err)})
 			if ferr != nil {
 				undo = append(undo, fmt.Errorf("and run %d of %s, won before, could not be finished: %w", r.Run.ID, quoteForError(r.Run.Source), ferr))
 			}

@@ -435,7 +435,7 @@ func TestClaimManySynchronousCommit(t *testing.T) {
 		t.Fatalf("ClaimMany: %d runs, %v", len(runs), err)
 	}
 	res, err := store.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{
-		{ID: runs[0].ID, Source: "a", Lease: time.Minute}, {ID: runs[1].ID, Source: "b", Lease: time.Minute},
+		{ID: runs[0].ID, Source: "a", StartedAt: runs[0].StartedAt, Lease: time.Minute}, {ID: runs[1].ID, Source: "b", StartedAt: runs[1].StartedAt, Lease: time.Minute},
 	})
 	if err != nil || len(res) != 2 || res[0].Err != nil || res[1].Err != nil || !res[1].LeaseUntil.After(runs[1].LeaseUntil) {
 		t.Fatalf("HeartbeatMany: %v, %v", res, err)

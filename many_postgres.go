@@ -228,10 +228,14 @@ func (s *PostgresStore) claimEach(ctx context.Context, reqs []ClaimRequest, expl
 // fails leaves no row. It runs on ctx without its cancellation, bounded
 // as Finish is.
 func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult) error {
-	var ids []int64
+	var (
+		ids    []int64
+		starts []time.Time
+	)
 	for _, r := range res {
 		if r.Err == nil && r.Run.ID > 0 {
 			ids = append(ids, r.Run.ID)
+			starts = append(starts, r.Run.StartedAt)
 		}
 	}
 	if len(ids) == 0 {
@@ -239,7 +243,7 @@ func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult) erro
 	}
 	dctx, cancel := finishContext(ctx)
 	defer cancel()
-	return s.batchReadCommitted(dctx, func(b *pgx.Batch) { b.Queue(s.sql.unclaimMany, ids) })
+	return s.batchReadCommitted(dctx, func(b *pgx.Batch) { b.Queue(s.sql.unclaimMany, ids, starts) })
 }
 
 // claimManyError explains a ClaimMany that failed in the database, as
@@ -280,9 +284,9 @@ func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatReque
 	}
 	out := make([]HeartbeatResult, len(reqs))
 	for lease, idx := range byLease {
-		ids, sources := make([]int64, len(idx)), make([]string, len(idx))
+		ids, sources, starts := make([]int64, len(idx)), make([]string, len(idx)), make([]time.Time, len(idx))
 		for j, i := range idx {
-			ids[j], sources[j] = reqs[i].ID, reqs[i].Source
+			ids[j], sources[j], starts[j] = reqs[i].ID, reqs[i].Source, reqs[i].StartedAt
 		}
 		extended := make(map[int64]time.Time, len(idx))
 		var (
@@ -290,7 +294,7 @@ func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatReque
 			until pgtype.Timestamptz
 		)
 		err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
-			b.Queue(s.sql.heartbeatMany, ids, sources, lease.Microseconds()).Query(func(rows pgx.Rows) error {
+			b.Queue(s.sql.heartbeatMany, ids, sources, lease.Microseconds(), starts).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					if err := rows.Scan(&id, &until); err != nil {
 						return err

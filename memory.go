@@ -205,7 +205,7 @@ func (s *MemoryStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (time
 func (s *MemoryStore) heartbeatLocked(req HeartbeatRequest) (time.Time, error) {
 	r := s.runs[req.ID]
 	now := s.now()
-	if r == nil || r.info.Source != req.Source || r.status != StatusRunning || !r.info.LeaseUntil.After(now) {
+	if r == nil || r.info.Source != req.Source || !r.info.StartedAt.Equal(req.StartedAt) || r.status != StatusRunning || !r.info.LeaseUntil.After(now) {
 		return time.Time{}, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, ErrLeaseLost)
 	}
 	// Never back: a heartbeat with a shorter lease than the one left
@@ -230,8 +230,8 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.runs[req.ID]
-	if r != nil && r.info.Source != req.Source {
-		r = nil
+	if r != nil && (r.info.Source != req.Source || !r.info.StartedAt.Equal(req.StartedAt)) {
+		r = nil // another run (see validateRunRef)
 	}
 	now := s.now()
 	if r != nil && r.status == StatusRunning && !r.info.LeaseUntil.After(now) {

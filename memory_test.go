@@ -70,10 +70,10 @@ func TestMemoryStoreLeaseEndsExactly(t *testing.T) {
 		t.Fatalf("takeover: run %d started %v; want an ID above %d and start %v", b.ID, b.StartedAt, a.ID, now)
 	}
 	ctx := t.Context()
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of expired run: %v, want ErrLeaseLost", err)
 	}
-	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Finish of expired run: %v, want ErrLeaseLost", err)
 	}
 }
@@ -86,7 +86,7 @@ func TestMemoryStoreHeartbeatExtendsFromNow(t *testing.T) {
 
 	a := memMustClaim(t, s, "src", "a", lease, 0)
 	now := clk.Advance(40 * time.Second)
-	until, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease})
+	until, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: lease})
 	if err != nil || !until.Equal(now.Add(lease)) {
 		t.Fatalf("Heartbeat at %v = %v, %v; want %v", now, until, err, now.Add(lease))
 	}
@@ -100,7 +100,7 @@ func TestMemoryStoreHeartbeatExtendsFromNow(t *testing.T) {
 
 	// A shorter lease does not shorten it: a heartbeat never moves the end
 	// back, and the run is held until the end the last one set.
-	short, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: time.Second})
+	short, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: time.Second})
 	if err != nil || !short.Equal(until) {
 		t.Fatalf("Heartbeat with a 1s lease = %v, %v; want the end kept, %v", short, err, until)
 	}
@@ -124,7 +124,7 @@ func TestMemoryStoreLateHeartbeatBeforeTakeover(t *testing.T) {
 
 	a := memMustClaim(t, s, "src", "a", lease, 0)
 	clk.Advance(time.Hour)
-	if _, err := s.Heartbeat(t.Context(), runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(t.Context(), runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Fatalf("late Heartbeat = %v, want ErrLeaseLost", err)
 	}
 	memMustClaim(t, s, "src", "b", lease, 0)
@@ -138,7 +138,7 @@ func TestMemoryStoreMinIntervalExactly(t *testing.T) {
 
 	a := memMustClaim(t, s, "src", "a", lease, interval)
 	clk.Advance(time.Second)
-	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, Status: runclaim.StatusSucceeded}); err != nil {
+	if err := s.Finish(ctx, runclaim.FinishRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -247,7 +247,7 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	switch {
 	case err == nil:
 		var gone int64
-		if derr := s.queryRow(cctx, s.sql.unclaim, []any{info.ID}, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {
+		if derr := s.queryRow(cctx, s.sql.unclaim, []any{info.ID, info.StartedAt}, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {
 			return RunInfo{}, fmt.Errorf("runclaim: %s: %w; and run %d, won meanwhile, could not be deleted: %w", what, ctxErr, info.ID, derr)
 		}
 		return RunInfo{}, fmt.Errorf("runclaim: %s: %w", what, ctxErr)
@@ -285,7 +285,7 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (ti
 		return time.Time{}, err
 	}
 	var until pgtype.Timestamptz // not a time.Time, which pgx would wrap in an allocation
-	err := s.queryRow(ctx, s.sql.heartbeat, []any{req.ID, req.Source, req.Lease.Microseconds()}, &until)
+	err := s.queryRow(ctx, s.sql.heartbeat, []any{req.ID, req.Source, req.Lease.Microseconds(), req.StartedAt}, &until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, ErrLeaseLost)
 	}
@@ -314,7 +314,7 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 	var r struct {
 		newStatus, oldStatus, oldError pgtype.Text
 	}
-	err := s.queryRow(ctx, s.sql.finish, []any{req.ID, req.Source, string(req.Status), errText}, &r.newStatus, &r.oldStatus, &r.oldError)
+	err := s.queryRow(ctx, s.sql.finish, []any{req.ID, req.Source, string(req.Status), errText, req.StartedAt}, &r.newStatus, &r.oldStatus, &r.oldError)
 	if err != nil {
 		return s.wrap(ctx, what, err)
 	}
@@ -328,7 +328,7 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 		// which waited for another transaction's lock on it, found it no
 		// longer running: another Finish (or a takeover, or a release)
 		// committed meanwhile. Read what it committed.
-		if err := s.queryRow(ctx, s.sql.readRun, []any{req.ID, req.Source}, &r.oldStatus, &r.oldError); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		if err := s.queryRow(ctx, s.sql.readRun, []any{req.ID, req.Source, req.StartedAt}, &r.oldStatus, &r.oldError); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return s.wrap(ctx, what, err)
 		}
 	}

@@ -563,7 +563,7 @@ func TestStoreFinishIdempotent(t *testing.T) {
 	}
 
 	ok := claim("ok")
-	succeeded := runclaim.FinishRequest{ID: ok.ID, Source: ok.Source, Status: runclaim.StatusSucceeded}
+	succeeded := runclaim.FinishRequest{ID: ok.ID, Source: ok.Source, StartedAt: ok.StartedAt, Status: runclaim.StatusSucceeded}
 	if err := store.Finish(ctx, succeeded); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
@@ -571,7 +571,7 @@ func TestStoreFinishIdempotent(t *testing.T) {
 	if err := store.Finish(ctx, succeeded); err != nil {
 		t.Errorf("repeated Finish, same outcome: %v, want nil", err)
 	}
-	err := store.Finish(ctx, runclaim.FinishRequest{ID: ok.ID, Source: ok.Source, Status: runclaim.StatusFailed, Error: "boom"})
+	err := store.Finish(ctx, runclaim.FinishRequest{ID: ok.ID, Source: ok.Source, StartedAt: ok.StartedAt, Status: runclaim.StatusFailed, Error: "boom"})
 	if !errors.Is(err, runclaim.ErrFinished) {
 		t.Errorf("Finish as failed after succeeded: %v, want ErrFinished", err)
 	}
@@ -580,7 +580,7 @@ func TestStoreFinishIdempotent(t *testing.T) {
 	}
 
 	bad := claim("bad")
-	failed := runclaim.FinishRequest{ID: bad.ID, Source: bad.Source, Status: runclaim.StatusFailed, Error: "boom"}
+	failed := runclaim.FinishRequest{ID: bad.ID, Source: bad.Source, StartedAt: bad.StartedAt, Status: runclaim.StatusFailed, Error: "boom"}
 	if err := store.Finish(ctx, failed); err != nil {
 		t.Fatalf("Finish failed: %v", err)
 	}
@@ -592,8 +592,8 @@ func TestStoreFinishIdempotent(t *testing.T) {
 		t.Errorf("repeated failed Finish, same text: %v, want nil", err)
 	}
 	for _, other := range []runclaim.FinishRequest{
-		{ID: bad.ID, Source: bad.Source, Status: runclaim.StatusFailed, Error: "another text"},
-		{ID: bad.ID, Source: bad.Source, Status: runclaim.StatusSucceeded},
+		{ID: bad.ID, Source: bad.Source, StartedAt: bad.StartedAt, Status: runclaim.StatusFailed, Error: "another text"},
+		{ID: bad.ID, Source: bad.Source, StartedAt: bad.StartedAt, Status: runclaim.StatusSucceeded},
 	} {
 		if err := store.Finish(ctx, other); !errors.Is(err, runclaim.ErrFinished) {
 			t.Errorf("Finish %+v after failed: %v, want ErrFinished", other, err)
@@ -603,17 +603,17 @@ func TestStoreFinishIdempotent(t *testing.T) {
 		t.Errorf("row changed by repeated Finish calls (-before +after):\n%s", diff)
 	}
 
-	if err := store.Finish(ctx, runclaim.FinishRequest{ID: 1 << 40, Source: "ok", Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := store.Finish(ctx, runclaim.FinishRequest{ID: 1 << 40, Source: "ok", StartedAt: time.Now(), Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Finish of a run that does not exist: %v, want ErrLeaseLost", err)
 	}
 	gone := claim("gone")
 	if _, err := db.Pool.Exec(ctx, "UPDATE "+store.Table()+" SET status = 'released', finished_at = clock_timestamp() WHERE id = $1", gone.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Finish(ctx, runclaim.FinishRequest{ID: gone.ID, Source: gone.Source, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := store.Finish(ctx, runclaim.FinishRequest{ID: gone.ID, Source: gone.Source, StartedAt: gone.StartedAt, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Finish of a released run: %v, want ErrLeaseLost", err)
 	}
-	if _, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: gone.ID, Source: gone.Source, Lease: time.Minute}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: gone.ID, Source: gone.Source, StartedAt: gone.StartedAt, Lease: time.Minute}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of a released run: %v, want ErrLeaseLost", err)
 	}
 }
@@ -674,12 +674,12 @@ func TestReadOnlyDefault(t *testing.T) {
 	if code := pgCode(err); code != "25006" { // read_only_sql_transaction
 		t.Errorf("Claim error %v has SQLSTATE %q, want 25006", err, code)
 	}
-	_, err = ro.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, Lease: time.Minute})
+	_, err = ro.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Lease: time.Minute})
 	checkRealError(t, err, "runclaim: heartbeat")
 	if code := pgCode(err); code != "25006" {
 		t.Errorf("Heartbeat error %v has SQLSTATE %q, want 25006", err, code)
 	}
-	err = ro.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, Status: runclaim.StatusSucceeded})
+	err = ro.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Status: runclaim.StatusSucceeded})
 	checkRealError(t, err, "runclaim: finish")
 	if code := pgCode(err); code != "25006" {
 		t.Errorf("Finish error %v has SQLSTATE %q, want 25006", err, code)

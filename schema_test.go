@@ -281,7 +281,7 @@ func TestUpgradeFromV1(t *testing.T) {
 		if i%2 == 1 {
 			status, text = runclaim.StatusFailed, fmt.Sprintf("failure %d", i)
 		}
-		if err := old.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: status, Error: text}); err != nil {
+		if err := old.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, StartedAt: info.StartedAt, Status: status, Error: text}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -316,13 +316,13 @@ func TestUpgradeFromV1(t *testing.T) {
 	}
 	// Its holder, still on the old release, goes on and finishes it; so
 	// does this release's code for a run it holds.
-	if _, err := old.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, Lease: time.Minute}); err != nil {
+	if _, err := old.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Lease: time.Minute}); err != nil {
 		t.Errorf("the old holder's heartbeat after the upgrade: %v", err)
 	}
-	if _, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, Lease: time.Minute}); err != nil {
+	if _, err := store.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Lease: time.Minute}); err != nil {
 		t.Errorf("a heartbeat of the old run by this release: %v", err)
 	}
-	if err := old.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, Status: runclaim.StatusSucceeded}); err != nil {
+	if err := old.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 		t.Errorf("the old holder's finish after the upgrade: %v", err)
 	}
 	// Claims work at once.
@@ -414,7 +414,7 @@ func TestMinIntervalBindsEveryClaimer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded}); err != nil {
+	if err := old.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, StartedAt: info.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bare.Claim(ctx, "old"); err != nil {
@@ -463,7 +463,7 @@ func TestMigrateDDLIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatalf("claim %d while Migrate tried its step: %v", claims, err)
 		}
-		if err := old.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, Status: runclaim.StatusSucceeded}); err != nil {
+		if err := old.Finish(ctx, runclaim.FinishRequest{ID: info.ID, Source: info.Source, StartedAt: info.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 			t.Fatal(err)
 		}
 		claims++

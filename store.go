@@ -122,17 +122,15 @@ func (r ClaimRequest) Validate() error {
 
 // HeartbeatRequest is what Run.Heartbeat asks of a Store.
 type HeartbeatRequest struct {
-	ID     int64         // the run
-	Source string        // the run's source; a run of another source is not found
-	Lease  time.Duration // the new lease, counted from now; a later end already stored is kept
+	ID        int64         // the run
+	Source    string        // the run's source; a run of another source is not found
+	StartedAt time.Time     // the run's start, as its claim returned it; a run that started at another time is not found
+	Lease     time.Duration // the new lease, counted from now; a later end already stored is kept
 }
 
 // Validate returns an error if the request is malformed.
 func (r HeartbeatRequest) Validate() error {
-	if r.ID <= 0 {
-		return fmt.Errorf("runclaim: invalid run ID %d", r.ID)
-	}
-	if err := ValidateSource(r.Source); err != nil {
+	if err := validateRunRef(r.ID, r.Source, r.StartedAt); err != nil {
 		return err
 	}
 	if r.Lease < MinLease || r.Lease > MaxLease {
@@ -141,12 +139,35 @@ func (r HeartbeatRequest) Validate() error {
 	return nil
 }
 
+// validateRunRef returns an error if a request names no run: an ID that
+// is not positive, an invalid source, or no start time.
+//
+// A run is named by its ID, its source and its start, never by its ID
+// alone (G14): after an asynchronous failover, the standby that took over
+// may never have received a run, nor the sequence step that gave it its
+// ID, and hands that ID out again to the next claim. The new run starts
+// later by the database clock, so the old holder's heartbeats and finish,
+// which name the old start, find no run and change nothing.
+func validateRunRef(id int64, source string, startedAt time.Time) error {
+	if id <= 0 {
+		return fmt.Errorf("runclaim: invalid run ID %d", id)
+	}
+	if err := ValidateSource(source); err != nil {
+		return err
+	}
+	if startedAt.IsZero() {
+		return fmt.Errorf("runclaim: run %d: no start time: a request names a run by its ID, source and start", id)
+	}
+	return nil
+}
+
 // FinishRequest is what Run.Finish asks of a Store.
 type FinishRequest struct {
-	ID     int64  // the run
-	Source string // the run's source; a run of another source is not found
-	Status Status // StatusSucceeded or StatusFailed
-	Error  string // the failure's text: valid UTF-8 without NUL bytes; empty when Status is StatusSucceeded
+	ID        int64     // the run
+	Source    string    // the run's source; a run of another source is not found
+	StartedAt time.Time // the run's start, as its claim returned it; a run that started at another time is not found
+	Status    Status    // StatusSucceeded or StatusFailed
+	Error     string    // the failure's text: valid UTF-8 without NUL bytes; empty when Status is StatusSucceeded
 }
 
 // MaxErrorLen is the longest error text a run records, in bytes. Longer texts
@@ -157,10 +178,7 @@ const MaxErrorLen = 8 << 10
 // error text that a Postgres text column cannot hold (a NUL byte, invalid
 // UTF-8). Run.Finish makes any error's text storable before it asks.
 func (r FinishRequest) Validate() error {
-	if r.ID <= 0 {
-		return fmt.Errorf("runclaim: invalid run ID %d", r.ID)
-	}
-	if err := ValidateSource(r.Source); err != nil {
+	if err := validateRunRef(r.ID, r.Source, r.StartedAt); err != nil {
 		return err
 	}
 	switch r.Status {

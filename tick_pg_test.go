@@ -38,7 +38,7 @@ func TestPostgresTickDoneWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Finish(ctx, runclaim.FinishRequest{ID: done.ID, Source: "src", Status: runclaim.StatusSucceeded}); err != nil {
+	if err := store.Finish(ctx, runclaim.FinishRequest{ID: done.ID, Source: "src", StartedAt: done.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	lapsed, err := store.Claim(ctx, runclaim.ClaimRequest{Source: "src", Owner: "b", Lease: runclaim.MinLease, Tick: t0.Add(2 * time.Minute)})

@@ -546,14 +546,14 @@ func TestDBAReadOnly(t *testing.T) {
 			}
 			c := newClaimer(t, ro)
 			_, claimErr := c.Claim(ctx, "src")
-			_, heartbeatErr := ro.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, Lease: time.Minute})
+			_, heartbeatErr := ro.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Lease: time.Minute})
 			_, releaseErr := ro.Release(ctx, held.ID, "")
 			_, pruneErr := ro.Prune(ctx, 0)
 			for what, err := range map[string]error{
 				"Claim":     claimErr,
 				"Do":        c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { t.Error("Do called its function"); return nil }),
 				"Heartbeat": heartbeatErr,
-				"Finish":    ro.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, Status: runclaim.StatusSucceeded}),
+				"Finish":    ro.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Status: runclaim.StatusSucceeded}),
 				"Release":   releaseErr,
 				"Prune":     pruneErr,
 				"Migrate":   migrateOlder(t, check, ro),

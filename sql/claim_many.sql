@@ -32,21 +32,24 @@ CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_inte
 ORDER BY s.ord
 
 -- name: unclaim_many
--- Deletes the runs $1, won by a ClaimMany whose caller gave up or that
--- failed after it committed, so that a failed ClaimMany leaves no row.
-DELETE FROM {{table}} WHERE id = ANY($1::bigint[]) AND status = 'running'
+-- Deletes the runs $1, started at $2 (pairwise; see heartbeat), won by a
+-- ClaimMany whose caller gave up or that failed after it committed, so
+-- that a failed ClaimMany leaves no row.
+DELETE FROM {{table}} AS r USING unnest($1::bigint[], $2::timestamptz[]) AS d(id, started_at)
+WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at AND r.status = 'running'
 
 -- name: heartbeat_many
--- Extends the leases of the runs $1 of the sources $2 (pairwise) to $3
--- microseconds from now, as heartbeat does for one: only a running run
--- whose lease has not ended. A run it does not return is lost.
+-- Extends the leases of the runs $1 of the sources $2, started at $4
+-- (pairwise), to $3 microseconds from now, as heartbeat does for one: only
+-- a running run whose lease has not ended. A run it does not return is
+-- lost.
 UPDATE {{table}} AS r
 SET lease_until = GREATEST(r.lease_until, c.now + $3::bigint * interval '1 microsecond'),
     heartbeat_at = GREATEST(r.heartbeat_at, c.now) -- never back: see heartbeat
 FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c,
-     unnest($1::bigint[], $2::text[]) AS h(id, source)
+     unnest($1::bigint[], $2::text[], $4::timestamptz[]) AS h(id, source, started_at)
 -- id = ANY lets the primary key find the rows whatever the statistics
 -- say of the unnest; the join then checks each one's source.
-WHERE r.id = ANY($1::bigint[]) AND r.id = h.id AND r.source = h.source
+WHERE r.id = ANY($1::bigint[]) AND r.id = h.id AND r.source = h.source AND r.started_at = h.started_at
   AND r.status = 'running' AND r.lease_until > c.now
 RETURNING r.id, r.lease_until

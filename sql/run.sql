@@ -2,9 +2,10 @@
 -- statement, and the delete of a run won after its claimer gave up.
 
 -- name: heartbeat
--- Extends the lease of run $1 of source $2 to $3 microseconds from now. It
--- reads the clock once, so that lease_until - heartbeat_at is exactly the
--- lease.
+-- Extends the lease of run $1 of source $2, started at $4, to $3
+-- microseconds from now. It reads the clock once, so that lease_until -
+-- heartbeat_at is exactly the lease. The start tells the run from another
+-- that got its ID again after an asynchronous failover (G14).
 UPDATE {{table}}
 -- GREATEST: a heartbeat that read the clock before a later one but
 -- waited for its row lock (say one whose caller gave up on it) must not
@@ -16,12 +17,12 @@ FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
 -- probe whatever the statistics say; and only a lease that has not ended:
 -- a lapsed lease is lost (G2), whether or not a claim has expired the run
 -- yet.
-WHERE id = $1 AND source = $2 AND status = 'running' AND lease_until > c.now
+WHERE id = $1 AND source = $2 AND started_at = $4::timestamptz AND status = 'running' AND lease_until > c.now
 RETURNING lease_until
 
 -- name: finish
 -- Records the outcome ($3, the status; $4, the error text) of running run
--- $1 of source $2, or marks it expired if its lease has ended by the
+-- $1 of source $2, started at $5 (see heartbeat), or marks it expired if its lease has ended by the
 -- database clock, and reports the row as it was before, so that a repeated
 -- Finish can be told from a lost run in one statement.
 WITH c AS MATERIALIZED (
@@ -32,15 +33,15 @@ WITH c AS MATERIALIZED (
 	-- statistics, then checked for the source: a planner that used the
 	-- source's history index for "id = $1 AND source = $2" would read the
 	-- source's whole history.
-	SELECT status, error, source FROM {{table}} WHERE id = $1
+	SELECT status, error, source, started_at FROM {{table}} WHERE id = $1
 ), old AS (
-	SELECT status, error FROM byid WHERE source = $2
+	SELECT status, error FROM byid WHERE source = $2 AND started_at = $5::timestamptz
 ), upd AS (
 	UPDATE {{table}} AS r SET
 		status = CASE WHEN r.lease_until > c.now THEN $3 ELSE 'expired' END,
 		error = $4, finished_at = c.now
 	FROM c
-	WHERE r.id = $1 AND r.source = $2 AND r.status = 'running'
+	WHERE r.id = $1 AND r.source = $2 AND r.started_at = $5::timestamptz AND r.status = 'running'
 	RETURNING r.status
 )
 SELECT (SELECT status FROM upd), old.status, old.error
@@ -48,12 +49,13 @@ FROM (SELECT) AS one LEFT JOIN old ON true
 
 -- name: read_run
 -- Run $1's status and error text, found by its ID alone (see finish) and
--- checked for its source, $2: OFFSET 0 keeps the planner from merging the
--- two.
-SELECT status, error FROM (SELECT status, error, source FROM {{table}} WHERE id = $1 OFFSET 0) AS r WHERE source = $2
+-- checked for its source, $2, and its start, $3: OFFSET 0 keeps the
+-- planner from merging the two.
+SELECT status, error FROM (SELECT status, error, source, started_at FROM {{table}} WHERE id = $1 OFFSET 0) AS r
+WHERE source = $2 AND started_at = $3::timestamptz
 
 -- name: unclaim
 -- Deletes run $1, won by a claim whose caller gave up, so that a failed
 -- claim leaves no row (G8). This is why the service role needs DELETE on
 -- the runs table, besides Prune.
-DELETE FROM {{table}} WHERE id = $1 AND status = 'running' RETURNING id
+DELETE FROM {{table}} WHERE id = $1 AND started_at = $2::timestamptz AND status = 'running' RETURNING id

@@ -83,7 +83,7 @@ func testExpiry(t *testing.T, s runclaim.Store) {
 	}
 
 	// The expired holder learns it, whatever it tries.
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of expired run %d: %v, want ErrLeaseLost", a.ID, err)
 	}
 	if err := s.Finish(ctx, succeeded(a)); !errors.Is(err, runclaim.ErrLeaseLost) {

@@ -185,7 +185,7 @@ func testExclusionLapsed(t *testing.T, open func() runclaim.Store) {
 		}
 		// The old holder, whichever replica it asks, lost the run.
 		s := stores[(i+1)%len(stores)]
-		if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: old.ID, Source: old.Source, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+		if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: old.ID, Source: old.Source, StartedAt: old.StartedAt, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("Heartbeat of run %d, taken over: %v, want ErrLeaseLost", old.ID, err)
 		}
 		if err := s.Finish(ctx, succeeded(old)); !errors.Is(err, runclaim.ErrLeaseLost) {
@@ -236,7 +236,7 @@ func testReplicasShare(t *testing.T, open func() runclaim.Store) {
 	if err := r[1].Finish(ctx, succeeded(a)); !errors.Is(err, runclaim.ErrFinished) {
 		t.Errorf("Finish(succeeded) of failed run %d through another replica: %v, want ErrFinished", a.ID, err)
 	}
-	if _, err := r[0].Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := r[0].Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of finished run %d: %v, want ErrLeaseLost", a.ID, err)
 	}
 

@@ -45,7 +45,7 @@ func testContext(t *testing.T, s runclaim.Store) {
 		{"cancelled", cancelled, context.Canceled},
 		{"past deadline", expired, context.DeadlineExceeded},
 	} {
-		if _, err := s.Heartbeat(c.ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: longLease}); !errors.Is(err, c.want) {
+		if _, err := s.Heartbeat(c.ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: longLease}); !errors.Is(err, c.want) {
 			t.Errorf("Heartbeat with a %s context: %v, want %v", c.name, err, c.want)
 		}
 		if err := s.Finish(c.ctx, succeeded(r)); !errors.Is(err, c.want) {
@@ -110,7 +110,7 @@ func testContextMidCall(t *testing.T, open func() runclaim.Store) {
 	src := prefix + "/heartbeat"
 	a := mustClaim(t, ctx, s, claimReq(src, "owner", longLease))
 	looks = eachLook(t, ctx, "Heartbeat", func(tc *tripCtx) error {
-		until, err := s.Heartbeat(tc, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: longLease})
+		until, err := s.Heartbeat(tc, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: longLease})
 		if err == nil {
 			if until.Before(a.LeaseUntil) {
 				t.Errorf("Heartbeat of run %d returned lease end %v, before the previous one %v", a.ID, until, a.LeaseUntil)

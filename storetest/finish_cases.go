@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/runclaim/runclaim"
@@ -25,7 +26,7 @@ func testFinishGuards(t *testing.T, s runclaim.Store) {
 	if err := s.Finish(ctx, failed(a, "boom")); !errors.Is(err, runclaim.ErrFinished) {
 		t.Errorf("Finish(failed) of succeeded run %d: %v, want ErrFinished", a.ID, err)
 	}
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of finished run %d: %v, want ErrLeaseLost", a.ID, err)
 	}
 
@@ -40,14 +41,14 @@ func testFinishGuards(t *testing.T, s runclaim.Store) {
 	if err := s.Finish(ctx, succeeded(b)); !errors.Is(err, runclaim.ErrFinished) {
 		t.Errorf("Finish(succeeded) of failed run %d: %v, want ErrFinished", b.ID, err)
 	}
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: b.ID, Source: b.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: b.ID, Source: b.Source, StartedAt: b.StartedAt, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of failed run %d: %v, want ErrLeaseLost", b.ID, err)
 	}
 
 	// A run the store never issued is not this holder's either.
 	unknown := b
 	unknown.ID += 1 << 40
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: unknown.ID, Source: unknown.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: unknown.ID, Source: unknown.Source, StartedAt: unknown.StartedAt, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of unknown run %d: %v, want ErrLeaseLost", unknown.ID, err)
 	}
 	if err := s.Finish(ctx, succeeded(unknown)); !errors.Is(err, runclaim.ErrLeaseLost) {
@@ -70,7 +71,7 @@ func testFinishLongError(t *testing.T, s runclaim.Store) {
 
 	limit := runclaim.MaxErrorLen
 	for n := runclaim.MaxErrorLen + 256; n > runclaim.MaxErrorLen; n-- {
-		if (runclaim.FinishRequest{ID: 1, Source: src, Status: runclaim.StatusFailed, Error: strings.Repeat("e", n)}).Validate() == nil {
+		if (runclaim.FinishRequest{ID: 1, Source: src, StartedAt: time.Now(), Status: runclaim.StatusFailed, Error: strings.Repeat("e", n)}).Validate() == nil {
 			limit = n
 			break
 		}

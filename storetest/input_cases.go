@@ -66,12 +66,13 @@ func testBadInput(t *testing.T, s runclaim.Store) {
 		name string
 		req  runclaim.HeartbeatRequest
 	}{
-		{"zero ID", runclaim.HeartbeatRequest{ID: 0, Source: r.Source, Lease: longLease}},
-		{"no source", runclaim.HeartbeatRequest{ID: r.ID, Lease: longLease}},
-		{"negative ID", runclaim.HeartbeatRequest{ID: -r.ID, Source: r.Source, Lease: longLease}},
-		{"zero lease", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: 0}},
-		{"lease below MinLease", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: runclaim.MinLease - time.Nanosecond}},
-		{"lease above MaxLease", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: runclaim.MaxLease + time.Second}},
+		{"zero ID", runclaim.HeartbeatRequest{ID: 0, Source: r.Source, StartedAt: r.StartedAt, Lease: longLease}},
+		{"no source", runclaim.HeartbeatRequest{ID: r.ID, StartedAt: r.StartedAt, Lease: longLease}},
+		{"no start", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: longLease}},
+		{"negative ID", runclaim.HeartbeatRequest{ID: -r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: longLease}},
+		{"zero lease", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: 0}},
+		{"lease below MinLease", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: runclaim.MinLease - time.Nanosecond}},
+		{"lease above MaxLease", runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: runclaim.MaxLease + time.Second}},
 	} {
 		if _, err := s.Heartbeat(ctx, tc.req); err == nil || errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("heartbeat with %s: %v, want an error other than ErrLeaseLost", tc.name, err)
@@ -81,16 +82,17 @@ func testBadInput(t *testing.T, s runclaim.Store) {
 		name string
 		req  runclaim.FinishRequest
 	}{
-		{"zero ID", runclaim.FinishRequest{ID: 0, Source: r.Source, Status: runclaim.StatusSucceeded}},
-		{"no source", runclaim.FinishRequest{ID: r.ID, Status: runclaim.StatusSucceeded}},
+		{"zero ID", runclaim.FinishRequest{ID: 0, Source: r.Source, StartedAt: r.StartedAt, Status: runclaim.StatusSucceeded}},
+		{"no source", runclaim.FinishRequest{ID: r.ID, StartedAt: r.StartedAt, Status: runclaim.StatusSucceeded}},
+		{"no start", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusSucceeded}},
 		{"NUL in the error text", failed(r, "before\x00after")},
 		{"error text not UTF-8", failed(r, "bad \xff byte")},
-		{"status running", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusRunning}},
-		{"status expired", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusExpired}},
-		{"status released", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusReleased}},
-		{"empty status", runclaim.FinishRequest{ID: r.ID, Source: r.Source}},
-		{"unknown status", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: "done"}},
-		{"succeeded with error text", runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusSucceeded, Error: "boom"}},
+		{"status running", runclaim.FinishRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Status: runclaim.StatusRunning}},
+		{"status expired", runclaim.FinishRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Status: runclaim.StatusExpired}},
+		{"status released", runclaim.FinishRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Status: runclaim.StatusReleased}},
+		{"empty status", runclaim.FinishRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt}},
+		{"unknown status", runclaim.FinishRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Status: "done"}},
+		{"succeeded with error text", runclaim.FinishRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Status: runclaim.StatusSucceeded, Error: "boom"}},
 		{"error text too long", failed(r, strings.Repeat("e", runclaim.MaxErrorLen+64))},
 	} {
 		if err := s.Finish(ctx, tc.req); err == nil || errors.Is(err, runclaim.ErrLeaseLost) || errors.Is(err, runclaim.ErrFinished) {

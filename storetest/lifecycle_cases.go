@@ -32,7 +32,7 @@ func testLapsedLease(t *testing.T, s runclaim.Store) {
 		if takeover {
 			b = mustClaim(t, ctx, s, claimReq(src, "owner-b", longLease))
 		}
-		if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+		if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: a.ID, Source: a.Source, StartedAt: a.StartedAt, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("takeover=%v: Heartbeat of run %d after its lease ended: %v, want ErrLeaseLost", takeover, a.ID, err)
 		}
 		for range 2 { // a retried Finish says the same
@@ -117,7 +117,7 @@ func testSourceMustMatch(t *testing.T, s runclaim.Store) {
 	a := mustClaim(t, ctx, s, claimReq(prefix+"/a", "owner", longLease))
 	other := a
 	other.Source = prefix + "/b"
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: other.ID, Source: other.Source, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: other.ID, Source: other.Source, StartedAt: other.StartedAt, Lease: longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of run %d naming another source: %v, want ErrLeaseLost", a.ID, err)
 	}
 	if err := s.Finish(ctx, succeeded(other)); !errors.Is(err, runclaim.ErrLeaseLost) {
@@ -125,6 +125,40 @@ func testSourceMustMatch(t *testing.T, s runclaim.Store) {
 	}
 	mustHeartbeat(t, ctx, s, a, longLease)
 	mustFinish(t, ctx, s, failed(a, "still mine"))
+}
+
+// testStartMustMatch checks that a run is found by its start too (G14): a
+// heartbeat or finish that names the run's ID and source but another
+// start, as the holder of a run whose ID was handed out again after an
+// asynchronous failover does, is answered as for a run that is not
+// running, and changes nothing. HeartbeatMany too, on a ManyHeartbeater.
+func testStartMustMatch(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	a := mustClaim(t, ctx, s, claimReq(prefix+"/a", "owner", longLease))
+	for _, shift := range []time.Duration{-time.Microsecond, time.Microsecond, -time.Hour} {
+		other := a
+		other.StartedAt = a.StartedAt.Add(shift)
+		if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: other.ID, Source: other.Source, StartedAt: other.StartedAt, Lease: 2 * longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+			t.Errorf("Heartbeat of run %d naming a start %v off: %v, want ErrLeaseLost", a.ID, shift, err)
+		}
+		if mh, ok := s.(runclaim.ManyHeartbeater); ok {
+			res, err := mh.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: other.ID, Source: other.Source, StartedAt: other.StartedAt, Lease: 2 * longLease}})
+			if err != nil || len(res) != 1 || !errors.Is(res[0].Err, runclaim.ErrLeaseLost) {
+				t.Errorf("HeartbeatMany of run %d naming a start %v off: %v, %v; want ErrLeaseLost for it", a.ID, shift, res, err)
+			}
+		}
+		if err := s.Finish(ctx, failed(other, "not mine")); !errors.Is(err, runclaim.ErrLeaseLost) {
+			t.Errorf("Finish of run %d naming a start %v off: %v, want ErrLeaseLost", a.ID, shift, err)
+		}
+	}
+	// Still running, with the lease the claim gave it: a heartbeat asking
+	// for the same lease as the claim's from now ends after the claim's
+	// end, and a lease of 2*longLease would have ended later still.
+	until := mustHeartbeat(t, ctx, s, a, longLease)
+	if !until.Before(a.StartedAt.Add(2 * longLease)) {
+		t.Errorf("run %d's lease ends at %v after its heartbeat of %v: a heartbeat naming another start extended it", a.ID, until, longLease)
+	}
+	mustFinish(t, ctx, s, succeeded(a))
 }
 
 // testLostClaimAnswer checks what a caller whose answer was lost can count
@@ -153,7 +187,7 @@ func testLostClaimAnswer(t *testing.T, s runclaim.Store) {
 	if b.ID <= orphan.ID || b.StartedAt.Before(orphan.LeaseUntil) {
 		t.Errorf("run %d, started at %v, took over run %d, whose lease ended at %v", b.ID, b.StartedAt, orphan.ID, orphan.LeaseUntil)
 	}
-	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: orphan.ID, Source: src, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: orphan.ID, Source: src, StartedAt: orphan.StartedAt, Lease: lease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("Heartbeat of the orphaned run %d after the takeover: %v, want ErrLeaseLost", orphan.ID, err)
 	}
 	first := mustHeartbeat(t, ctx, s, b, longLease) // its answer is lost

@@ -331,7 +331,7 @@ func testManyHeartbeats(t *testing.T, s runclaim.Store) {
 	clock.waitPast(t, ctx, lapsed.LeaseUntil, 20*time.Second)
 
 	hb := func(r runclaim.RunInfo) runclaim.HeartbeatRequest {
-		return runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: longLease}
+		return runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: longLease}
 	}
 	wrongSource := hb(live2)
 	wrongSource.Source = prefix + "/live"

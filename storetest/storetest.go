@@ -45,6 +45,7 @@ var cases = []suiteCase{
 	{name: "TooSoonOverLapsedRun", store: testTooSoonOverLapsedRun},
 	{name: "FinishRace", replicas: testFinishRace},
 	{name: "SourceMustMatch", store: testSourceMustMatch},
+	{name: "StartMustMatch", store: testStartMustMatch},
 	{name: "LostClaimAnswer", store: testLostClaimAnswer},
 	{name: "TickDone", store: testTickDone},
 	{name: "TickLiveRun", store: testTickLiveRun},
@@ -150,11 +151,11 @@ func claimReq(source, owner string, lease time.Duration) runclaim.ClaimRequest {
 }
 
 func succeeded(r runclaim.RunInfo) runclaim.FinishRequest {
-	return runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusSucceeded}
+	return runclaim.FinishRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Status: runclaim.StatusSucceeded}
 }
 
 func failed(r runclaim.RunInfo, text string) runclaim.FinishRequest {
-	return runclaim.FinishRequest{ID: r.ID, Source: r.Source, Status: runclaim.StatusFailed, Error: text}
+	return runclaim.FinishRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Status: runclaim.StatusFailed, Error: text}
 }
 
 func mustClaim(t *testing.T, ctx context.Context, s runclaim.Store, req runclaim.ClaimRequest) runclaim.RunInfo {
@@ -178,7 +179,7 @@ func mustFinish(t *testing.T, ctx context.Context, s runclaim.Store, req runclai
 
 func mustHeartbeat(t *testing.T, ctx context.Context, s runclaim.Store, r runclaim.RunInfo, lease time.Duration) time.Time {
 	t.Helper()
-	until, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, Lease: lease})
+	until, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: lease})
 	if err != nil {
 		t.Fatalf("Heartbeat(run %d): %v", r.ID, err)
 	}

@@ -53,6 +53,7 @@ const (
 	bugFinishReadThenWrite
 	// Heartbeat and Finish find the run by its ID alone.
 	bugSourceIgnored
+	bugStartIgnored
 	// The tick of a claim is not checked at all.
 	bugTickIgnored
 	// A failed run does not serve its tick: the tick can be run again.
@@ -460,7 +461,10 @@ func (s *copyStore) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest
 	if r != nil && s.bug == bugSourceIgnored {
 		req.Source = r.info.Source
 	}
-	if r == nil || r.info.Source != req.Source || r.status != runclaim.StatusRunning || !r.info.LeaseUntil.After(now) && s.bug != bugLapsedRevived {
+	if r != nil && s.bug == bugStartIgnored {
+		req.StartedAt = r.info.StartedAt
+	}
+	if r == nil || r.info.Source != req.Source || !r.info.StartedAt.Equal(req.StartedAt) || r.status != runclaim.StatusRunning || !r.info.LeaseUntil.After(now) && s.bug != bugLapsedRevived {
 		return time.Time{}, fmt.Errorf("heartbeat run %d: %w", req.ID, runclaim.ErrLeaseLost)
 	}
 	if until := now.Add(req.Lease); until.After(r.info.LeaseUntil) || s.bug == bugLeaseMovedBack {
@@ -490,7 +494,10 @@ func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) erro
 	if r != nil && s.bug == bugSourceIgnored {
 		req.Source = r.info.Source
 	}
-	if r != nil && r.info.Source != req.Source {
+	if r != nil && s.bug == bugStartIgnored {
+		req.StartedAt = r.info.StartedAt
+	}
+	if r != nil && (r.info.Source != req.Source || !r.info.StartedAt.Equal(req.StartedAt)) {
 		r = nil
 	}
 	if r != nil && r.status == runclaim.StatusRunning && !r.info.LeaseUntil.After(time.Now()) {
@@ -742,6 +749,8 @@ var wrongStores = []wrongStore{
 		"FinishRace", copyBackend(bugFinishReadThenWrite)},
 	{"source-ignored", "heartbeats and finishes find the run by its ID alone",
 		"SourceMustMatch", copyBackend(bugSourceIgnored)},
+	{"start-ignored", "heartbeats and finishes find the run by its ID and source, not its start",
+		"StartMustMatch", copyBackend(bugStartIgnored)},
 	{"tick-ignored", "the tick of a claim not checked", "TickDone", copyBackend(bugTickIgnored)},
 	{"tick-failed-reopens", "a failed run does not serve its tick", "TickDone", copyBackend(bugTickFailedReopens)},
 	{"tick-expired-serves", "an expired run keeps its tick served", "TickExpiredReopens", copyBackend(bugTickExpiredServes)},

@@ -728,13 +728,13 @@ func testFinishIdempotent(t *testing.T, e *env, mode pgx.QueryExecMode) {
 		t.Errorf("Finish with another outcome: %v, want ErrFinished", err)
 	}
 	// The store itself, asked again on whichever server connection.
-	req := runclaim.FinishRequest{ID: run.ID, Source: run.Source, Status: runclaim.StatusFailed, Error: jobErr.Error()}
+	req := runclaim.FinishRequest{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Status: runclaim.StatusFailed, Error: jobErr.Error()}
 	for i := range 3 {
 		if err := s.Finish(ctx, req); err != nil {
 			t.Errorf("store Finish again #%d: %v", i+1, err)
 		}
 	}
-	if err := s.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: run.Source, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrFinished) {
+	if err := s.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Status: runclaim.StatusSucceeded}); !errors.Is(err, runclaim.ErrFinished) {
 		t.Errorf("store Finish with another outcome: %v, want ErrFinished", err)
 	}
 	var status, text string

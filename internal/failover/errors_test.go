@@ -164,7 +164,7 @@ func TestFailoverErrors(t *testing.T) {
 		}
 		_, err = cl.Claim(ctx, "a")
 		checkClaimError(t, "claim on the standby", err, "25006")
-		_, err = standby.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: run.ID, Source: run.Source, Lease: time.Minute})
+		_, err = standby.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Lease: time.Minute})
 		if errors.Is(err, runclaim.ErrLeaseLost) || pgCode(err) != "25006" {
 			t.Errorf("heartbeat on the standby: %v, want SQLSTATE 25006 and not ErrLeaseLost", err)
 		}
