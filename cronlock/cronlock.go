@@ -1,43 +1,45 @@
 // Package cronlock makes robfig/cron v3 jobs run on one replica per tick,
 // when every replica of a service runs the same cron schedule.
 //
-// A cron job has no name and no context, so the source to claim is given
-// when the job is wrapped:
+// A cron job has no name and no context, and does not learn which firing
+// it serves, so the source to claim and the job's schedule are given when
+// the job is wrapped:
 //
-//	claimed, err := cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger)
+//	sched, err := cron.ParseStandard("*/5 * * * *")
 //	if err != nil {
 //		return err
 //	}
-//	c := cron.New(cron.WithChain(cron.Recover(logger), claimed))
-//	_, err = c.AddFunc("*/5 * * * *", sweep)
+//	claimed, err := cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger, cronlock.WithSchedule(sched))
+//	if err != nil {
+//		return err
+//	}
+//	c := cron.New(cron.WithChain(cron.Recover(logger)))
+//	c.Schedule(sched, claimed(cron.FuncJob(sweep)))
 //
 // or, for a job that wants the run's context (cancelled when the run's lease
 // is lost) and its ID (a fencing token), and whose error should be recorded:
 //
-//	job, err := cronlock.Job(ctx, claimer, "sweep-avito", logger,
-//		func(ctx context.Context, run *runclaim.Run) error { return sweep(ctx, run.ID) })
+//	job, err := cronlock.Job(ctx, claimer, "sweep-cian", logger,
+//		func(ctx context.Context, run *runclaim.Run) error { return sweep(ctx, run.ID) },
+//		cronlock.WithSchedule(sched))
 //	if err != nil {
 //		return err
 //	}
-//	_, err = c.AddJob("*/5 * * * *", job)
+//	c.Schedule(sched, job)
 //
 // Job's function gets the run itself, and with it run.Lost(), which closes
 // once the run is lost, also after a shutdown has cancelled ctx: a job that
 // goes on working after ctx.Done() selects on it (see runclaim.Claimer.Do).
 // A job wrapped by SkipUnlessClaimed has no context and cannot learn it.
 //
-// A chain wraps every job of its Cron, and all of them would then claim the
-// one source; to give each job a source of its own, wrap it when adding it:
-//
-//	claimedCian, err := cronlock.SkipUnlessClaimed(claimer, "sweep-cian", logger)
-//	if err != nil {
-//		return err
-//	}
-//	_, err = c.AddJob("*/5 * * * *", claimedCian(cron.FuncJob(sweepCian)))
+// A wrapper claims one source on one schedule. A wrapper put in a Cron's
+// chain (cron.WithChain) wraps every job of the Cron, and all of them would
+// then claim the one source on the one schedule: wrap each job when adding
+// it instead, with its own source and schedule.
 //
 // Both return an error, and nothing else, for a nil or invalid argument
-// (an invalid source matches runclaim.ErrInvalidSource), as
-// gocronlock.New does.
+// (an invalid source matches runclaim.ErrInvalidSource), and for a missing
+// schedule (ErrNoSchedule), as gocronlock.New does.
 //
 // A skipped tick is logged at Info with the message "skip", as cron's own
 // SkipIfStillRunning does. Because a claim keeps the source for the whole
@@ -49,22 +51,39 @@
 // Each run claims its tick with runclaim.Claimer.ClaimTick: a tick that a
 // run has served is skipped on every other replica (logged with the reason
 // "tick done"), however late it fires there and whatever the replicas'
-// clocks say. A cron job does not learn its scheduled time, so the wrapper
-// names the tick from the time the job starts, by the process clock:
+// clocks say. Cron does not tell a job which firing it serves (its Entry's
+// Prev is set only after the job is started, and the job does not know its
+// Entry), so the wrapper is given the job's schedule, and names the latest
+// tick of that schedule at or before the time the job starts, by the
+// process clock, plus half a second, in case the replica's clock was set
+// back a little after cron computed the firing. Without a schedule the
+// wrappers are not built (ErrNoSchedule): a tick guessed from the time the
+// job starts would make a replica whose job starts late (a GC pause, a
+// throttled container) name a tick that no replica served, and run the
+// firing again.
 //
-//   - By default, that time rounded to the nearest whole second. Cron fires
-//     at whole seconds of the replica's clock and starts the job a few
-//     milliseconds later, so every replica names the same tick. Prefer
-//     specs on the wall clock ("*/5 * * * *"), on which every replica ticks
-//     at the same time, to "@every 5m", which counts from each replica's
-//     start.
-//   - With WithSchedule (pass the job's parsed spec), the latest tick of the
-//     schedule at or before that time plus half a second.
+// A configuration is safe, each firing running once on one replica, when:
+//
+//   - the schedule given is the one the job is added with: pass the same
+//     cron.Schedule to WithSchedule and to Cron.Schedule (or parse the spec
+//     given to AddFunc or AddJob with the parser of the Cron, in its
+//     location);
+//   - every replica's job starts less than the time to the job's next
+//     firing, less half a second, after its firing by its own clock. For a
+//     schedule whose firings are a minute or more apart, a job starting up
+//     to 59 s late names the right firing, and a late replica, after the
+//     job has finished on an early one, is skipped as "tick done".
+//
+// A job that starts later still (behind cron.DelayIfStillRunning, say)
+// names the next firing: the late replica does not run the firing it was
+// late for, and the next firing still runs once. Prefer specs on the wall
+// clock ("*/5 * * * *"), on which every replica ticks at the same time, to
+// "@every 5m", which counts from each replica's start.
 //
 // # Catching up
 //
-// With a schedule and WithStartingDeadline, a job also catches up after a
-// restart: run it once when the service starts, before or after c.Start:
+// With WithStartingDeadline, a job also catches up after a restart: run it
+// once when the service starts, before or after c.Start:
 //
 //	job, err := cronlock.Job(ctx, claimer, "sweep-cian", logger, sweep,
 //		cronlock.WithSchedule(sched), cronlock.WithStartingDeadline(time.Minute))
@@ -108,7 +127,8 @@ type config struct {
 
 // WithSchedule names the ticks of the job by s, the schedule the job is
 // added with (see Ticks in the package doc); cron.Schedule is a
-// runclaim.Schedule. s must not be nil.
+// runclaim.Schedule. Every wrapper needs it: SkipUnlessClaimed and Job
+// return ErrNoSchedule without it. s must not be nil.
 func WithSchedule(s runclaim.Schedule) Option {
 	return func(c *config) {
 		if s == nil {
@@ -159,8 +179,16 @@ func prepare(fn string, claimer *runclaim.Claimer, source string, opts []Option)
 	if len(cfg.errs) > 0 {
 		return config{}, errors.New("cronlock: " + cfg.errs[0])
 	}
+	if cfg.schedule == nil {
+		return config{}, fmt.Errorf("cronlock: %s: %w", fn, ErrNoSchedule)
+	}
 	return cfg, nil
 }
+
+// ErrNoSchedule is the error of a wrapper given no schedule (see
+// WithSchedule): cron does not tell a job which firing it serves, and the
+// wrappers do not guess it.
+var ErrNoSchedule = errors.New("no schedule: cron does not tell a job which firing it serves; give the job's schedule with cronlock.WithSchedule")
 
 // errMissed is the skip of a tick older than the starting deadline.
 var errMissed = errors.New("cronlock: tick missed: older than the starting deadline")
@@ -168,12 +196,9 @@ var errMissed = errors.New("cronlock: tick missed: older than the starting deadl
 // doTick runs fn for the tick of a job starting now, as Claimer.DoTick.
 func (cfg config) doTick(ctx context.Context, claimer *runclaim.Claimer, source string, fn func(context.Context, *runclaim.Run) error) error {
 	now := cfg.now()
-	tick := now.Round(time.Second)
-	if cfg.schedule != nil {
-		tick = runclaim.LatestTick(cfg.schedule, now.Add(tickTolerance))
-		if tick.IsZero() {
-			return fmt.Errorf("cronlock: the job's schedule has no tick before %s", now.Format(time.RFC3339))
-		}
+	tick := runclaim.LatestTick(cfg.schedule, now.Add(tickTolerance))
+	if tick.IsZero() {
+		return fmt.Errorf("cronlock: the job's schedule has no tick before %s", now.Format(time.RFC3339))
 	}
 	if cfg.deadline > 0 && now.Sub(tick) > cfg.deadline {
 		return fmt.Errorf("%w: tick %s, deadline %v: %w", errMissed, tick.Format(time.RFC3339Nano), cfg.deadline, runclaim.ErrNotClaimed)
@@ -192,9 +217,11 @@ func (cfg config) doTick(ctx context.Context, claimer *runclaim.Claimer, source 
 // "source" and "reason", plus "holder" and "run" when the holder is known.
 // Failures (the claim failed, or the run could not be recorded) are logged
 // at Error. A nil logger means cron.DefaultLogger. The claim runs with
-// context.Background. Each run claims its tick (see Ticks in the package
-// doc). It returns an error if claimer or an option is nil, an option is
-// invalid, or source is not a valid source (runclaim.ErrInvalidSource).
+// context.Background. Each run claims its tick of the schedule given with
+// WithSchedule (see Ticks in the package doc). It returns an error if
+// claimer or an option is nil, an option is invalid, no schedule is given
+// (ErrNoSchedule), or source is not a valid source
+// (runclaim.ErrInvalidSource).
 func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Logger, opts ...Option) (cron.JobWrapper, error) {
 	cfg, err := prepare("SkipUnlessClaimed", claimer, source, opts)
 	if err != nil {
@@ -220,8 +247,8 @@ func SkipUnlessClaimed(claimer *runclaim.Claimer, source string, logger cron.Log
 // own, which is logged at Info as "cancelled"; skips are logged as by
 // SkipUnlessClaimed, and ticks are claimed as there. A nil logger means
 // cron.DefaultLogger. It returns an error if ctx, claimer, fn or an option
-// is nil, an option is invalid, or source is not a valid source
-// (runclaim.ErrInvalidSource).
+// is nil, an option is invalid, no schedule is given (ErrNoSchedule), or
+// source is not a valid source (runclaim.ErrInvalidSource).
 //
 // When ctx is cancelled, fn's context is cancelled too, and the run is kept
 // alive until fn returns. A run lost while fn winds down after that shows

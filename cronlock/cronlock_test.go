@@ -26,6 +26,9 @@ const waitTimeout = 20 * time.Second
 // stores are the stores every adapter test runs over.
 var stores = sharedtest.Stores()
 
+// everyMinute is the schedule of the jobs of most tests: each whole minute.
+var everyMinute = cronlock.WithSchedule(runclaim.Every(time.Minute))
+
 // gate is a cron.Schedule whose next activation is whenever the test says:
 // Next blocks until the test sends on ticks, then returns the time it was
 // asked about, so that the entry fires at once. Once done is closed it
@@ -75,8 +78,8 @@ func (l attemptLogger) Error(err error, msg string, kv ...any) {
 // is seen; exactly one of the two must run the job and the other must log a
 // skip because the source is already running. The run must be recorded
 // before the next tick. The test's ticks come milliseconds apart in real
-// time, so the wrappers name ticks by a test clock a minute apart
-// (TestEachTickOnceByDefault covers real time).
+// time, so the wrappers name ticks by a test clock a minute apart, and a
+// schedule of a minute (TestEachTickOnce covers real time).
 func TestTwoCronsOneRunPerTick(t *testing.T) {
 	for _, sc := range stores {
 		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
@@ -117,7 +120,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 		switch variant {
 		case "SkipUnlessClaimed":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger),
-				cron.WithChain(cron.Recover(logger), must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "sweep", logger, cronlock.WithClock(clk.Now)))))
+				cron.WithChain(cron.Recover(logger), must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "sweep", logger, everyMinute, cronlock.WithClock(clk.Now)))))
 			job = cron.FuncJob(hold)
 		case "Job":
 			c = cron.New(cron.WithLogger(cron.DiscardLogger), cron.WithChain(cron.Recover(logger)))
@@ -127,7 +130,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 				}
 				hold()
 				return nil
-			}, cronlock.WithClock(clk.Now)))
+			}, everyMinute, cronlock.WithClock(clk.Now)))
 		}
 		g := &gate{ticks: make(chan struct{}), done: done}
 		gates = append(gates, g)
@@ -236,7 +239,7 @@ func TestOutcomes(t *testing.T) {
 
 	t.Run("JobError", func(t *testing.T) {
 		boom := errors.New("boom")
-		must[cron.Job](t)(cronlock.Job(t.Context(), claimer, "fails", log, func(context.Context, *runclaim.Run) error { return boom })).Run()
+		must[cron.Job](t)(cronlock.Job(t.Context(), claimer, "fails", log, func(context.Context, *runclaim.Run) error { return boom }, everyMinute)).Run()
 		if len(events) != 1 || events[0].Status != runclaim.StatusFailed || !errors.Is(events[0].Err, boom) {
 			t.Fatalf("finished events %+v; want one failed with boom", events)
 		}
@@ -247,7 +250,7 @@ func TestOutcomes(t *testing.T) {
 
 	t.Run("Panic", func(t *testing.T) {
 		events, log.lines = nil, nil
-		job := cron.NewChain(cron.Recover(log), must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "panics", log))).
+		job := cron.NewChain(cron.Recover(log), must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "panics", log, everyMinute))).
 			Then(cron.FuncJob(func() { panic("kaboom") }))
 		job.Run()
 		if len(events) != 1 || events[0].Status != runclaim.StatusFailed || !strings.Contains(events[0].Err.Error(), "kaboom") {
@@ -261,10 +264,11 @@ func TestOutcomes(t *testing.T) {
 	t.Run("TooSoon", func(t *testing.T) {
 		events, log.lines = nil, nil
 		ran := 0
-		// Two ticks a second apart, by the wrapper's clock: the second
-		// comes within the claimer's interval of an hour.
+		// Two ticks a second apart, by the wrapper's clock and schedule:
+		// the second comes within the claimer's interval of an hour.
 		clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-		job := must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "fast", log, cronlock.WithClock(clk.Now)))(cron.FuncJob(func() { ran++ }))
+		job := must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "fast", log,
+			cronlock.WithSchedule(runclaim.Every(time.Second)), cronlock.WithClock(clk.Now)))(cron.FuncJob(func() { ran++ }))
 		job.Run()
 		clk.Advance(time.Second)
 		job.Run()
@@ -283,7 +287,7 @@ func TestOutcomes(t *testing.T) {
 			cancel() // the service shuts down while the job runs
 			<-ctx.Done()
 			return ctx.Err()
-		})).Run()
+		}, everyMinute)).Run()
 		if len(events) != 1 || events[0].Status != runclaim.StatusFailed || !errors.Is(events[0].Err, context.Canceled) {
 			t.Fatalf("finished events %+v; want one failed with context.Canceled", events)
 		}
@@ -295,11 +299,11 @@ func TestOutcomes(t *testing.T) {
 	t.Run("InvalidSource", func(t *testing.T) {
 		for _, source := range []string{"", "tab\tname", strings.Repeat("s", runclaim.MaxSourceLen+1)} {
 			log.lines = nil
-			w, err := cronlock.SkipUnlessClaimed(claimer, source, log)
+			w, err := cronlock.SkipUnlessClaimed(claimer, source, log, everyMinute)
 			if w != nil || !errors.Is(err, runclaim.ErrInvalidSource) || !strings.HasPrefix(err.Error(), "cronlock: SkipUnlessClaimed: ") {
 				t.Errorf("SkipUnlessClaimed(%.20q): %v, %v; want no wrapper and an ErrInvalidSource", source, w, err)
 			}
-			j, err := cronlock.Job(t.Context(), claimer, source, log, func(context.Context, *runclaim.Run) error { return nil })
+			j, err := cronlock.Job(t.Context(), claimer, source, log, func(context.Context, *runclaim.Run) error { return nil }, everyMinute)
 			if j != nil || !errors.Is(err, runclaim.ErrInvalidSource) || !strings.HasPrefix(err.Error(), "cronlock: Job: ") {
 				t.Errorf("Job(%.20q): %v, %v; want no job and an ErrInvalidSource", source, j, err)
 			}
@@ -322,6 +326,14 @@ func TestBadArgumentsAreErrors(t *testing.T) {
 	var nilCtx context.Context
 	wrap := func(w cron.JobWrapper, err error) (bool, error) { return w != nil, err }
 	job := func(j cron.Job, err error) (bool, error) { return j != nil, err }
+	// wrapNoSchedule passes on what a wrapper built without a schedule
+	// returned if its error is ErrNoSchedule, and else reports it.
+	wrapNoSchedule := func(got bool, err error) (bool, error) {
+		if err != nil && !errors.Is(err, cronlock.ErrNoSchedule) {
+			t.Errorf("error %v without a schedule; want ErrNoSchedule", err)
+		}
+		return got, err
+	}
 	for name, f := range map[string]func() (bool, error){
 		"SkipUnlessClaimed nil claimer": func() (bool, error) { return wrap(cronlock.SkipUnlessClaimed(nil, "s", nil)) },
 		"Job nil claimer":               func() (bool, error) { return job(cronlock.Job(t.Context(), nil, "s", nil, fn)) },
@@ -336,7 +348,15 @@ func TestBadArgumentsAreErrors(t *testing.T) {
 			return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithSchedule(nil)))
 		},
 		"nil clock": func() (bool, error) {
-			return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, cronlock.WithClock(nil)))
+			return job(cronlock.Job(t.Context(), claimer, "s", nil, fn, everyMinute, cronlock.WithClock(nil)))
+		},
+		"SkipUnlessClaimed no schedule": func() (bool, error) {
+			w, err := cronlock.SkipUnlessClaimed(claimer, "s", nil)
+			return wrapNoSchedule(w != nil, err)
+		},
+		"Job no schedule": func() (bool, error) {
+			j, err := cronlock.Job(t.Context(), claimer, "s", nil, fn)
+			return wrapNoSchedule(j != nil, err)
 		},
 	} {
 		func() {

@@ -24,15 +24,18 @@ func ExampleSkipUnlessClaimed() {
 	}
 	logger := cron.VerbosePrintfLogger(log.New(os.Stdout, "cron: ", 0))
 
-	claimed, err := cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger)
+	// The wrapper names each firing by the job's schedule: cron does not
+	// tell a job which firing it serves.
+	sched, err := cron.ParseStandard("*/5 * * * *")
 	if err != nil {
 		log.Fatal(err)
 	}
-	c := cron.New(cron.WithChain(cron.Recover(logger), claimed))
-	id, err := c.AddFunc("*/5 * * * *", func() { fmt.Println("sweeping avito") })
+	claimed, err := cronlock.SkipUnlessClaimed(claimer, "sweep-avito", logger, cronlock.WithSchedule(sched))
 	if err != nil {
 		log.Fatal(err)
 	}
+	c := cron.New(cron.WithChain(cron.Recover(logger)))
+	id := c.Schedule(sched, claimed(cron.FuncJob(func() { fmt.Println("sweeping avito") })))
 	// A service calls c.Start(); this example runs two ticks by hand.
 	tick := c.Entry(id).WrappedJob.Run
 
@@ -67,20 +70,22 @@ func ExampleJob() {
 	logger := cron.PrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
 
 	c := cron.New(cron.WithChain(cron.Recover(logger)))
+	sched, err := cron.ParseStandard("*/5 * * * *")
+	if err != nil {
+		log.Fatal(err)
+	}
 	job, err := cronlock.Job(ctx, claimer, "sweep-cian", logger,
 		func(ctx context.Context, run *runclaim.Run) error {
 			// ctx ends if the run is lost; run.ID is a fencing token; an
 			// error is recorded as the run's outcome.
 			fmt.Printf("sweeping cian as run %d\n", run.ID)
 			return nil
-		})
+		},
+		cronlock.WithSchedule(sched))
 	if err != nil {
 		log.Fatal(err)
 	}
-	id, err := c.AddJob("*/5 * * * *", job)
-	if err != nil {
-		log.Fatal(err)
-	}
+	id := c.Schedule(sched, job)
 	// A service calls c.Start(); this example runs one tick by hand.
 	c.Entry(id).WrappedJob.Run()
 	// Output: sweeping cian as run 1

@@ -53,7 +53,7 @@ func TestJobSeesLostAfterShutdown(t *testing.T) {
 			case <-time.After(10 * claimer.Lease()):
 			}
 			return runCtx.Err()
-		}))
+		}, everyMinute))
 		job.Run()
 		if want := claimer.Lease() - claimer.ExpiryMargin(); lostAt != want {
 			t.Errorf("fn saw Lost at t0+%v, want t0+%v (the lease less the expiry margin)", lostAt, want)

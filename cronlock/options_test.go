@@ -14,10 +14,10 @@ import (
 )
 
 // TestTicks checks the tick each wrapper names, on a store and wrappers
-// that share a fake clock: by default the nearest whole second, so a late
-// replica's run in that second is skipped as "tick done" however long after
-// the job finished, and the next second is a new tick; with a schedule and
-// a starting deadline, the job run at a replica's start catches up on the
+// that share a fake clock: the latest tick of the schedule, so a late
+// replica's run is skipped as "tick done" however long after the job
+// finished, and the schedule's next tick is a new one; with a starting
+// deadline as well, the job run at a replica's start catches up on the
 // latest tick within the deadline, and skips it beyond.
 func TestTicks(t *testing.T) {
 	for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
@@ -40,8 +40,9 @@ func TestTicks(t *testing.T) {
 				}
 				return must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "job/"+name[:1], log, opts...))(cron.FuncJob(func() { ran[name]++ }))
 			}
-			// Same first letter, same source.
-			early, late := replica("e-early"), replica("e-late")
+			// Same first letter, same source. A schedule of a second.
+			everySecond := cronlock.WithSchedule(runclaim.Every(time.Second))
+			early, late := replica("e-early", everySecond), replica("e-late", everySecond)
 			clk.Advance(3 * time.Millisecond)
 			early.Run()
 			clk.Advance(400 * time.Millisecond)
@@ -122,7 +123,7 @@ func TestJobKeepsRunAliveAfterCancel(t *testing.T) {
 					}
 				}
 				return runCtx.Err()
-			}))
+			}, everyMinute))
 			job.Run()
 			if len(overlaps) > 0 {
 				t.Errorf("another replica started the source %d times while fn wound down (at %v after the cancel)", len(overlaps), overlaps)

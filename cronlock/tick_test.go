@@ -44,13 +44,16 @@ func (l tickLogger) Error(err error, msg string, kv ...any) {
 	l.attempts <- tickAttempt{replica: l.replica, at: time.Now(), err: fmt.Errorf("%s %v: %w", msg, kv, err)}
 }
 
-// TestEachTickOnceByDefault runs three Crons, each with its own Claimer, on
-// one store, with a job every second that takes about a millisecond: the
+// TestEachTickOnce runs three Crons, each with its own Claimer, on one
+// store, with a job every second that takes about a millisecond: the
 // replicas fire each tick a few milliseconds apart, and the late ones
-// claim after the early one has finished. With no option set, ticks are
-// claimed by name: each tick must run exactly once, and no tick may be
-// skipped by every replica. Both wrappers are checked.
-func TestEachTickOnceByDefault(t *testing.T) {
+// claim after the early one has finished. With the job's schedule given
+// and no other option, each tick must run exactly once, and no tick may be
+// skipped by every replica. Both wrappers are checked. (The schedule's
+// ticks are a second apart, so a job starting over half a second late
+// names the next one: TestLateRunRunsFiringOnce covers late starts on
+// schedules of a minute and more.)
+func TestEachTickOnce(t *testing.T) {
 	for _, sc := range stores {
 		for _, variant := range []string{"SkipUnlessClaimed", "Job"} {
 			t.Run(sc.Name+"/"+variant, func(t *testing.T) {
@@ -70,6 +73,10 @@ func testEachTickOnce(t *testing.T, store runclaim.Store, variant string) {
 	// job ran: on a loaded machine a replica's job can start more than
 	// half a second after the tick it claimed.
 	won := &winsStore{Store: store}
+	sched, err := cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow).Parse("* * * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
 	attempts := make(chan tickAttempt, 1000)
 	var crons []*cron.Cron
 	for i := range replicas {
@@ -86,17 +93,15 @@ func testEachTickOnce(t *testing.T, store runclaim.Store, variant string) {
 		var job cron.Job
 		switch variant {
 		case "SkipUnlessClaimed":
-			job = must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "every-second", logger))(cron.FuncJob(work))
+			job = must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(claimer, "every-second", logger, cronlock.WithSchedule(sched)))(cron.FuncJob(work))
 		case "Job":
 			job = must[cron.Job](t)(cronlock.Job(t.Context(), claimer, "every-second", logger, func(context.Context, *runclaim.Run) error {
 				work()
 				return nil
-			}))
+			}, cronlock.WithSchedule(sched)))
 		}
-		c := cron.New(cron.WithSeconds(), cron.WithLogger(cron.DiscardLogger))
-		if _, err := c.AddJob("* * * * * *", job); err != nil {
-			t.Fatal(err)
-		}
+		c := cron.New(cron.WithLogger(cron.DiscardLogger))
+		c.Schedule(sched, job)
 		crons = append(crons, c)
 	}
 	for _, c := range crons {

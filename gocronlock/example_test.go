@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/google/uuid"
+	"github.com/robfig/cron/v3"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/gocronlock"
 )
@@ -20,7 +21,14 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	locker, err := gocronlock.New(claimer)
+	// The Locker names each firing by the job's schedule: gocron does not
+	// tell it which scheduled time it fires for.
+	const spec = "*/5 * * * *"
+	sched, err := cron.ParseStandard(spec) // robfig/cron, which gocron parses specs with
+	if err != nil {
+		log.Fatal(err)
+	}
+	locker, err := gocronlock.New(claimer, gocronlock.WithSchedule("sweep-avito", sched))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -31,12 +39,14 @@ func Example() {
 
 	done := make(chan struct{}) // this example stops after the first run
 	_, err = s.NewJob(
-		gocron.DurationJob(time.Minute),
+		gocron.CronJob(spec, false),
 		gocron.NewTask(func() {
 			fmt.Println("sweeping avito")
 			close(done)
 		}),
 		gocron.WithName("sweep-avito"), // the claimed source: keep it stable across releases
+		// At the start, run the latest firing that has passed (see
+		// Catching up in the package doc), here for the example's sake.
 		gocron.WithStartAt(gocron.WithStartImmediately()),
 		gocron.WithEventListeners(gocron.AfterLockError(func(_ uuid.UUID, job string, err error) {
 			if !errors.Is(err, runclaim.ErrNotClaimed) { // a skip is routine; this is not

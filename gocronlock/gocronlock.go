@@ -2,7 +2,12 @@
 // elector, of gocron v2 schedulers, so that a job ticking on every replica
 // of a service runs on one replica per tick.
 //
-//	locker, err := gocronlock.New(claimer)
+//	const spec = "*/5 * * * *"
+//	sched, err := cron.ParseStandard(spec) // robfig/cron, which gocron parses specs with
+//	if err != nil {
+//		return err
+//	}
+//	locker, err := gocronlock.New(claimer, gocronlock.WithSchedule("sweep-avito", sched))
 //	if err != nil {
 //		return err
 //	}
@@ -10,7 +15,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	_, err = s.NewJob(gocron.CronJob("*/5 * * * *", false), gocron.NewTask(sweep),
+//	_, err = s.NewJob(gocron.CronJob(spec, false), gocron.NewTask(sweep),
 //		gocron.WithName("sweep-avito")) // the name is the source: keep it stable
 //
 // On each tick gocron calls Locker.Lock with the job's name; Lock claims the
@@ -23,18 +28,40 @@
 //
 // # Ticks
 //
-// gocron does not tell a Locker which scheduled time it fires for, so Lock
-// names the tick from the time it is called, by the Locker's clock (the
-// Claimer's process clock unless WithClock sets another):
+// gocron does not tell a Locker which scheduled time it fires for: Lock is
+// given the job's name and its context, and nothing in either names the
+// firing. (A Job's NextRun may or may not have moved past the firing by
+// the time Lock is called, depending on the job's limit mode.) So every job
+// locked must be given its schedule with WithSchedule, and Lock names the
+// latest tick of that schedule at or before the time it is called, by the
+// Locker's clock (the process clock unless WithClock sets another), plus
+// half a second, in case the replica's clock was set back a little after
+// gocron armed its timer. Lock refuses a job without a schedule with an
+// error matching ErrNoSchedule, which it also logs at Error, rather than
+// guess its firing from the time: a replica whose Lock comes late (a GC
+// pause, a throttled container, a job queued behind gocron's limit mode)
+// would name a tick that no replica served, and run the firing again.
 //
-//   - By default, that time rounded to the nearest whole second. A CronJob
-//     fires at whole seconds of the replica's clock, and Lock is called a
-//     few milliseconds later, so every replica names the same tick however
-//     far apart their clocks are, and a late replica, after the job has
-//     finished on an early one, is skipped with runclaim.ErrTickDone.
-//   - For a job given a schedule with WithSchedule, the latest tick of that
-//     schedule at or before that time plus half a second: for a job whose
-//     ticks are not whole seconds, and for catching up.
+// A configuration is safe, each firing running once on one replica, when:
+//
+//   - the schedule given is the one the job is defined with: for a CronJob,
+//     the robfig/cron parse of its spec (cron.ParseStandard, or for a
+//     CronJob with seconds a cron.NewParser with cron.SecondOptional),
+//     in the scheduler's location (a scheduler given gocron.WithLocation
+//     needs the spec parsed with "CRON_TZ=" and that location); for a
+//     DurationJob started on a round time with gocron.WithStartAt,
+//     runclaim.Every(d);
+//   - every replica's Lock for a firing comes less than the time to the
+//     job's next firing, less half a second, after that firing by its own
+//     clock. For a schedule whose firings are a minute or more apart, a
+//     Lock up to 59 s late names the right firing; a late replica, after
+//     the job has finished on an early one, is skipped with
+//     runclaim.ErrTickDone.
+//
+// A Lock that comes later still, after the job's next firing, names that
+// next firing: the late replica does not run the firing it was late for,
+// and the next firing still runs once. Replicas' clocks may disagree: each
+// names the firing by its own clock, on which its own timer fired.
 //
 // Duration jobs tick on each replica's own schedule, counted from its start,
 // so that their ticks do not line up at all. Start them on a round time with
@@ -43,7 +70,7 @@
 //
 // # Catching up
 //
-// A job with a schedule (WithSchedule) also catches up after a restart:
+// A job also catches up after a restart:
 // start it with gocron.WithStartAt(gocron.WithStartImmediately()). Its first
 // Lock, at the scheduler's start, then names the latest tick that has
 // passed: if no replica has served it (the service was down across it) and
@@ -93,6 +120,11 @@ import (
 // gocron's timer was armed calls Lock just before the tick.
 const tickTolerance = time.Second / 2
 
+// ErrNoSchedule is the error of a Lock of a job that the Locker has no
+// schedule for (see WithSchedule): the Locker cannot tell which firing the
+// Lock serves, and does not guess it.
+var ErrNoSchedule = errors.New("no schedule for the job, so the firing it serves is unknown: give the job's schedule with gocronlock.WithSchedule")
+
 // A Locker is a gocron.Locker that claims each tick of a job, by the job's
 // name as a runclaim source. It is safe for concurrent use; one Locker may
 // serve several schedulers.
@@ -123,9 +155,11 @@ func WithPrefix(prefix string) Option {
 
 // WithSchedule gives the schedule of the job named name (without the
 // prefix): its ticks are that schedule's (see Ticks in the package doc),
-// and it can catch up. Use the schedule the job is defined with, for
-// example the robfig/cron parse of a CronJob's spec, or runclaim.Every for
-// a DurationJob started on a round time.
+// and it can catch up. Every job the Locker locks needs one: Lock refuses
+// a job without a schedule with ErrNoSchedule. Use the schedule the job is
+// defined with, for example the robfig/cron parse of a CronJob's spec, or
+// runclaim.Every for a DurationJob started on a round time. A later
+// WithSchedule for the same name replaces an earlier one.
 func WithSchedule(name string, s runclaim.Schedule) Option {
 	return func(l *Locker) {
 		if s == nil {
@@ -195,12 +229,15 @@ func New(claimer *runclaim.Claimer, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// tick is the tick of the job named key that a Lock at now names.
-func (l *Locker) tick(key string, now time.Time) time.Time {
-	if s, ok := l.schedules[key]; ok {
-		return runclaim.LatestTick(s, now.Add(tickTolerance))
+// tick is the tick of the job named key that a Lock at now names: the
+// latest tick of the job's schedule at or before now plus tickTolerance.
+// It returns ErrNoSchedule for a job without a schedule.
+func (l *Locker) tick(key string, now time.Time) (time.Time, error) {
+	s, ok := l.schedules[key]
+	if !ok {
+		return time.Time{}, ErrNoSchedule
 	}
-	return now.Round(time.Second)
+	return runclaim.LatestTick(s, now.Add(tickTolerance)), nil
 }
 
 // Lock claims the job's tick (see Ticks in the package doc) of the source
@@ -208,11 +245,12 @@ func (l *Locker) tick(key string, now time.Time) time.Time {
 // runclaim.Run.KeepAlive). When the claim is skipped it returns an error
 // matching runclaim.ErrNotClaimed (and runclaim.ErrAlreadyRunning,
 // runclaim.ErrTickDone or runclaim.ErrTooSoon), or the tick is older than
-// the starting deadline, which makes gocron skip the tick; any other error is a real failure, such as an unreachable
-// database, and gocron skips the tick as well. A key that makes an invalid
-// source is also logged at Error (see the package doc). ctx bounds the claim
-// only: the heartbeats go on, whatever becomes of ctx, until Unlock or until
-// the run is lost.
+// the starting deadline, which makes gocron skip the tick; any other error
+// is a real failure, such as an unreachable database, and gocron skips the
+// tick as well. A key that makes an invalid source, or a job without a
+// schedule (ErrNoSchedule), is also logged at Error (see the package doc).
+// ctx bounds the claim only: the heartbeats go on, whatever becomes of ctx,
+// until Unlock or until the run is lost.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	source := l.prefix + key
 	if err := runclaim.ValidateSource(source); err != nil {
@@ -222,7 +260,13 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 		return nil, err
 	}
 	now := l.now()
-	tick := l.tick(key, now)
+	tick, err := l.tick(key, now)
+	if err != nil {
+		err = fmt.Errorf("gocronlock: lock %q: %w", key, err)
+		l.logger.LogAttrs(context.Background(), slog.LevelError, "gocronlock: job without a schedule",
+			slog.String("job", key), slog.String("error", err.Error()))
+		return nil, err
+	}
 	if tick.IsZero() {
 		return nil, fmt.Errorf("gocronlock: lock %q: the job's schedule has no tick before %s", key, now.Format(time.RFC3339))
 	}

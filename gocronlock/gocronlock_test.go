@@ -27,6 +27,10 @@ var stores = sharedtest.Stores()
 
 var newClaimer = sharedtest.NewClaimer
 
+// minutely is the schedule of the job "sweep" of most tests: each whole
+// minute.
+var minutely = gocronlock.WithSchedule("sweep", runclaim.Every(time.Minute))
+
 func newLocker(t *testing.T, c *runclaim.Claimer, opts ...gocronlock.Option) *gocronlock.Locker {
 	t.Helper()
 	l, err := gocronlock.New(c, opts...)
@@ -42,8 +46,9 @@ func newLocker(t *testing.T, c *runclaim.Claimer, opts ...gocronlock.Option) *go
 // scheduler's attempt for the tick is seen; exactly one of the two attempts
 // must run the job and the other must be skipped with ErrAlreadyRunning.
 // Then the run must be recorded as succeeded before the next tick. The
-// Locker names ticks by the fake clock (TestEachTickOnceByDefault covers
-// real time).
+// fake clock starts on a whole minute, so that the job's schedule, given
+// to the Locker, is runclaim.Every(time.Minute); the Locker names ticks by
+// the fake clock (TestEachTickOnce covers real time).
 func TestTwoSchedulersOneRunPerTick(t *testing.T) {
 	for _, sc := range stores {
 		t.Run(sc.Name, func(t *testing.T) {
@@ -60,14 +65,14 @@ func TestTwoSchedulersOneRunPerTick(t *testing.T) {
 			finished := make(chan runclaim.FinishedEvent, 2)
 			release := make(chan struct{})
 			done := make(chan struct{}) // unblocks a held job if the test fails
-			clk := clockwork.NewFakeClock()
+			clk := clockwork.NewFakeClockAt(time.Now().Truncate(time.Minute))
 
 			for _, replica := range []string{"replica-a", "replica-b"} {
 				claimer := newClaimer(t, store, runclaim.WithOwner(replica),
 					runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.FinishedEvent) { finished <- e }}))
 				s, err := gocron.NewScheduler(
 					gocron.WithClock(clk),
-					gocron.WithDistributedLocker(newLocker(t, claimer, gocronlock.WithClock(clk.Now))),
+					gocron.WithDistributedLocker(newLocker(t, claimer, minutely, gocronlock.WithClock(clk.Now))),
 				)
 				if err != nil {
 					t.Fatal(err)
@@ -181,7 +186,7 @@ func TestLockHeartbeatsUntilUnlock(t *testing.T) {
 			const lease = 3 * time.Second
 			holder := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/10), runclaim.WithOwner("holder"))
 			other := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("other"))
-			locker := newLocker(t, holder, gocronlock.WithPrefix("svc/"))
+			locker := newLocker(t, holder, gocronlock.WithPrefix("svc/"), minutely)
 
 			lk, err := locker.Lock(ctx, "sweep")
 			if err != nil {
@@ -235,7 +240,7 @@ func TestLockSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locker := newLocker(t, newClaimer(t, store), gocronlock.WithPrefix("svc/"))
+	locker := newLocker(t, newClaimer(t, store), gocronlock.WithPrefix("svc/"), minutely)
 
 	lk, err := locker.Lock(ctx, "sweep")
 	if lk != nil || !errors.Is(err, runclaim.ErrNotClaimed) || !errors.Is(err, runclaim.ErrAlreadyRunning) {
@@ -247,7 +252,7 @@ func TestLockSkipped(t *testing.T) {
 	}
 
 	// Without the prefix the key is a source of its own.
-	lk, err = newLocker(t, newClaimer(t, store)).Lock(ctx, "sweep")
+	lk, err = newLocker(t, newClaimer(t, store), minutely).Lock(ctx, "sweep")
 	if err != nil {
 		t.Fatalf("Lock of a free source: %v", err)
 	}
@@ -279,7 +284,7 @@ func TestUnlockAfterLeaseLost(t *testing.T) {
 		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.LeaseLostEvent) { lost <- e }}))
 	// The first heartbeat is due in 20 s of real time: none happens during
 	// the test.
-	lk, err := newLocker(t, holder).Lock(ctx, "sweep")
+	lk, err := newLocker(t, holder, minutely).Lock(ctx, "sweep")
 	if err != nil {
 		t.Fatal(err)
 	}

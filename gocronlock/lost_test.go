@@ -33,7 +33,7 @@ func TestTaskSeesLostAfterShutdown(t *testing.T) {
 	}))
 	const lease = time.Second
 	holder := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("holder"))
-	locker := newLocker(t, holder)
+	locker := newLocker(t, holder, minutely)
 	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestTaskSeesLostAfterShutdown(t *testing.T) {
 // TestLockerRunUnknownContext: a context the Locker holds no run for gives
 // nil, and so does nil.
 func TestLockerRunUnknownContext(t *testing.T) {
-	locker := newLocker(t, newClaimer(t, runclaim.NewMemoryStore()))
+	locker := newLocker(t, newClaimer(t, runclaim.NewMemoryStore()), minutely)
 	lk, err := locker.Lock(t.Context(), "sweep")
 	if err != nil {
 		t.Fatal(err)

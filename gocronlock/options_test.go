@@ -29,10 +29,10 @@ func lockUnlock(t *testing.T, l *gocronlock.Locker, key string) error {
 }
 
 // TestTicks checks the tick a Lock names, on a store and a Locker that
-// share a fake clock: by default the nearest whole second, so a late
-// replica's lock in that second is skipped with ErrTickDone however long
-// after the job finished, and the next second is a new tick; with a
-// schedule, the latest tick of the schedule, which a Lock at a replica's
+// share a fake clock: for a job without a schedule none (Lock refuses the
+// job, and claims nothing); with a schedule, the latest tick of the
+// schedule, so that a late replica's lock is skipped with ErrTickDone
+// however long after the job finished, and which a Lock at a replica's
 // start claims if it is within the starting deadline, and skips beyond it.
 func TestTicks(t *testing.T) {
 	clk := testclock.New(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
@@ -40,24 +40,38 @@ func TestTicks(t *testing.T) {
 	locker := func(owner string, opts ...gocronlock.Option) *gocronlock.Locker {
 		return newLocker(t, newClaimer(t, store, runclaim.WithOwner(owner)), append(opts, gocronlock.WithClock(clk.Now))...)
 	}
-	early, late := locker("early"), locker("late")
 
+	// A job without a schedule: a Lock cannot tell which firing it serves.
+	unscheduled := locker("unscheduled", gocronlock.WithSchedule("other", runclaim.Every(time.Minute)))
 	clk.Advance(3 * time.Millisecond)
-	if err := lockUnlock(t, early, "job"); err != nil {
+	lk, err := unscheduled.Lock(t.Context(), "job")
+	if lk != nil || !errors.Is(err, gocronlock.ErrNoSchedule) || errors.Is(err, runclaim.ErrNotClaimed) || !strings.Contains(err.Error(), `"job"`) {
+		t.Fatalf("Lock of a job without a schedule = %v, %v; want ErrNoSchedule naming the job, not a skip", lk, err)
+	}
+	// It claimed nothing: the source is free, and no tick of it done.
+	run, err := newClaimer(t, store).ClaimTick(t.Context(), "job", time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatalf("claim of the job's tick after the refused Lock: %v", err)
+	}
+	if err := run.Finish(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// A job with a schedule of a minute: a replica's Lock 400 ms late,
+	// after the job, is skipped.
+	early, late := locker("early", minutely), locker("late", minutely)
+	if err := lockUnlock(t, early, "sweep"); err != nil {
 		t.Fatalf("first lock: %v", err)
 	}
 	clk.Advance(400 * time.Millisecond) // a replica whose clock is behind, after the job
-	err := lockUnlock(t, late, "job")
+	err = lockUnlock(t, late, "sweep")
 	var nc *runclaim.NotClaimedError
 	if !errors.Is(err, runclaim.ErrTickDone) || !errors.As(err, &nc) || !nc.DoneTick.Equal(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)) {
 		t.Fatalf("late lock of the same tick: %v; want ErrTickDone for 12:00:00", err)
 	}
-	clk.Advance(time.Second)
-	if err := lockUnlock(t, late, "job"); err != nil {
-		t.Fatalf("lock of the next second: %v", err)
-	}
 
 	// A job with a schedule of a minute, and a deadline of 30 s.
+	clk.Advance(time.Second) // 12:00:01.403
 	opts := []gocronlock.Option{gocronlock.WithSchedule("minutely", runclaim.Every(time.Minute)), gocronlock.WithStartingDeadline(30 * time.Second)}
 	a, b := locker("a", opts...), locker("b", opts...)
 	clk.Advance(20 * time.Second) // 12:00:21.403: back from a restart

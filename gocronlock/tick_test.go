@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/google/uuid"
+	"github.com/robfig/cron/v3"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/gocronlock"
 )
@@ -39,7 +40,8 @@ func (l staggered) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 // runThreeReplicas runs three gocron schedulers, each with its own Claimer
 // and Locker on store, with a CronJob every second whose job takes about a
 // millisecond, until it has seen every replica's attempt at ticks complete
-// ticks. It returns the attempts grouped by tick, and the ticks in order.
+// ticks. Each Locker is given the job's schedule, and lockerOpts. It
+// returns the attempts grouped by tick, and the ticks in order.
 //
 // Each attempt is counted under the tick it named, as the store recorded
 // it: a run's Tick, a skip's NotClaimedError.Tick. (The time an attempt
@@ -48,6 +50,12 @@ func (l staggered) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 func runThreeReplicas(t *testing.T, store runclaim.Store, ticks int, lockerOpts ...gocronlock.Option) (map[time.Time][]tickAttempt, []time.Time) {
 	t.Helper()
 	const replicas = 3
+	const spec = "* * * * * *"
+	sched, err := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor).Parse(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockerOpts = append([]gocronlock.Option{gocronlock.WithSchedule("every-second", sched)}, lockerOpts...)
 	attempts := make(chan tickAttempt, 100)
 	var schedulers []gocron.Scheduler
 	for i := range replicas {
@@ -59,7 +67,7 @@ func runThreeReplicas(t *testing.T, store runclaim.Store, ticks int, lockerOpts 
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = s.NewJob(gocron.CronJob("* * * * * *", true),
+		_, err = s.NewJob(gocron.CronJob(spec, true),
 			gocron.NewTask(func(ctx context.Context) {
 				a := tickAttempt{replica: replica, err: errors.New("Locker.Run(ctx) = nil inside the locked task")}
 				if run := locker.Run(ctx); run != nil {
@@ -114,13 +122,16 @@ func runThreeReplicas(t *testing.T, store runclaim.Store, ticks int, lockerOpts 
 	return byTick, complete
 }
 
-// TestEachTickOnceByDefault is the case gocron's Locker contract leaves to
-// the locker: three replicas lock the same tick 20 ms apart and the job
-// takes a millisecond, so that a late replica claims after the early one
-// has finished. With no option set, ticks are claimed by name,
-// each tick must run exactly once (no tick twice, and no tick skipped by
-// every replica), and every tick named is a whole second.
-func TestEachTickOnceByDefault(t *testing.T) {
+// TestEachTickOnce is the case gocron's Locker contract leaves to the
+// locker: three replicas lock the same tick 20 ms apart and the job takes a
+// millisecond, so that a late replica claims after the early one has
+// finished. With the job's schedule given and no other option, each tick
+// must run exactly once (no tick twice, and no tick skipped by every
+// replica), and every tick named is a whole second, a tick of the
+// schedule. (The schedule's ticks are a second apart, so a Lock over half
+// a second late names the next one: TestLateLockRunsFiringOnce covers
+// late Locks on schedules of a minute and more.)
+func TestEachTickOnce(t *testing.T) {
 	for _, sc := range stores {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()

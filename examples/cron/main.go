@@ -88,27 +88,28 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 	// Skips are logged at Info: a verbose logger shows them.
 	logger := cron.VerbosePrintfLogger(log.New(os.Stdout, name+"  cron: ", log.Lmicroseconds))
 	c := cron.New(
-		cron.WithSeconds(),
 		cron.WithLogger(cron.PrintfLogger(log.New(os.Stderr, name+" cron: ", log.LstdFlags))), // cron's own log: errors only
 		cron.WithChain(cron.Recover(logger)),
 	)
 
-	// With a chain for every job, this would be
-	// cron.New(cron.WithChain(cron.Recover(logger), claimedBooks)) and
-	// c.AddFunc(spec, ...). Each run claims its tick, the whole second
-	// cron fires at: a late replica's claim of the same tick is skipped.
-	claimedBooks, err := cronlock.SkipUnlessClaimed(claimer, "sweep-books", logger)
+	// Cron does not tell a job which firing it serves, so each wrapper is
+	// given the job's schedule, and each run claims the latest tick of it:
+	// a late replica's claim of the same tick is skipped. (A schedule of a
+	// second names the right tick for a job starting up to half a second
+	// late; one of "*/5 * * * *", for one up to 4 min 59.5 s late.)
+	sched, err := cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor).Parse(spec)
 	if err != nil {
 		return nil, err
 	}
-	_, err = c.AddJob(spec, claimedBooks(cron.FuncJob(func() {
+	claimedBooks, err := cronlock.SkipUnlessClaimed(claimer, "sweep-books", logger, cronlock.WithSchedule(sched))
+	if err != nil {
+		return nil, err
+	}
+	c.Schedule(sched, claimedBooks(cron.FuncJob(func() {
 		fmt.Printf("%s  %s  books swept\n", time.Now().Format("15:04:05.000000"), name)
 		sweeps.add("books")
 		time.Sleep(work) // the real work, such as scraping a site
 	})))
-	if err != nil {
-		return nil, err
-	}
 
 	news, err := cronlock.Job(ctx, claimer, "sweep-news", logger,
 		func(ctx context.Context, run *runclaim.Run) error {
@@ -120,13 +121,12 @@ func newCron(ctx context.Context, name string, store runclaim.Store, sweeps *cou
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
-		})
+		},
+		cronlock.WithSchedule(sched))
 	if err != nil {
 		return nil, err
 	}
-	if _, err = c.AddJob(spec, news); err != nil {
-		return nil, err
-	}
+	c.Schedule(sched, news)
 	return c, nil
 }
 

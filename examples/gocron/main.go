@@ -29,6 +29,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/robfig/cron/v3"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/gocronlock"
 )
@@ -90,9 +91,22 @@ func newScheduler(name string, store runclaim.Store, sweeps *counter) (gocron.Sc
 	if err != nil {
 		return nil, err
 	}
-	// The Locker claims the tick, the whole second the CronJob fires at:
-	// a late replica's claim of the same tick is skipped with ErrTickDone.
-	locker, err := gocronlock.New(claimer, gocronlock.WithPrefix("example/"))
+	// gocron does not tell the Locker which firing a Lock serves, so the
+	// Locker is given each job's schedule, the robfig/cron parse of its
+	// spec, and claims the latest tick of it: a late replica's claim of
+	// the same tick is skipped with ErrTickDone. (A schedule of a second
+	// names the right tick for a Lock up to half a second late; one of
+	// "*/5 * * * *", for a Lock up to 4 min 59.5 s late.)
+	const spec = "* * * * * *" // every second
+	sched, err := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor).Parse(spec)
+	if err != nil {
+		return nil, err
+	}
+	opts := []gocronlock.Option{gocronlock.WithPrefix("example/")}
+	for _, source := range sources {
+		opts = append(opts, gocronlock.WithSchedule("sweep-"+source, sched))
+	}
+	locker, err := gocronlock.New(claimer, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +116,7 @@ func newScheduler(name string, store runclaim.Store, sweeps *counter) (gocron.Sc
 	}
 	for _, source := range sources {
 		_, err := s.NewJob(
-			gocron.CronJob("* * * * * *", true), // every second
+			gocron.CronJob(spec, true),
 			gocron.NewTask(func() {
 				fmt.Printf("%s  %s  %-6s swept\n", time.Now().Format("15:04:05.000"), name, source)
 				sweeps.add(source)
