@@ -75,16 +75,31 @@ func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
 //
 // Name the tick the scheduler fired for (its scheduled time, not the time
 // the job started), so that every replica names the same one; see Ticker
-// and Catchup. Ticks compare at microsecond precision: tick is cut down to
+// and LatestTick. Ticks compare at microsecond precision: tick is cut down to
 // whole microseconds (see NormalTick), and Run.Tick reports it so. A zero
-// tick is an error, and nothing is sent to the store.
+// tick is an error, and nothing is sent to the store; so is a tick in the
+// first microsecond of year 1, which would be cut down to the zero time,
+// and a tick after year 9999.
 func (c *Claimer) ClaimTick(ctx context.Context, source string, tick time.Time) (*Run, error) {
-	if tick.IsZero() {
-		err := errors.New("runclaim: ClaimTick: zero tick")
+	if err := checkTick("ClaimTick", tick); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
 	return c.claim(ctx, source, NormalTick(tick))
+}
+
+// checkTick returns an error for a tick that names no tick: the zero
+// time, or one that NormalTick cuts down to it (the first microsecond of
+// year 1), which a store would take for a plain claim; or a tick out of
+// the range a store keeps. what names the caller.
+func checkTick(what string, tick time.Time) error {
+	if tick.IsZero() {
+		return fmt.Errorf("runclaim: %s: zero tick", what)
+	}
+	if err := validateTick(tick); err != nil {
+		return fmt.Errorf("runclaim: %s: %w", what, err)
+	}
+	return nil
 }
 
 // claim is Claim, for tick when it is not zero.

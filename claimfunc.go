@@ -120,6 +120,9 @@ func (r *funcClaim) settle() {
 	switch {
 	case r.won:
 		r.insID, r.insStarted, r.insLease = r.runID, r.runStarted, r.runLease
+		if r.runOwner.Valid && r.runOwner.String == usedTriggerMark {
+			r.usedTrigger = r.retryAfter
+		}
 	case !r.locked && !r.runID.Valid && r.runOwner.Valid:
 		// A pause (version 5; see postgres_control.go): its note and end.
 		r.paused, r.note = true, r.runOwner.String
@@ -130,6 +133,11 @@ func (r *funcClaim) settle() {
 
 // claimFunc returns the quoted, schema-qualified name of the claim
 // function.
+// usedTriggerMark is what the claim function of version 7 returns as
+// run_owner for a win that used up a trigger; retry_after is then the
+// trigger's time. Before version 7, run_owner is NULL on a win.
+const usedTriggerMark = "trigger"
+
 func (s *PostgresStore) claimFunc() string {
 	return pgx.Identifier{s.schema, s.table + claimFuncSuffix}.Sanitize()
 }

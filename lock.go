@@ -79,13 +79,18 @@ type claimDecision struct {
 	doneTick             pgtype.Timestamptz // the latest tick served, when read (version 4)
 	paused               bool               // the source is paused: retryAfter is its end (version 5)
 	note                 string             // the pause's note
+	usedTrigger          pgtype.Timestamptz // a win's trigger, used up by it: its time (version 7)
 }
 
 // claim runs the claim protocol once, in the implicit form or, with
 // explicit, inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT: as one
 // call of the claim function unless the store knows the table to be
 // without it, else as the batch.
-func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, error) {
+//
+// A win also returns the time of the trigger it used up, zero if none (a
+// table at version 7 says; an older one never does), so that a caller
+// that gives the run up can give the trigger back.
+func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, time.Time, error) {
 	if !req.Tick.IsZero() || s.schemaVer.useTickFunc() {
 		// A tick claim calls the function of version 4 whatever the store
 		// knows of the schema: on an older table it is missing, and the
@@ -98,11 +103,11 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 			if s.schemaVer.version.Load() < tickFuncVersion {
 				s.schemaVer.set(tickFuncVersion)
 			}
-			return r.outcome(req, explicit)
+			return r.result(req, explicit)
 		case !missingFunc(err):
-			return RunInfo{}, s.claimError(ctx, req, err, true)
+			return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true)
 		case !req.Tick.IsZero():
-			return RunInfo{}, fmt.Errorf("runclaim: claim %s for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
+			return RunInfo{}, time.Time{}, fmt.Errorf("runclaim: claim %s for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
 				quoteForError(req.Source), s.Table(), tickFuncVersion, err)
 		}
 		// No function of version 4: the table is at version 3 at most. The
@@ -116,9 +121,9 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		err := s.callClaim(ctx, req, explicit, r, false)
 		switch {
 		case err == nil:
-			return r.outcome(req, explicit)
+			return r.result(req, explicit)
 		case !missingFunc(err):
-			return RunInfo{}, s.claimError(ctx, req, err, true)
+			return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true)
 		}
 		// No function: a table at version 2, or one that lost it (a step
 		// undone, under load too; a table moved or restored without it).
@@ -127,12 +132,12 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	}
 	r := &batchClaimRow{}
 	if err := s.batchClaim(ctx, req, explicit, r); err != nil {
-		return RunInfo{}, s.claimError(ctx, req, err, false)
+		return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, false)
 	}
 	if r.probe {
 		s.schemaVer.set(r.state.version())
 	}
-	return r.outcome(req, explicit)
+	return r.result(req, explicit)
 }
 
 // claimError explains a claim that failed in the database; function says
@@ -154,6 +159,15 @@ func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err er
 		}
 	}
 	return s.wrap(ctx, "claim "+quoteForError(req.Source), err)
+}
+
+// result is outcome, and the time of the trigger a win used up.
+func (r *claimDecision) result(req ClaimRequest, explicit bool) (RunInfo, time.Time, error) {
+	info, err := r.outcome(req, explicit)
+	if err != nil || !r.usedTrigger.Valid {
+		return info, time.Time{}, err
+	}
+	return info, r.usedTrigger.Time, nil
 }
 
 // outcome turns what a claim returned into its answer. The reasons are

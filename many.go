@@ -141,8 +141,7 @@ func (c *Claimer) ClaimMany(ctx context.Context, sources []string) ([]*Run, erro
 // cities of a scraper). Sources on different schedules fire at different
 // ticks, and then make one call per tick.
 func (c *Claimer) ClaimManyTick(ctx context.Context, sources []string, tick time.Time) ([]*Run, error) {
-	if tick.IsZero() {
-		err := errors.New("runclaim: ClaimManyTick: zero tick")
+	if err := checkTick("ClaimManyTick", tick); err != nil {
 		c.manyFailed(ctx, sources, err, 0)
 		return nil, err
 	}

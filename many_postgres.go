@@ -54,17 +54,17 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 	defer release()
 
 	explicit := s.useExplicit()
-	res, err := s.claimMany(cctx, reqs, explicit)
+	res, triggers, err := s.claimMany(cctx, reqs, explicit)
 	if err == errNeedExplicit {
 		s.explicit.Store(true)
-		res, err = s.claimMany(cctx, reqs, true)
+		res, triggers, err = s.claimMany(cctx, reqs, true)
 	}
 	ctxErr := ctx.Err()
 	switch {
 	case ctxErr == nil:
 		return res, err
 	case err == nil:
-		if derr := s.unclaimMany(cctx, res); derr != nil {
+		if derr := s.unclaimMany(cctx, res, triggers); derr != nil {
 			return nil, fmt.Errorf("runclaim: %s: %w; and the runs won meanwhile could not be deleted: %w", what, ctxErr, derr)
 		}
 		return nil, fmt.Errorf("runclaim: %s: %w", what, ctxErr)
@@ -78,35 +78,36 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 // claimMany decides reqs once, in the implicit form or, with explicit,
 // inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT: in one call of
 // the claim function per request, in one statement, unless the store
-// knows the table to be without it.
-func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, error) {
+// knows the table to be without it. Beside the results it returns the
+// time of the trigger each win used up (zero if none), for unclaimMany.
+func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, []time.Time, error) {
 	ticks := false
 	for _, r := range reqs {
 		ticks = ticks || !r.Tick.IsZero()
 	}
 	if ticks || s.schemaVer.useTickFunc() {
-		res, err := s.callMany(ctx, reqs, explicit, true)
+		res, triggers, err := s.callMany(ctx, reqs, explicit, true)
 		switch {
 		case err == nil || err == errNeedExplicit:
 			if err == nil && s.schemaVer.version.Load() < tickFuncVersion {
 				s.schemaVer.set(tickFuncVersion)
 			}
-			return res, err
+			return res, triggers, err
 		case !missingFunc(err):
-			return nil, s.claimManyError(ctx, reqs, err, true)
+			return nil, nil, s.claimManyError(ctx, reqs, err, true)
 		case ticks:
-			return nil, fmt.Errorf("runclaim: claim %d sources for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
+			return nil, nil, fmt.Errorf("runclaim: claim %d sources for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
 				len(reqs), s.Table(), tickFuncVersion, err)
 		}
 		s.schemaVer.noFunc() // as for a single claim: the call wrote nothing
 	}
 	if s.schemaVer.useFunc() {
-		res, err := s.callMany(ctx, reqs, explicit, false)
+		res, triggers, err := s.callMany(ctx, reqs, explicit, false)
 		switch {
 		case err == nil || err == errNeedExplicit:
-			return res, err
+			return res, triggers, err
 		case !missingFunc(err):
-			return nil, s.claimManyError(ctx, reqs, err, true)
+			return nil, nil, s.claimManyError(ctx, reqs, err, true)
 		}
 		s.schemaVer.noFunc()
 	}
@@ -128,7 +129,7 @@ type manyArgs struct {
 // one statement: of version 4 if ticks, else of version 3. It returns the
 // decisions, or errNeedExplicit when the transaction's isolation level
 // made every call refuse.
-func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, explicit, ticks bool) ([]ClaimResult, error) {
+func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, explicit, ticks bool) ([]ClaimResult, []time.Time, error) {
 	n := len(reqs)
 	a := manyArgs{
 		keys: make([]int64, n), sources: make([]string, n), owners: make([]string, n),
@@ -182,60 +183,65 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		err = s.sendBatch(ctx, true, func(b *pgx.Batch) { b.Queue(sql, args...).Query(read) })
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if rowsRead != n {
-		return nil, fmt.Errorf("runclaim: claim %d sources: %d rows", n, rowsRead)
+		return nil, nil, fmt.Errorf("runclaim: claim %d sources: %d rows", n, rowsRead)
 	}
-	out := make([]ClaimResult, n)
+	out, triggers := make([]ClaimResult, n), make([]time.Time, n)
 	for i := range a.results {
-		out[i].Run, out[i].Err = a.results[i].outcome(reqs[i], explicit)
+		out[i].Run, triggers[i], out[i].Err = a.results[i].result(reqs[i], explicit)
 		if out[i].Err != nil && !errors.Is(out[i].Err, ErrNotClaimed) {
 			// The transaction has committed: undo what it won.
 			err := out[i].Err
 			if err != errNeedExplicit {
 				err = fmt.Errorf("runclaim: claim %d sources: %w", n, err)
 			}
-			if derr := s.unclaimMany(ctx, out); derr != nil {
-				return nil, fmt.Errorf("%w; and the runs it won could not be deleted: %w", err, derr)
+			if derr := s.unclaimMany(ctx, out, triggers); derr != nil {
+				return nil, nil, fmt.Errorf("%w; and the runs it won could not be deleted: %w", err, derr)
 			}
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return out, nil
+	return out, triggers, nil
 }
 
 // claimEach claims reqs one at a time, for a table without the claim
 // function. When a claim fails, it deletes the runs won before.
-func (s *PostgresStore) claimEach(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, error) {
-	out := make([]ClaimResult, len(reqs))
+func (s *PostgresStore) claimEach(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, []time.Time, error) {
+	out, triggers := make([]ClaimResult, len(reqs)), make([]time.Time, len(reqs))
 	for i, req := range reqs {
-		out[i].Run, out[i].Err = s.claim(ctx, req, explicit)
+		out[i].Run, triggers[i], out[i].Err = s.claim(ctx, req, explicit)
 		if out[i].Err == nil || errors.Is(out[i].Err, ErrNotClaimed) {
 			continue
 		}
 		err := out[i].Err
 		out[i] = ClaimResult{}
-		if derr := s.unclaimMany(ctx, out[:i]); derr != nil {
-			return nil, fmt.Errorf("%w; and the runs won before could not be deleted: %w", err, derr)
+		if derr := s.unclaimMany(ctx, out[:i], triggers[:i]); derr != nil {
+			return nil, nil, fmt.Errorf("%w; and the runs won before could not be deleted: %w", err, derr)
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, triggers, nil
 }
 
 // unclaimMany deletes the runs that res won, so that a ClaimMany that
-// fails leaves no row. It runs on ctx without its cancellation, bounded
+// fails leaves no row, and gives back the triggers they used up (the
+// times in triggers, pairwise with res; zero for none). It runs on ctx without its cancellation, bounded
 // as Finish is.
-func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult) error {
+func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult, triggers []time.Time) error {
 	var (
-		ids    []int64
-		starts []time.Time
+		ids         []int64
+		starts      []time.Time
+		used        []pgtype.Timestamptz
+		anyTriggers bool
 	)
-	for _, r := range res {
+	for i, r := range res {
 		if r.Err == nil && r.Run.ID > 0 {
 			ids = append(ids, r.Run.ID)
 			starts = append(starts, r.Run.StartedAt)
+			used = append(used, pgtype.Timestamptz{Time: triggers[i], Valid: !triggers[i].IsZero()})
+			anyTriggers = anyTriggers || !triggers[i].IsZero()
 		}
 	}
 	if len(ids) == 0 {
@@ -243,6 +249,10 @@ func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult) erro
 	}
 	dctx, cancel := finishContext(ctx)
 	defer cancel()
+	if anyTriggers {
+		// The runs go, and the triggers they used up come back.
+		return s.batchReadCommitted(dctx, func(b *pgx.Batch) { b.Queue(s.sql.unclaimManyTrigger, ids, starts, used) })
+	}
 	return s.batchReadCommitted(dctx, func(b *pgx.Batch) { b.Queue(s.sql.unclaimMany, ids, starts) })
 }
 

@@ -38,7 +38,14 @@ import (
 //     signatures and results: a claim that meets a pause or a live holder
 //     answers before it takes the advisory lock, and every name in the
 //     bodies is schema-qualified, so that they need no SET search_path.
-const LatestSchemaVersion = 6
+//   - Version 7: a new body for the claim function with a tick, under its
+//     name, signature and results: a claim on a server that cannot write
+//     (a standby) is an error, never a skip from what it read; a tick
+//     claim checks the tick again when a lapsed run it could not expire
+//     was finished meanwhile, so that the race answers ErrTickDone (never
+//     a unique violation, never a win for an older tick); and a win says
+//     whether it used a trigger, so that a claim given up gives it back.
+const LatestSchemaVersion = 7
 
 // A Migration is one step of the runs table's schema, for users of goose,
 // atlas or golang-migrate who apply schema changes with their own tool
@@ -104,6 +111,10 @@ var migrations = []struct {
 	// New bodies for the claim functions, under their names, signatures
 	// and results; no lock on the runs table but the comment's.
 	{6, "006_lost_path", "answer a lost claim before the advisory lock"},
+	// A new body for the claim function with a tick, under its name,
+	// signature and results; the one without a tick calls it. No lock on
+	// the runs table but the comment's.
+	{7, "007_claim_races", "close the races of a claim"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -190,11 +201,12 @@ type schemaState struct {
 	schemaExists, tableExists                           bool
 	comment                                             string
 	indexes, column, function, ticks, control, lostPath bool
+	claimRaces                                          bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -211,7 +223,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -222,7 +234,7 @@ func (st *schemaState) version() int {
 // schemaStateArgs are schemaStateSQL's arguments for s's table.
 func (s *PostgresStore) schemaStateArgs() []any {
 	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs,
-		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc()}
+		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc(), claimRacesMarker}
 }
 
 // Suffixes of the indexes' names.
@@ -421,6 +433,10 @@ func (s *PostgresStore) stepGuard(v int) string {
 			" AND pg_catalog.strpos(p.prosrc, 'OPERATOR(pg_catalog.=)') > 0)"+
 			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[2]s) AND p.proconfig IS NULL)",
 			dollarQuote(s.claimFunc()+tickFuncArgs), dollarQuote(s.claimFunc()+claimFuncArgs))
+	case 7:
+		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%s) AND p.proconfig IS NULL"+
+			" AND pg_catalog.strpos(p.prosrc, %s) > 0)",
+			dollarQuote(s.claimFunc()+tickFuncArgs), dollarQuote(claimRacesMarker))
 	default:
 		objects = "true"
 	}
@@ -449,6 +465,10 @@ func dollarQuoteWith(name, s string) string {
 	}
 	return tag + s + tag
 }
+
+// claimRacesMarker is a text that the body of version 7's claim function
+// with a tick holds, and no body before it.
+const claimRacesMarker = "transaction_read_only"
 
 // errSchemaHint explains an error that a table older than this release
 // needs would give.

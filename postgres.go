@@ -120,6 +120,7 @@ type PostgresStore struct {
 	// sql holds the statements of sql/, filled in for the store's table.
 	sql struct {
 		lock, expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
+		unclaimTrigger, unclaimManyTrigger                                    string
 		callMany, callManyTick, unclaimMany, heartbeatMany                       string // ClaimMany's and HeartbeatMany's
 		fenceLock, fenceCheck                                                    string
 		clock, running, history, releaseLockTimeout, release, prune              string
@@ -184,6 +185,8 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.heartbeat = s.statement("heartbeat")
 	s.sql.finish = s.statement("finish")
 	s.sql.unclaim = s.statement("unclaim")
+	s.sql.unclaimTrigger = s.statement("unclaim_trigger")
+	s.sql.unclaimManyTrigger = s.statement("unclaim_many_trigger")
 	s.sql.readRun = s.statement("read_run")
 	s.sql.fenceLock = s.statement("fence_lock")
 	s.sql.fenceCheck = s.statement("fence_check")
@@ -234,10 +237,10 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	defer release()
 
 	explicit := s.useExplicit()
-	info, err := s.claim(cctx, req, explicit)
+	info, trigger, err := s.claim(cctx, req, explicit)
 	if err == errNeedExplicit {
 		s.explicit.Store(true)
-		info, err = s.claim(cctx, req, true)
+		info, trigger, err = s.claim(cctx, req, true)
 	}
 	ctxErr := ctx.Err()
 	if ctxErr == nil {
@@ -246,8 +249,13 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	what := "claim " + quoteForError(req.Source)
 	switch {
 	case err == nil:
+		// The run goes, and the trigger it used up, if any, comes back.
+		sql, args := s.sql.unclaim, []any{info.ID, info.StartedAt}
+		if !trigger.IsZero() {
+			sql, args = s.sql.unclaimTrigger, append(args, trigger)
+		}
 		var gone int64
-		if derr := s.queryRow(cctx, s.sql.unclaim, []any{info.ID, info.StartedAt}, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {
+		if derr := s.queryRow(cctx, sql, args, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {
 			return RunInfo{}, fmt.Errorf("runclaim: %s: %w; and run %d, won meanwhile, could not be deleted: %w", what, ctxErr, info.ID, derr)
 		}
 		return RunInfo{}, fmt.Errorf("runclaim: %s: %w", what, ctxErr)

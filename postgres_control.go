@@ -17,14 +17,19 @@ import (
 // pending trigger (triggered_at, NULL when it has none). Pause, Resume and
 // Trigger are one statement each (sql/control.sql). The claim function
 // reads the source's row in the claim's one statement, in the same query
-// as the source's running run, after it tried the advisory lock: a pause
-// skips the claim there, whether or not it got the lock, before anything
-// is written; a trigger waives the check of the latest tick served and
-// of the minimum interval, and is cleared in the claim's transaction just
-// before the run is inserted. Only a claim that holds the lock uses a
-// trigger, and it read it after taking the lock, so two claims never use
-// one trigger (sql/005_pauses.up.sql). That query costs every claim one
-// more index probe, of the control table's key.
+// as the source's running run: first before it tries the advisory lock
+// (since version 6), where a pause, or a live holder, skips the claim
+// without the lock; and, when it goes on, again after it took the lock,
+// with a snapshot taken after it. A pause skips the claim at either read,
+// before anything is written; a trigger waives the check of the latest
+// tick served and of the minimum interval, and is cleared in the claim's
+// transaction just before the run is inserted. Only a claim that holds
+// the lock uses a trigger, and it read it after taking the lock, so two
+// claims never use one trigger (sql/005_pauses.up.sql,
+// sql/006_lost_path.up.sql). Pause takes the same lock before it writes
+// (since this release), so it waits for a claim in flight that read no
+// pause. The read costs every claim one more index probe, of the control
+// table's key.
 //
 // A claim that the function skipped for a pause returns its row in the
 // columns it has had since version 3, which it keeps for the releases
@@ -55,6 +60,12 @@ func (s *PostgresStore) controlTable() string {
 // INSERT and UPDATE on the control table (see docs/least-privilege.md);
 // without either it fails with an error that says so, and changes nothing.
 // until is stored to the microsecond, rounded down.
+//
+// Once Pause returns, no claim starts a run of the source until the pause
+// ends: Pause first waits for the claims of the source in flight, which
+// hold its advisory lock until they commit (for milliseconds), and claims
+// made meanwhile are skipped as in flight. A run already running goes on;
+// see Release to end it.
 func (s *PostgresStore) Pause(ctx context.Context, source string, until time.Time, note string) error {
 	if err := checkPause(ctx, source, until, note); err != nil {
 		return err
@@ -63,7 +74,7 @@ func (s *PostgresStore) Pause(ctx context.Context, source string, until time.Tim
 	end := pgtype.Timestamptz{Time: until.Truncate(time.Microsecond), Valid: !until.IsZero()}
 	var now time.Time
 	var paused bool
-	if err := s.queryRow(ctx, s.sql.pause, []any{source, end, note}, &now, &paused); err != nil {
+	if err := s.queryRow(ctx, s.sql.pause, []any{source, end, note, AdvisoryKey(s.namespace, source)}, &now, &paused); err != nil {
 		return s.controlError(ctx, what, err)
 	}
 	if !paused {

@@ -96,7 +96,7 @@ func validateTick(tick time.Time) error {
 		return nil
 	}
 	if !NormalTick(tick).After(minTick) || !tick.Before(maxTick) {
-		return fmt.Errorf("runclaim: tick %s is out of range: it must be in the years 1 to 9999", tick.Format(time.RFC3339Nano))
+		return fmt.Errorf("runclaim: tick %s is out of range: it must be in the years 1 to 9999, and not in the first microsecond of year 1, which is cut down to the zero time (no tick)", tick.Format(time.RFC3339Nano))
 	}
 	return nil
 }

@@ -38,6 +38,22 @@ ORDER BY s.ord
 DELETE FROM {{table}} AS r USING unnest($1::bigint[], $2::timestamptz[]) AS d(id, started_at)
 WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at AND r.status = 'running'
 
+-- name: unclaim_many_trigger
+-- unclaim_many for runs of which some used up a trigger (schema version
+-- 7): $3 the triggers' times, pairwise, NULL for a run that used none. It
+-- gives each trigger back to its source, unless another is pending by
+-- now, in the same transaction.
+WITH gone AS (
+	DELETE FROM {{table}} AS r USING unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS d(id, started_at, trigger_at)
+	WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at AND r.status = 'running'
+	RETURNING r.source, d.trigger_at
+), back AS (
+	UPDATE {{table_control}} AS k SET triggered_at = gone.trigger_at
+	FROM gone WHERE k.source = gone.source AND gone.trigger_at IS NOT NULL AND k.triggered_at IS NULL
+	RETURNING 1
+)
+SELECT count(*) FROM gone
+
 -- name: heartbeat_many
 -- Extends the leases of the runs $1 of the sources $2, started at $4
 -- (pairwise), to $3 microseconds from now, as heartbeat does for one: only

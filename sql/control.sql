@@ -7,8 +7,14 @@
 -- Pauses the source $1 until $2 (NULL: until Resume) with the note $3,
 -- replacing a pause it has, unless $2 is not after the clock: then it
 -- changes nothing. Its row: the clock, and whether it paused.
+-- It first waits for the source's advisory lock, $4, which every claim
+-- that may start a run holds from before it reads the pause until it
+-- commits: so a claim in flight that read no pause has committed its run
+-- before the pause is written, and once Pause returns, every claim reads
+-- the pause. The lock is the transaction's, released at its commit.
 WITH clock AS MATERIALIZED (
 	SELECT pg_catalog.clock_timestamp() AS now
+	FROM (SELECT pg_catalog.pg_advisory_xact_lock($4::bigint)) AS locked
 ), paused AS (
 	INSERT INTO {{table_control}} AS k (source, paused_at, pause_until, pause_note)
 	SELECT $1::text, clock.now, $2::timestamptz, $3::text FROM clock

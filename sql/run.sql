@@ -59,3 +59,16 @@ WHERE source = $2 AND started_at = $3::timestamptz
 -- claim leaves no row (G8). This is why the service role needs DELETE on
 -- the runs table, besides Prune.
 DELETE FROM {{table}} WHERE id = $1 AND started_at = $2::timestamptz AND status = 'running' RETURNING id
+
+-- name: unclaim_trigger
+-- unclaim for a run whose claim used up a trigger, made at $3 (schema
+-- version 7): it deletes the run and gives the trigger back to the
+-- source, unless another is pending by now, in one transaction.
+WITH gone AS (
+	DELETE FROM {{table}} WHERE id = $1 AND started_at = $2::timestamptz AND status = 'running' RETURNING id, source
+), back AS (
+	UPDATE {{table_control}} AS k SET triggered_at = $3::timestamptz
+	FROM gone WHERE k.source = gone.source AND k.triggered_at IS NULL
+	RETURNING 1
+)
+SELECT id FROM gone

@@ -7,7 +7,8 @@
 -- the control table (version 5), quoted and qualified, and $9 the claim
 -- function's name, quoted and qualified.
 -- Version 6's bodies of both functions have no SET clause (proconfig is
--- NULL), and the one with a tick names its operators qualified.
+-- NULL), and the one with a tick names its operators qualified. $10 is a
+-- text that version 7's body of the one with a tick holds.
 SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), ''),
 	-- Version 1's indexes, version 2's column, version 3's function,
 	-- version 4's column, index and function, version 5's table and the
@@ -23,7 +24,9 @@ SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description
 	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($5) AND pg_catalog.strpos(p.prosrc, $9) > 0),
 	EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($7) AND p.proconfig IS NULL
 	        AND pg_catalog.strpos(p.prosrc, 'OPERATOR(pg_catalog.=)') > 0)
-	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($5) AND p.proconfig IS NULL)
+	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($5) AND p.proconfig IS NULL),
+	EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($7) AND p.proconfig IS NULL
+	        AND pg_catalog.strpos(p.prosrc, $10) > 0)
 FROM (SELECT) AS one
 LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = $1
 LEFT JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = $2 AND c.relkind IN ('r', 'p')
