@@ -33,8 +33,8 @@ import (
 // keeper starts the command as the leader of another (its ID is the
 // command's PID). So a signal sent to exec's group, be it SIGKILL from
 // "timeout -s KILL" or "kill -9 -- -PGID", or Ctrl-C at a terminal where
-// exec is the foreground job, reaches exec alone: not the keeper and not
-// the command, which exec forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to.
+// exec is the foreground job, reaches exec but neither the keeper nor the
+// command; exec forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to the latter.
 // Signals sent to the command's group never reach the keeper either. Both
 // the keeper's group and the command's are background groups of the
 // terminal, if there is one; the command stays in exec's session, so it
@@ -55,10 +55,10 @@ import (
 // (SIGKILL of exec or of its whole group, and the OOM killer included),
 // and the keeper, reading EOF, sends SIGKILL to the command's group until
 // it is empty, and only then exits; if exec exits before the command has
-// started, the keeper does not start it. exec's outcome is not recorded
-// then, and the run's lease lapses, but no process of the group outlives
-// the keeper's reading EOF by more than the time the kernel takes to kill
-// it. On Linux the command also gets SIGKILL if the keeper dies first
+// started, the keeper does not start it. The outcome is not recorded
+// then, and the run stays running until its lease lapses; the group is
+// gone long before, as soon as the kernel has ended its processes. On
+// Linux the command also gets SIGKILL if the keeper dies first
 // (PR_SET_PDEATHSIG); exec, if it lives, then kills the rest of the group.
 // The keeper ignores every signal it can.
 //
