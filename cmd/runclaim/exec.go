@@ -72,11 +72,15 @@ exits (even with 0) while processes of its group are still running, exec
 sends SIGTERM to the group, then SIGKILL after --kill-grace, and waits
 until the group is empty; the outcome is still the command's exit status.
 
-The command never outlives exec: if exec dies, even by SIGKILL or the OOM
-killer, the keeper kills the whole group at once, while the lease still
-keeps every other host out: the kernel closes a pipe when exec dies, and
-the keeper watches it. On Linux the command is also killed if the keeper
-itself dies (PR_SET_PDEATHSIG).
+The command never outlives exec: if exec dies, even by SIGKILL, the OOM
+killer or a kill of exec's whole process group ("timeout -s KILL",
+"kill -9 -- -PGID"), the keeper kills the whole group at once and exits
+only once it is empty, while the lease still keeps every other host out:
+the kernel closes a pipe when exec dies, and the keeper watches it. The
+keeper runs in a process group of its own, so a signal sent to exec's
+group does not reach it. A dead exec cannot record the outcome: the run
+stays running until its lease passes. On Linux the command is also
+killed if the keeper itself dies (PR_SET_PDEATHSIG).
 
 Out of reach: a process that leaves the group (setsid, setpgid, a daemon)
 is neither waited for nor killed, and may overlap the next host's run;
@@ -117,7 +121,8 @@ time was exceeded, and exec exits with --timeout-exit-code (124, as
 timeout(1) does).
 
 The command should not read from the terminal: it is not in the terminal's
-foreground process group.
+foreground process group (the keeper is not either). Keys such as Ctrl-C
+signal exec's group, the foreground one, and exec forwards the signal.
 
 Examples:
   # crontab on every host: at most one nightly report at a time

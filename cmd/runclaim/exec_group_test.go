@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -294,5 +295,111 @@ func TestExecHelpGroupRule(t *testing.T) {
 		if !strings.Contains(help, want) {
 			t.Errorf("--help lacks %q", want)
 		}
+	}
+}
+
+// TestExecProcessGroupKilled kills runclaim exec together with its process
+// group, as "timeout -s KILL" does when its time is up and as a supervisor
+// does with kill -9 -- -PGID, while the command runs with a background
+// child: the keeper must survive the kill, kill the command's whole group,
+// and only then exit, while the lease still keeps every other host out.
+func TestExecProcessGroupKilled(t *testing.T) {
+	t.Parallel()
+	db, store := setupProcess(t)
+	// A lease long enough that a busy machine's delays do not reach its
+	// end; a run that lasted longer would fail the test anyway.
+	const lease = 10 * time.Second
+	const script = `sleep 300 & echo "$$ $!"; wait`
+	for _, tc := range []struct {
+		name  string
+		start func(args ...string) *exec.Cmd
+		kill  func(t *testing.T, p *process)
+	}{
+		{
+			// exec leads a group of its own, as under a supervisor that
+			// starts each job so, and the group gets SIGKILL.
+			name: "kill -9 -- -PGID",
+			start: func(args ...string) *exec.Cmd {
+				cmd := exec.Command(binary(t), args...)
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				return cmd
+			},
+			kill: func(t *testing.T, p *process) {
+				if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			// GNU timeout puts itself and exec in a group of its own, and
+			// when its time is up (SIGALRM) sends the signal to exec and
+			// then to that group, itself included.
+			name: "timeout -s KILL",
+			start: func(args ...string) *exec.Cmd {
+				path, err := exec.LookPath("timeout")
+				if err != nil {
+					t.Skip("no timeout(1) on $PATH")
+				}
+				return exec.Command(path, append([]string{"-s", "KILL", "1h", binary(t)}, args...)...)
+			},
+			kill: func(t *testing.T, p *process) {
+				if err := p.cmd.Process.Signal(syscall.SIGALRM); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			source := "group-killed-" + strings.NewReplacer(" ", "", "-", "").Replace(tc.name)
+			p := startCommand(t, db, tc.start("exec", "--source", source, "--lease", lease.String(), "--", "sh", "-c", script))
+			var child, grandchild int
+			select {
+			case l, ok := <-p.lines:
+				if _, err := fmt.Sscan(l, &child, &grandchild); !ok || err != nil {
+					t.Fatalf("first line %q, %v: want two PIDs", l, err)
+				}
+			case code := <-p.done:
+				t.Fatalf("exec exited with %d; stderr:\n%s", code, p.stderr.String())
+			case <-time.After(testTimeout):
+				t.Fatal("the command did not start")
+			}
+			group, err := syscall.Getpgid(child)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if t.Failed() {
+					_ = syscall.Kill(-group, syscall.SIGKILL)
+				}
+				killIfFailed(t, child, grandchild)
+			})
+			if !alive(child) || !alive(grandchild) {
+				t.Fatalf("child %d alive %v, grandchild %d alive %v, before the kill", child, alive(child), grandchild, alive(grandchild))
+			}
+
+			tc.kill(t, p)
+			waitDead(t, child, grandchild)
+			deadline := time.Now().Add(testTimeout)
+			for syscall.Kill(-group, 0) != syscall.ESRCH {
+				if time.Now().After(deadline) {
+					t.Fatalf("processes of the command's group %d still run %v after exec was killed", group, testTimeout)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			gone := time.Now()
+			// Every process that held exec's stdout, the keeper included,
+			// has exited.
+			p.drain(t)
+
+			runs := history(t, store, source)
+			if len(runs) != 1 || runs[0].Status != runclaim.StatusRunning {
+				t.Fatalf("history %+v; want the run, still running until its lease ends", runs)
+			}
+			if !gone.Before(runs[0].LeaseUntil) {
+				t.Fatalf("the command's group was gone at %v, after the lease ended at %v", gone, runs[0].LeaseUntil)
+			}
+			t.Logf("the command's group was gone %v before the lease ended", runs[0].LeaseUntil.Sub(gone))
+		})
 	}
 }

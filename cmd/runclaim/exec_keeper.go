@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -25,14 +24,23 @@ import (
 // argv[0] and starts the command in a process group of its own.
 //
 //	runclaim exec            holds the claim, heartbeats, records the outcome
-//	└─ runclaim-exec-keeper  creates the command's group, reaps it, kills it if exec dies
-//	   └─ the command        in that group, with every process it starts
+//	└─ runclaim-exec-keeper  in a group of its own; reaps the command's group, kills it if exec dies
+//	   └─ the command        leads its group, with every process it starts
 //
-// The keeper creates the group (its ID is the keeper's own PID), starts the
-// command in it, and then moves itself back to exec's group. So the
-// group's ID cannot be reused while the keeper lives, signals sent to the
-// group never reach the keeper, and the keeper can tell when the group is
-// empty: kill(-group, 0) fails with ESRCH. On Linux the keeper is also a
+// There are three process groups, all in exec's session: exec's, the
+// keeper's and the command's. exec starts the keeper as the leader of a
+// group of its own (setpgid in the child, before the keeper runs), and the
+// keeper starts the command as the leader of another (its ID is the
+// command's PID). So a signal sent to exec's group, be it SIGKILL from
+// "timeout -s KILL" or "kill -9 -- -PGID", or Ctrl-C at a terminal where
+// exec is the foreground job, reaches exec but neither the keeper nor the
+// command; exec forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to the latter.
+// Signals sent to the command's group never reach the keeper either. Both
+// the keeper's group and the command's are background groups of the
+// terminal, if there is one; the command stays in exec's session, so it
+// keeps its controlling terminal. The keeper can tell when the command's
+// group is empty: kill(-group, 0) fails with ESRCH. The group's ID is not
+// reused while a process of the group lives. On Linux the keeper is also a
 // child subreaper (PR_SET_CHILD_SUBREAPER): the command's orphans become
 // its children, and it reaps them, so that no zombie keeps the group alive
 // whatever PID 1 does.
@@ -44,17 +52,34 @@ import (
 //
 // The keeper holds the read end of a pipe, the lifeline, whose write end
 // only exec holds. The kernel closes it when exec exits, however it exits
-// (SIGKILL and the OOM killer included), and the keeper, reading EOF, sends
-// SIGKILL to the group until it is empty. On Linux the command also gets
-// SIGKILL if the keeper dies first (PR_SET_PDEATHSIG). The keeper ignores
-// every signal it can.
+// (SIGKILL of exec or of its whole group, and the OOM killer included),
+// and the keeper, reading EOF, sends SIGKILL to the command's group until
+// it is empty, and only then exits; if exec exits before the command has
+// started, the keeper does not start it. The outcome is not recorded
+// then, and the run stays running until its lease lapses; the group is
+// gone long before, as soon as the kernel has ended its processes. On
+// Linux the command also gets SIGKILL if the keeper dies first
+// (PR_SET_PDEATHSIG); exec, if it lives, then kills the rest of the group.
+// The keeper ignores every signal it can.
 //
-// The keeper reports to exec on a second pipe: "started" once the command
-// runs, or "start-error CODE MESSAGE" (CODE 127 when the command does not
-// exist, 126 otherwise) or "keeper-error MESSAGE"; then "exit STATUS" with
-// the command's raw wait status when it has ended, followed by "remaining"
-// if processes of its group are still running then. It exits 0 when the
-// group is empty.
+// What remains: a kill of exec's group between exec's fork of the keeper
+// and the child's setpgid kills the child too, but nothing of the command
+// has started then, and exec is dead, so nothing runs. A kill of the
+// keeper alone (not of a group: its group is its own) after it has started
+// the command and before it has reported the command's group to exec
+// leaves that group to the death signal, which reaches the command but
+// not a process it started in that instant. And the group's ID may be
+// reused once the group is empty: exec stops signalling it when the keeper
+// exits, so only a signal sent in between, within a poll interval, could
+// reach another group, and only if the PIDs had wrapped around meanwhile
+// and the new process with that PID had made itself a group leader.
+//
+// The keeper reports to exec on a second pipe: "started GROUP" once the
+// command runs in the group GROUP, or "start-error CODE MESSAGE" (CODE 127
+// when the command does not exist, 126 otherwise) or "keeper-error
+// MESSAGE"; then "exit STATUS" with the command's raw wait status when it
+// has ended, followed by "remaining" if processes of its group are still
+// running then. It exits 0 when the group is empty.
 const keeperName = "runclaim-exec-keeper"
 
 // The keeper's extra file descriptors.
@@ -103,27 +128,49 @@ func keeperMain(path string, args []string) int {
 		return 1
 	}
 
-	home := syscall.Getpgrp() // exec's group
-	if err := syscall.Setpgid(0, 0); err != nil {
-		return keeperErr(fmt.Errorf("create a process group: %w", err))
+	// exec started this process as the leader of a process group of its
+	// own, so that a kill of exec's group (timeout -s KILL, kill -9 --
+	// -PGID) does not reach it.
+	if syscall.Getpgrp() != os.Getpid() {
+		return keeperErr(errors.New("not in a process group of its own"))
 	}
-	group := os.Getpid()
 	if err := becomeSubreaper(); err != nil {
 		return keeperErr(fmt.Errorf("become a child subreaper: %w", err))
 	}
-	// From here on, exec's death kills the group: this process while it is
-	// still in it, then the command and all it started.
-	var orphaned atomic.Bool
+	// Once exec has exited, the command's group gets SIGKILL: at once if
+	// the command runs, and again below until the group is empty. If exec
+	// exits before the command starts, the command is not started.
+	var (
+		mu       sync.Mutex // protects orphaned and group
+		orphaned bool       // exec has exited
+		group    int        // the command's group, once started
+	)
 	go func() {
 		_, _ = io.Copy(io.Discard, lifeline) // returns when exec has exited
-		orphaned.Store(true)
-		_ = syscall.Kill(-group, syscall.SIGKILL)
+		mu.Lock()
+		orphaned = true
+		g := group
+		mu.Unlock()
+		if g != 0 {
+			_ = syscall.Kill(-g, syscall.SIGKILL)
+		}
 	}()
+	isOrphaned := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return orphaned
+	}
 
 	cmd := &exec.Cmd{Path: path, Args: args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	setDeathSignal(cmd.SysProcAttr)
+	mu.Lock()
+	if orphaned {
+		mu.Unlock()
+		return keeperErr(errors.New("exec exited before the command started"))
+	}
 	if err := cmd.Start(); err != nil {
+		mu.Unlock()
 		code := exitCannotRun
 		if errors.Is(err, fs.ErrNotExist) {
 			code = exitNotFound
@@ -131,11 +178,9 @@ func keeperMain(path string, args []string) int {
 		fmt.Fprintf(report, "start-error %d %s\n", code, strings.ReplaceAll(err.Error(), "\n", " "))
 		return 1
 	}
-	if err := syscall.Setpgid(0, home); err != nil {
-		_ = syscall.Kill(-group, syscall.SIGKILL)
-		return keeperErr(fmt.Errorf("leave the command's process group: %w", err))
-	}
-	fmt.Fprintln(report, "started")
+	group = cmd.Process.Pid
+	mu.Unlock()
+	fmt.Fprintf(report, "started %d\n", group)
 
 	ws, err := reap(cmd.Process.Pid)
 	if err != nil {
@@ -146,7 +191,7 @@ func keeperMain(path string, args []string) int {
 	if groupLeft(group) {
 		fmt.Fprintln(report, "remaining")
 		for groupLeft(group) {
-			if orphaned.Load() {
+			if isOrphaned() {
 				_ = syscall.Kill(-group, syscall.SIGKILL)
 			}
 			time.Sleep(groupPollInterval)
@@ -201,6 +246,7 @@ func keeperPath() (string, error) {
 // A proc is the command that exec runs, under a keeper.
 type proc struct {
 	keeper   *exec.Cmd
+	group    int           // the command's process group, once started
 	lifeline *os.File      // write end, open until the keeper has exited
 	report   *bufio.Reader // the keeper's reports
 	reportR  *os.File
@@ -212,7 +258,7 @@ type proc struct {
 	err    error
 
 	mu     sync.Mutex // protects reaped
-	reaped bool       // the keeper is reaped: the group's ID may be reused
+	reaped bool       // the keeper has exited: the group is empty, its ID may be reused
 }
 
 // newProc prepares to run path with args (argv[0] first) and env, with
@@ -220,7 +266,10 @@ type proc struct {
 // a process that left the group keeps open (see exec.Cmd.WaitDelay).
 func newProc(path string, args, env []string, stdin io.Reader, stdout, stderr io.Writer, waitDelay time.Duration) *proc {
 	k := &exec.Cmd{Args: append([]string{keeperName, path}, args...), Env: env,
-		Stdin: stdin, Stdout: stdout, Stderr: stderr, WaitDelay: waitDelay}
+		Stdin: stdin, Stdout: stdout, Stderr: stderr, WaitDelay: waitDelay,
+		// A group of its own, joined before the keeper runs, so that a
+		// kill of exec's group does not reach it.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
 	return &proc{keeper: k, remaining: make(chan struct{}), gone: make(chan struct{})}
 }
 
@@ -262,9 +311,12 @@ func (p *proc) start() error {
 
 	line, rerr := p.report.ReadString('\n')
 	line = strings.TrimSuffix(line, "\n")
-	if line == "started" {
-		go p.watch()
-		return nil
+	if s, ok := strings.CutPrefix(line, "started "); ok {
+		if group, err := strconv.Atoi(s); err == nil && group > 0 {
+			p.group = group
+			go p.watch()
+			return nil
+		}
 	}
 	_ = p.keeper.Wait()
 	p.close()
@@ -292,7 +344,7 @@ func (p *proc) signal(sig os.Signal) error {
 	if p.reaped {
 		return nil
 	}
-	return signalGroup(p.keeper.Process, sig)
+	return signalGroup(p.group, sig)
 }
 
 // leftover is closed when the command has ended while processes of its
@@ -324,9 +376,8 @@ func (p *proc) watch() {
 			close(p.remaining)
 		}
 	}
-	// EOF: the keeper has exited, so the group is empty if it exited 0.
-	// The keeper is not reaped yet, so its PID, the group's ID, is not
-	// reused before the lock below is taken.
+	// EOF: the keeper has exited, so the group is empty if it exited 0,
+	// and its ID may be reused: signal it no more.
 	p.mu.Lock()
 	p.reaped = true
 	p.mu.Unlock()
@@ -337,11 +388,10 @@ func (p *proc) watch() {
 	}
 	// The keeper was killed (SIGKILL, the OOM killer). The command then got
 	// SIGKILL too (on Linux), but not the rest of its group, which
-	// nothing guards now: kill it and wait until it is empty. Its ID was
-	// the keeper's PID, reused only once the group is empty and another
+	// nothing guards now: kill it and wait until it is empty. Its ID, the
+	// command's PID, is reused only once the group is empty and another
 	// process becomes a group leader with that PID.
-	group := p.keeper.Process.Pid
-	for syscall.Kill(-group, syscall.SIGKILL) == nil {
+	for syscall.Kill(-p.group, syscall.SIGKILL) == nil {
 		time.Sleep(groupPollInterval)
 	}
 	if known {

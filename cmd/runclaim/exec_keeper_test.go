@@ -6,8 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -284,5 +288,72 @@ func TestExecUnrecorded(t *testing.T) {
 				t.Errorf("history %+v; want the run, still running", runs)
 			}
 		})
+	}
+}
+
+// TestKeeperExecGoneAtStart starts a keeper whose exec has exited already
+// (its lifeline closed), as when exec is killed just after starting it:
+// the keeper either does not start the command or kills its whole group,
+// and exits within testTimeout, leaving no process of the command behind.
+func TestKeeperExecGoneAtStart(t *testing.T) {
+	path, err := keeperPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repR.Close()
+	k := &exec.Cmd{Path: path, Args: []string{keeperName, "/bin/sh", "sh", "-c", `sleep 300 & echo $! > "$1"; wait`, "sh", pidFile},
+		ExtraFiles: []*os.File{lifeR, repW}, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+	lifeW.Close() // exec is gone
+	err = k.Start()
+	lifeR.Close()
+	repW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- k.Wait() }()
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-time.After(testTimeout):
+		_ = k.Process.Kill()
+		<-done
+		t.Fatalf("the keeper did not exit within %v of starting without exec", testTimeout)
+	}
+	report, err := io.ReadAll(repR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(report), "\n"), "\n")
+	if group, ok := strings.CutPrefix(lines[0], "started "); ok {
+		g, err := strconv.Atoi(group)
+		if err != nil {
+			t.Fatalf("report %q", report)
+		}
+		if syscall.Kill(-g, 0) != syscall.ESRCH {
+			_ = syscall.Kill(-g, syscall.SIGKILL)
+			t.Fatalf("the keeper exited while processes of the command's group %d still run; report %q", g, report)
+		}
+		if waitErr != nil {
+			t.Fatalf("the keeper: %v; report %q", waitErr, report)
+		}
+		t.Logf("the command started and was killed: %q", report)
+	} else if lines[0] != "keeper-error exec exited before the command started" || k.ProcessState.ExitCode() != 1 {
+		t.Fatalf("the keeper: %v; report %q", waitErr, report)
+	}
+	if b, err := os.ReadFile(pidFile); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the command's child %d still runs after the keeper exited", pid)
+		}
 	}
 }

@@ -111,8 +111,15 @@ type process struct {
 // inherited it (the command's children too) has exited.
 func startProcess(t *testing.T, db *pgtest.DB, args ...string) *process {
 	t.Helper()
-	p := &process{done: make(chan int, 1)}
-	p.cmd = exec.Command(binary(t), args...)
+	return startCommand(t, db, exec.Command(binary(t), args...))
+}
+
+// startCommand is startProcess for a command that runs the runclaim
+// binary (under a wrapper such as timeout, or with its own SysProcAttr):
+// it sets the command's environment and standard streams and starts it.
+func startCommand(t *testing.T, db *pgtest.DB, cmd *exec.Cmd) *process {
+	t.Helper()
+	p := &process{cmd: cmd, done: make(chan int, 1)}
 	p.cmd.Env = append(os.Environ(), envDatabaseURL+"="+db.DSN, envTable+"=", envNamespace+"=")
 	p.cmd.Stderr = &p.stderr
 	inR, inW, err := os.Pipe()

@@ -3,20 +3,21 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"syscall"
 )
 
-// signalGroup sends sig to the process group whose ID is p's PID: the
-// group the keeper p created for the command. The ID is not reused while
-// p, or any process of the group, is alive.
-func signalGroup(p *os.Process, sig os.Signal) error {
+// signalGroup sends sig to the process group group: the command's group,
+// whose ID is the command's PID. The ID is not reused while any process
+// of the group is alive.
+func signalGroup(group int, sig os.Signal) error {
 	s, ok := sig.(syscall.Signal)
 	if !ok {
-		return p.Signal(sig)
+		return fmt.Errorf("cannot send %v to a process group", sig)
 	}
-	return syscall.Kill(-p.Pid, s)
+	return syscall.Kill(-group, s)
 }
 
 // signalNumber is sig's number, for exit codes 128+N.
