@@ -424,6 +424,17 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, schema, table)                                  // the insert
 		wantIdents = append(wantIdents, schema, table+"_claim", schema, table+"_claim") // the other function, which calls it
 		wantIdents = append(wantIdents, schema, table)                                  // and version 6's COMMENT ON TABLE
+		wantIdents = append(wantIdents, schema, table+"_claim")                         // version 7's function with a tick
+		for range 2 {                                                                   // its body: the running run and
+			wantIdents = append(wantIdents, schema, table) // the pause, before the lock and under it
+			wantIdents = append(wantIdents, control...)
+		}
+		for range 6 { // the tick, the interval, the expiry, the tick again
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, control...)    // the trigger used
+		wantIdents = append(wantIdents, schema, table) // the insert
+		wantIdents = append(wantIdents, schema, table) // and version 7's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

@@ -104,6 +104,14 @@ func sqlLiteral(v any) (string, error) {
 			lits[i], _ = sqlLiteral(x)
 		}
 		return "ARRAY[" + strings.Join(lits, ", ") + "]::text[]", nil
+	case time.Time:
+		return "'" + v.UTC().Format("2006-01-02 15:04:05.999999") + "+00'::timestamptz", nil
+	case []time.Time:
+		lits := make([]string, len(v))
+		for i, x := range v {
+			lits[i], _ = sqlLiteral(x)
+		}
+		return "ARRAY[" + strings.Join(lits, ", ") + "]::timestamptz[]", nil
 	}
 	return "", fmt.Errorf("no SQL literal for %T", v)
 }

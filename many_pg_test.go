@@ -336,7 +336,7 @@ func TestDoManyPostgres(t *testing.T) {
 	single, many := 0, 0
 	for _, q := range append(queries, slices.Concat(batches...)...) {
 		switch {
-		case strings.Contains(q, "unnest($1::bigint[], $2::text[]) AS h"):
+		case strings.Contains(q, "unnest($1::bigint[], $2::text[], $4::timestamptz[]) AS h"):
 			many++
 		case strings.Contains(q, "heartbeat_at = c.now"):
 			single++

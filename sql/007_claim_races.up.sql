@@ -108,7 +108,7 @@ BEGIN
 				RETURN;
 			END IF;
 			-- The lapsed run was not expired here but ended meanwhile: its
-			-- holder's Finish, which read the clock within the lease,
+			-- holder, whose Finish read the clock within the lease,
 			-- committed between the expiry and this read. A run it
 			-- recorded succeeded or failed serves its tick, which the
 			-- check above left out: check the tick again (version 7).
@@ -137,7 +137,7 @@ BEGIN
 	        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
 	        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick)
 	RETURNING i.id, i.started_at, i.lease_until INTO run_id, run_started, run_lease;
-	-- A win says whether it used a trigger, and the trigger's time, so
+	-- A win says whether it used a trigger, and the time of it, so
 	-- that a caller that gave up on the claim can give the trigger back
 	-- when it deletes the run (version 7): run_owner 'trigger' and
 	-- retry_after the time. Releases before read neither on a win.
