@@ -120,7 +120,7 @@ type PostgresStore struct {
 	// sql holds the statements of sql/, filled in for the store's table.
 	sql struct {
 		lock, expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
-		unclaimTrigger, unclaimManyTrigger                                    string
+		unclaimTrigger, unclaimManyTrigger                                       string
 		callMany, callManyTick, unclaimMany, heartbeatMany                       string // ClaimMany's and HeartbeatMany's
 		fenceLock, fenceCheck                                                    string
 		clock, running, history, releaseLockTimeout, release, prune              string
