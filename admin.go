@@ -169,10 +169,6 @@ func withTicks(q, twin string, ticks bool) string {
 	return q
 }
 
-// ErrNotRunning is returned by Release when there is no running run to
-// release.
-var ErrNotRunning = errors.New("runclaim: no such running run")
-
 // releaseLockWait is how long Release waits for the lock on the run's row
 // before it gives up with ErrFenced. Heartbeats, finishes and claims hold
 // that row for milliseconds; a fenced transaction, for as long as it is
@@ -233,14 +229,6 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 	}
 	return records[0], nil
 }
-
-// PruneBatchSize is how many rows Prune and PruneRuns look at per
-// statement; they delete those of them that may go.
-const PruneBatchSize = 1000
-
-// MaxKeepLast is the largest PruneOptions.KeepLast: each batch of PruneRuns
-// reads up to that many index entries per run it looks at.
-const MaxKeepLast = 100_000
 
 // PruneOptions says which finished runs PruneRuns deletes: those that
 // finished more than OlderThan ago and are not among the KeepLast newest

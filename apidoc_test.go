@@ -92,8 +92,8 @@ func TestPackageDocTickerLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(doc), "ExampleClaimer_DoTick") || !strings.Contains(string(example), "func ExampleClaimer_DoTick()") {
-		t.Error("the package doc does not link to ExampleClaimer_DoTick, or the example is gone")
+	if !strings.Contains(string(doc), "ExampleForTick") || !strings.Contains(string(example), "func ExampleForTick()") {
+		t.Error("the package doc does not link to ExampleForTick, or the example is gone")
 	}
 	if strings.Contains(string(doc), "time.Until(") {
 		t.Error("the package doc repeats the ticker loop")

@@ -42,7 +42,7 @@ RETURNING id, started_at, lease_until`
 	const held, done = "held", "done"
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	mustWin(b, benchClaimer(b, v4, "holder"), held)
-	run, err := c4.ClaimTick(ctx, done, t0)
+	run, err := c4.Claim(ctx, done, runclaim.ForTick(t0))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,7 +59,7 @@ FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '202
 		b.Fatal(err)
 	}
 	loseTick := func() {
-		if _, err := c4.ClaimTick(ctx, done, t0); !errors.Is(err, runclaim.ErrTickDone) {
+		if _, err := c4.Claim(ctx, done, runclaim.ForTick(t0)); !errors.Is(err, runclaim.ErrTickDone) {
 			b.Fatalf("claim of a done tick: %v, want ErrTickDone", err)
 		}
 	}
@@ -94,7 +94,7 @@ FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '202
 		{"plain", win(func(s string) (*runclaim.Run, error) { return c4.Claim(ctx, s) })},
 		{"tick", win(func(s string) (*runclaim.Run, error) {
 			tick = tick.Add(time.Second)
-			return c4.ClaimTick(ctx, s, tick)
+			return c4.Claim(ctx, s, runclaim.ForTick(tick))
 		})},
 		{"select1", func(int) time.Duration { return timed(func() { selectOne(b, db.Pool) }) }},
 		{"plain-lose", func(int) time.Duration { return timed(func() { mustLose(b, c4, held) }) }},

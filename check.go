@@ -9,17 +9,6 @@ import (
 	"time"
 )
 
-// CheckScanLimit is how many of a source's newest runs Check and
-// SourceStates read, at most, to find its newest succeeded run. It bounds
-// the read whatever the history holds. A source whose last CheckScanLimit
-// runs all failed has no known last success (SourceState.SuccessUnread is
-// set) and counts as overdue.
-const CheckScanLimit = 1000
-
-// MaxSourceStates is the most sources SourceStates reports; with more in
-// the table it returns an error rather than a read whose cost has no bound.
-const MaxSourceStates = 10000
-
 // A SourceState is what the runs table says about one source at one
 // moment, as Check and SourceStates read it. Its times are the database's.
 type SourceState struct {

@@ -10,10 +10,6 @@ import (
 	"unicode/utf8"
 )
 
-// FinishTimeout bounds how long Finish keeps trying to record an outcome once
-// the caller's context has been cancelled.
-const FinishTimeout = 10 * time.Second
-
 // A Claimer claims sources in a Store on behalf of one holder. It is safe
 // for concurrent use; create one per process and share it.
 type Claimer struct {
@@ -43,12 +39,9 @@ func New(store Store, opts ...Option) (*Claimer, error) {
 	return &Claimer{store: store, cfg: cfg, sched: sched}, nil
 }
 
-// Owner returns the holder name recorded with this Claimer's runs.
-func (c *Claimer) Owner() string { return c.cfg.owner }
-
 // Claim starts a run of source if no other run holds it. It never waits for
 // another holder: when the source is taken it returns an error matching
-// ErrNotClaimed (and ErrAlreadyRunning, ErrTooSoon or ErrPaused) at once. Any other
+// ErrNotClaimed (and ErrAlreadyRunning, ErrTooSoon, ErrTickDone or ErrPaused) at once. Any other
 // error is a real failure, such as an invalid source (ErrInvalidSource) or an
 // unreachable database; the store's error is wrapped. ctx bounds the claim
 // only, not the run; if ctx ends first, its error is returned, wrapped. (The
@@ -58,48 +51,16 @@ func (c *Claimer) Owner() string { return c.cfg.owner }
 //
 // The caller must end the run with Finish, and keep it alive with Heartbeat
 // when it may last longer than the lease; Do does both.
-func (c *Claimer) Claim(ctx context.Context, source string) (*Run, error) {
-	return c.claim(ctx, source, time.Time{})
-}
-
-// ClaimTick claims source, as Claim does, for one scheduled tick: the run
-// serves tick, and a claim of a tick that a run has served, or of an
-// earlier one, is skipped with an error matching ErrTickDone (and
-// ErrNotClaimed), however long after that run it comes and whatever the
-// replicas' clocks say. A run serves its tick while it runs, and after it
-// succeeded or failed: a failed run does not reopen its tick. A run that
-// expired, its holder gone, leaves its tick open for a later claim to take
-// over. A live run of the source, of any tick or none, still skips the
-// claim with ErrAlreadyRunning, and the minimum interval still applies:
-// plain and tick claims share the source.
 //
-// Name the tick the scheduler fired for (its scheduled time, not the time
-// the job started), so that every replica names the same one; see Ticker
-// and LatestTick. Ticks compare at microsecond precision: tick is cut down to
-// whole microseconds (see NormalTick), and Run.Tick reports it so. A zero
-// tick is an error, and nothing is sent to the store; so is a tick in the
-// first microsecond of year 1, which would be cut down to the zero time,
-// and a tick after year 9999.
-func (c *Claimer) ClaimTick(ctx context.Context, source string, tick time.Time) (*Run, error) {
-	if err := checkTick("ClaimTick", tick); err != nil {
+// opts change the claim: ForTick makes it serve one scheduled tick. An
+// invalid option is an error, not a skip, and nothing is claimed.
+func (c *Claimer) Claim(ctx context.Context, source string, opts ...ClaimOption) (*Run, error) {
+	o, err := applyClaimOptions("Claim", opts)
+	if err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
-	return c.claim(ctx, source, NormalTick(tick))
-}
-
-// checkTick returns an error for a tick that names no tick: the zero
-// time, or one that NormalTick cuts down to it (the first microsecond of
-// year 1), which a store would take for a plain claim; or a tick out of
-// the range a store keeps. what names the caller.
-func checkTick(what string, tick time.Time) error {
-	if tick.IsZero() {
-		return fmt.Errorf("runclaim: %s: zero tick", what)
-	}
-	if err := validateTick(tick); err != nil {
-		return fmt.Errorf("runclaim: %s: %w", what, err)
-	}
-	return nil
+	return c.claim(ctx, source, o.tick)
 }
 
 // claim is Claim, for tick when it is not zero.
@@ -160,7 +121,7 @@ type Run struct {
 	// database clock. Heartbeats extend the lease; Deadline reports its
 	// current end.
 	LeaseUntil time.Time
-	// Tick is the scheduled tick the run serves (see ClaimTick), in UTC
+	// Tick is the scheduled tick the run serves (see ForTick), in UTC
 	// and whole microseconds; zero for a run of a plain Claim.
 	Tick time.Time
 

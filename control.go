@@ -60,9 +60,6 @@ type Controller interface {
 	Trigger(ctx context.Context, source string) error
 }
 
-// MaxPauseNoteLen is the longest note a pause takes, in bytes.
-const MaxPauseNoteLen = 1024
-
 // ValidatePauseNote returns an error if note cannot be stored with a pause:
 // longer than MaxPauseNoteLen bytes, not valid UTF-8, or with a NUL byte.
 // An empty note is valid.

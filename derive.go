@@ -1,10 +1,5 @@
 package runclaim
 
-import (
-	"log/slog"
-	"time"
-)
-
 // With returns a Claimer on the same Store with the options of c, changed
 // by opts: for example a scheduler adapter's claimer with a minimum
 // interval of its own. Whatever opts do not set is kept, the owner
@@ -27,15 +22,3 @@ func (c *Claimer) With(opts ...Option) (*Claimer, error) {
 	}
 	return &Claimer{store: c.store, cfg: cfg, sched: sched}, nil
 }
-
-// MinInterval returns the minimum interval this Claimer asks for between
-// the starts of two runs of a source (see WithMinInterval); 0 means none.
-func (c *Claimer) MinInterval() time.Duration { return c.cfg.minInterval }
-
-// MaxRunTime returns how long Do lets a function run before it cancels it
-// with ErrRunTimeout (see WithMaxRunTime); 0 means no limit.
-func (c *Claimer) MaxRunTime() time.Duration { return c.cfg.maxRunTime }
-
-// Logger returns the logger set with WithLogger, or nil if there is none.
-// Adapters that wrap a Claimer log through it.
-func (c *Claimer) Logger() *slog.Logger { return c.cfg.logger }

@@ -29,10 +29,10 @@ func TestWith(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Owner() != base.Owner() || d.Lease() != time.Minute || d.HeartbeatInterval() != 5*time.Second ||
-			d.Logger() != logger || d.MinInterval() != time.Hour || base.MinInterval() != 0 {
+		if d.Settings().Owner != base.Settings().Owner || d.Settings().Lease != time.Minute || d.Settings().HeartbeatInterval != 5*time.Second ||
+			d.Settings().Logger != logger || d.Settings().MinInterval != time.Hour || base.Settings().MinInterval != 0 {
 			t.Fatalf("derived owner %q lease %v heartbeat %v logger %v interval %v (base interval %v)",
-				d.Owner(), d.Lease(), d.HeartbeatInterval(), d.Logger(), d.MinInterval(), base.MinInterval())
+				d.Settings().Owner, d.Settings().Lease, d.Settings().HeartbeatInterval, d.Settings().Logger, d.Settings().MinInterval, base.Settings().MinInterval)
 		}
 		run, err := d.Claim(ctx, "s")
 		if err != nil {
@@ -41,7 +41,7 @@ func TestWith(t *testing.T) {
 		if err := run.Finish(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
-		if len(claimed) != 1 || claimed[0] != base.Owner() {
+		if len(claimed) != 1 || claimed[0] != base.Settings().Owner {
 			t.Fatalf("Claimed hook saw %v; want the base's owner once", claimed)
 		}
 		// The derived interval applies to the derived claimer only.
@@ -55,11 +55,11 @@ func TestWith(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Lease() != 9*time.Second || d.HeartbeatInterval() != 3*time.Second {
-			t.Fatalf("lease %v heartbeat %v; want 9s and 3s", d.Lease(), d.HeartbeatInterval())
+		if d.Settings().Lease != 9*time.Second || d.Settings().HeartbeatInterval != 3*time.Second {
+			t.Fatalf("lease %v heartbeat %v; want 9s and 3s", d.Settings().Lease, d.Settings().HeartbeatInterval)
 		}
 		d, err = base.With(runclaim.WithLease(9*time.Second), runclaim.WithHeartbeat(time.Second))
-		if err != nil || d.HeartbeatInterval() != time.Second {
+		if err != nil || d.Settings().HeartbeatInterval != time.Second {
 			t.Fatalf("With(lease, heartbeat) = %v, %v; want heartbeat 1s", d, err)
 		}
 	})
@@ -77,7 +77,7 @@ func TestWith(t *testing.T) {
 				t.Errorf("%s: With = %v, %v; want an error", name, d, err)
 			}
 		}
-		if base.Lease() != time.Minute || base.HeartbeatInterval() != 5*time.Second || base.MinInterval() != 0 {
+		if base.Settings().Lease != time.Minute || base.Settings().HeartbeatInterval != 5*time.Second || base.Settings().MinInterval != 0 {
 			t.Fatal("a failed With changed its Claimer")
 		}
 	})
@@ -88,8 +88,8 @@ func TestLoggerNil(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Logger() != nil {
-		t.Fatalf("Logger() = %v without WithLogger; want nil", c.Logger())
+	if c.Settings().Logger != nil {
+		t.Fatalf("Logger() = %v without WithLogger; want nil", c.Settings().Logger)
 	}
 }
 
@@ -115,7 +115,7 @@ func testExpiryMargin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	margin := c.ExpiryMargin()
+	margin := c.Settings().ExpiryMargin
 	if want := (lease - 2*hb) / 4; margin != want {
 		t.Fatalf("ExpiryMargin = %v; want (lease - 2*heartbeat)/4 = %v", margin, want)
 	}

@@ -68,26 +68,14 @@ import (
 // A job that writes its results into the database of the runs table can
 // make those writes commit only while it holds the run: see
 // PostgresStore.Fence.
-func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Context, run *Run) error) error {
+//
+// opts change the claim as they change Claim's: with ForTick, fn runs at
+// most once for the tick across every replica.
+func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Context, run *Run) error, opts ...ClaimOption) error {
 	if fn == nil {
 		return errors.New("runclaim: Do: nil function")
 	}
-	run, err := c.Claim(ctx, source)
-	if err != nil {
-		return err
-	}
-	return c.do(ctx, run, fn, false)
-}
-
-// DoTick is Do for one scheduled tick: it claims source with ClaimTick, so
-// that fn runs at most once for tick across every replica (see ClaimTick),
-// and then does what Do does. A zero tick is an error, and fn is not
-// called.
-func (c *Claimer) DoTick(ctx context.Context, source string, tick time.Time, fn func(ctx context.Context, run *Run) error) error {
-	if fn == nil {
-		return errors.New("runclaim: DoTick: nil function")
-	}
-	run, err := c.ClaimTick(ctx, source, tick)
+	run, err := c.Claim(ctx, source, opts...)
 	if err != nil {
 		return err
 	}
@@ -119,25 +107,14 @@ func (c *Claimer) DoTick(ctx context.Context, source string, tick time.Time, fn 
 // fn wait on a semaphore; its run is kept alive while it waits. A panic
 // in fn is recorded as the run's failure and then re-panicked on fn's
 // goroutine, which ends the program, as a panic on any goroutine does.
-func (c *Claimer) DoMany(ctx context.Context, sources []string, fn func(ctx context.Context, run *Run) error) error {
+//
+// opts change the claims as they change ClaimMany's: with ForTick, fn runs
+// at most once for the tick and each source across every replica.
+func (c *Claimer) DoMany(ctx context.Context, sources []string, fn func(ctx context.Context, run *Run) error, opts ...ClaimOption) error {
 	if fn == nil {
 		return errors.New("runclaim: DoMany: nil function")
 	}
-	runs, err := c.ClaimMany(ctx, sources)
-	if err != nil {
-		return err
-	}
-	return c.doMany(ctx, runs, fn)
-}
-
-// DoManyTick is DoMany for one scheduled tick: it claims with
-// ClaimManyTick, so that fn runs at most once for tick and each source
-// across every replica. A zero tick is an error, and fn is not called.
-func (c *Claimer) DoManyTick(ctx context.Context, sources []string, tick time.Time, fn func(ctx context.Context, run *Run) error) error {
-	if fn == nil {
-		return errors.New("runclaim: DoManyTick: nil function")
-	}
-	runs, err := c.ClaimManyTick(ctx, sources, tick)
+	runs, err := c.ClaimMany(ctx, sources, opts...)
 	if err != nil {
 		return err
 	}

@@ -801,8 +801,8 @@ func TestWithHeartbeatValidation(t *testing.T) {
 		switch {
 		case tc.ok && err != nil:
 			t.Errorf("lease %v heartbeat %v: %v", tc.lease, tc.heartbeat, err)
-		case tc.ok && c.HeartbeatInterval() != tc.heartbeat:
-			t.Errorf("lease %v heartbeat %v: HeartbeatInterval() = %v", tc.lease, tc.heartbeat, c.HeartbeatInterval())
+		case tc.ok && c.Settings().HeartbeatInterval != tc.heartbeat:
+			t.Errorf("lease %v heartbeat %v: HeartbeatInterval() = %v", tc.lease, tc.heartbeat, c.Settings().HeartbeatInterval)
 		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "WithHeartbeat")):
 			t.Errorf("lease %v heartbeat %v: New = %v, want an error naming WithHeartbeat", tc.lease, tc.heartbeat, err)
 		}
@@ -814,11 +814,11 @@ func TestWithHeartbeatValidation(t *testing.T) {
 		{runclaim.WithHeartbeat(300 * time.Millisecond), runclaim.WithLease(900 * time.Millisecond)},
 	} {
 		c := doClaimer(t, mem, opts...)
-		if got := c.HeartbeatInterval(); got != 300*time.Millisecond {
+		if got := c.Settings().HeartbeatInterval; got != 300*time.Millisecond {
 			t.Errorf("HeartbeatInterval() = %v, want 300ms", got)
 		}
 	}
-	if got := doClaimer(t, mem).HeartbeatInterval(); got != runclaim.DefaultLease/3 {
+	if got := doClaimer(t, mem).Settings().HeartbeatInterval; got != runclaim.DefaultLease/3 {
 		t.Errorf("default HeartbeatInterval() = %v, want %v", got, runclaim.DefaultLease/3)
 	}
 }

@@ -35,7 +35,7 @@
 //     bad input is refused before any SQL runs (G8).
 //   - Migrate on a current schema takes no lock on the runs table, so
 //     replicas may call it at every start (G9).
-//   - Exactly one run per scheduled tick (G11): ClaimTick and DoTick name
+//   - Exactly one run per scheduled tick (G11): Claim and Do with ForTick name
 //     the tick a run serves; a tick that a running, succeeded or failed run
 //     has served, and every older one, is skipped with ErrTickDone for
 //     every replica, whatever their clocks say, while a run that expired
@@ -68,15 +68,15 @@
 //	}
 //	// On each tick of a schedule, on every replica, naming the tick (see
 //	// NewTicker for a schedule's ticks on the wall clock):
-//	err = claimer.DoTick(ctx, "avito", tick, func(ctx context.Context, run *runclaim.Run) error {
+//	err = claimer.Do(ctx, "avito", func(ctx context.Context, run *runclaim.Run) error {
 //		return sweep(ctx, run.ID) // pass run.ID on as a fencing token
-//	})
+//	}, runclaim.ForTick(tick))
 //	if errors.Is(err, runclaim.ErrNotClaimed) {
 //		// another replica runs this tick, or has run it
 //	}
 //
 // The loop that claims every tick of a Ticker, the same ticks on every
-// replica, is ExampleClaimer_DoTick, explained in docs/schedulers.md ("A
+// replica, is ExampleForTick, explained in docs/schedulers.md ("A
 // plain ticker"); examples/ticker runs it on three replicas. Ticks and
 // catch-up: docs/ticks.md.
 //
@@ -99,9 +99,9 @@
 //
 // # Many sources per tick
 //
-// ClaimMany (and ClaimManyTick) claims up to MaxClaimMany sources in one
+// ClaimMany claims up to MaxClaimMany sources in one
 // call, with each source's guarantees of a single claim; on Postgres, one
-// statement, one transaction. DoMany (and DoManyTick) runs fn for each won
+// statement, one transaction. DoMany runs fn for each won
 // run under Do's rules, and keeps all of a Claimer's DoMany runs alive in
 // one statement per heartbeat interval. A Store offers the bulk forms by
 // implementing ManyClaimer and ManyHeartbeater; another Store is asked one

@@ -7,61 +7,69 @@ import (
 	"time"
 )
 
-// ErrNotClaimed matches, with errors.Is, every error that means "this tick was
-// skipped": the source is held by another run, another claim for it is in
-// flight, the minimum interval has not passed, the tick claimed was served
-// already, or the source is paused. Nothing was written and no lock is
-// held. Use errors.Is(err, ErrAlreadyRunning), ErrTooSoon, ErrTickDone or
-// ErrPaused to tell which, and errors.As with *NotClaimedError for details.
-var ErrNotClaimed = errors.New("runclaim: not claimed")
+// The errors of the package. Skips match ErrNotClaimed and one reason;
+// the others are failures.
+var (
+	// ErrNotClaimed matches, with errors.Is, every error that means "this tick was
+	// skipped": the source is held by another run, another claim for it is in
+	// flight, the minimum interval has not passed, the tick claimed was served
+	// already, or the source is paused. Nothing was written and no lock is
+	// held. Use errors.Is(err, ErrAlreadyRunning), ErrTooSoon, ErrTickDone or
+	// ErrPaused to tell which, and errors.As with *NotClaimedError for details.
+	ErrNotClaimed = errors.New("runclaim: not claimed")
 
-// ErrAlreadyRunning means another run holds the source, or another claim for
-// it is in flight. It matches ErrNotClaimed too.
-var ErrAlreadyRunning = newSkip("runclaim: source is already running")
+	// ErrAlreadyRunning means another run holds the source, or another claim for
+	// it is in flight. It matches ErrNotClaimed too.
+	ErrAlreadyRunning = newSkip("runclaim: source is already running")
 
-// ErrTooSoon means the minimum interval since the source's last run start has
-// not passed. It matches ErrNotClaimed too.
-var ErrTooSoon = newSkip("runclaim: too soon since the last run")
+	// ErrTooSoon means the minimum interval since the source's last run start has
+	// not passed. It matches ErrNotClaimed too.
+	ErrTooSoon = newSkip("runclaim: too soon since the last run")
 
-// ErrTickDone means a run has served the tick that a ClaimTick named, or a
-// later one: a run of the source with that tick or a later one is running,
-// succeeded or failed. A run that expired leaves its tick open. It matches
-// ErrNotClaimed too.
-var ErrTickDone = newSkip("runclaim: tick already served")
+	// ErrTickDone means a run has served the tick that a claim named with ForTick, or a
+	// later one: a run of the source with that tick or a later one is running,
+	// succeeded or failed. A run that expired leaves its tick open. It matches
+	// ErrNotClaimed too.
+	ErrTickDone = newSkip("runclaim: tick already served")
 
-// ErrPaused means an operator paused the source (see Controller.Pause):
-// every claim of it is skipped until the pause ends or the source is
-// resumed. It matches ErrNotClaimed too; the *NotClaimedError carries the
-// pause's end as RetryAfter (zero for a pause until Resume) and its note.
-var ErrPaused = newSkip("runclaim: source is paused")
+	// ErrPaused means an operator paused the source (see Controller.Pause):
+	// every claim of it is skipped until the pause ends or the source is
+	// resumed. It matches ErrNotClaimed too; the *NotClaimedError carries the
+	// pause's end as RetryAfter (zero for a pause until Resume) and its note.
+	ErrPaused = newSkip("runclaim: source is paused")
 
-// ErrLeaseLost means the run is no longer this holder's: its lease ended and
-// another claim expired it, or an operator released it. Heartbeat and Finish
-// return it (use errors.Is), and Do cancels its function's context with it as
-// the cause (see context.Cause).
-var ErrLeaseLost = errors.New("runclaim: lease lost")
+	// ErrLeaseLost means the run is no longer this holder's: its lease ended and
+	// another claim expired it, or an operator released it. Heartbeat and Finish
+	// return it (use errors.Is), and Do cancels its function's context with it as
+	// the cause (see context.Cause).
+	ErrLeaseLost = errors.New("runclaim: lease lost")
 
-// ErrRunTimeout means the run lasted longer than WithMaxRunTime allows. Do
-// cancels fn's context with a cause matching it (see context.Cause),
-// records the run as failed with its text, and returns an error matching
-// it (use errors.Is).
-var ErrRunTimeout = errors.New("runclaim: maximum run time exceeded")
+	// ErrRunTimeout means the run lasted longer than WithMaxRunTime allows. Do
+	// cancels fn's context with a cause matching it (see context.Cause),
+	// records the run as failed with its text, and returns an error matching
+	// it (use errors.Is).
+	ErrRunTimeout = errors.New("runclaim: maximum run time exceeded")
 
-// ErrInvalidSource is returned, wrapped with the reason, for a source name that
-// is empty, longer than MaxSourceLen bytes, not valid UTF-8, or contains a NUL
-// byte, another control character or an invisible one (see ValidateSource).
-// Nothing is sent to the store.
-var ErrInvalidSource = errors.New("runclaim: invalid source")
+	// ErrInvalidSource is returned, wrapped with the reason, for a source name that
+	// is empty, longer than MaxSourceLen bytes, not valid UTF-8, or contains a NUL
+	// byte, another control character or an invisible one (see ValidateSource).
+	// Nothing is sent to the store.
+	ErrInvalidSource = errors.New("runclaim: invalid source")
 
-// ErrFenced is returned, wrapped, by Release when it could not lock the run
-// within a second because another transaction holds a lock on the run's
-// row: a transaction fenced with Fence that is still open, as a rule.
-// Nothing was changed. Retry once that transaction has ended.
-var ErrFenced = errors.New("runclaim: run is fenced by an open transaction")
+	// ErrFenced is returned, wrapped, by Release when it could not lock the run
+	// within a second because another transaction holds a lock on the run's
+	// row: a transaction fenced with Fence that is still open, as a rule.
+	// Nothing was changed. Retry once that transaction has ended.
+	ErrFenced = errors.New("runclaim: run is fenced by an open transaction")
 
-// ErrFinished is returned by Heartbeat after Finish, and by a Finish whose
-// outcome differs from the one already recorded for the run.
-var ErrFinished = errors.New("runclaim: run already finished")
+	// ErrFinished is returned by Heartbeat after Finish, and by a Finish whose
+	// outcome differs from the one already recorded for the run.
+	ErrFinished = errors.New("runclaim: run already finished")
+
+	// ErrNotRunning is returned by Release when there is no running run to
+	// release.
+	ErrNotRunning = errors.New("runclaim: no such running run")
+)
 
 // skipError is the type of the specific skip sentinels; each one also matches
 // ErrNotClaimed.
@@ -111,7 +119,7 @@ type RunInfo struct {
 	Owner      string    // who claimed it
 	StartedAt  time.Time // when it was claimed, by the store's clock
 	LeaseUntil time.Time // when its lease ends unless extended
-	Tick       time.Time // the scheduled tick it serves (ClaimTick); zero for a plain Claim
+	Tick       time.Time // the scheduled tick it serves (ForTick); zero for a plain claim
 }
 
 // Error describes the skip in one line.

@@ -160,7 +160,7 @@ func ExampleRun_Lost() {
 	run, _ := holder.Claim(ctx, "avito")
 	flushed := make(chan struct{}) // the wind-down, still going on
 
-	now = now.Add(holder.Lease() + time.Second) // the holder stalled past its lease
+	now = now.Add(holder.Settings().Lease + time.Second) // the holder stalled past its lease
 	next, _ := other.Claim(ctx, "avito")
 	fmt.Printf("%s took avito over as run %d\n", next.Owner, next.ID)
 	if err := run.Heartbeat(ctx); errors.Is(err, runclaim.ErrLeaseLost) {

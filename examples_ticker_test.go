@@ -11,13 +11,13 @@ import (
 )
 
 // A plain loop on every replica: a Ticker delivers the ticks of a
-// schedule on the wall clock, the same on every replica, and DoTick runs
+// schedule on the wall clock, the same on every replica, and Do with ForTick runs
 // the sweep of a source for a tick on the one replica whose claim wins.
 // Any other claim of that tick, however late (a replica whose clock is
 // behind, after a quick sweep has finished), is skipped with ErrTickDone.
 // A replica that starts, or wakes, up to the starting deadline after a
 // tick gets that tick at once: a tick missed during a restart still runs.
-func ExampleClaimer_DoTick() {
+func ExampleForTick() {
 	ctx, stop := context.WithCancel(context.Background()) // signal.NotifyContext in a service
 	defer stop()
 
@@ -42,11 +42,11 @@ func ExampleClaimer_DoTick() {
 		case tick = <-ticker.C:
 		}
 		for _, source := range []string{"avito", "cian"} {
-			err := claimer.DoTick(ctx, source, tick, func(ctx context.Context, run *runclaim.Run) error {
+			err := claimer.Do(ctx, source, func(ctx context.Context, run *runclaim.Run) error {
 				// ctx ends if the run is lost; run.ID is a fencing token.
 				fmt.Printf("tick %d: sweeping %s as run %d\n", n, run.Source, run.ID)
 				return nil
-			})
+			}, runclaim.ForTick(tick))
 			switch {
 			case errors.Is(err, runclaim.ErrNotClaimed):
 				// Another replica has this tick, or has run it.

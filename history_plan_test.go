@@ -229,7 +229,7 @@ func TestHistoryPlansUseIndexes(t *testing.T) {
 		t.Fatalf("Heartbeat: %v", err)
 	}
 	// The heartbeat of many runs (DoMany's), here of one.
-	if res, err := tstore.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Lease: c.Lease()}}); err != nil || res[0].Err != nil {
+	if res, err := tstore.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: run.ID, Source: run.Source, StartedAt: run.StartedAt, Lease: c.Settings().Lease}}); err != nil || res[0].Err != nil {
 		t.Fatalf("HeartbeatMany: %v, %v", res, err)
 	}
 	if err := run.Finish(ctx, nil); err != nil {
@@ -513,7 +513,7 @@ func testClaimFunctionPlans(t *testing.T, db *pgtest.DB, store *runclaim.Postgre
 			return c.Claim(ctx, source)
 		}
 		tick = tick.Add(time.Minute)
-		return c.ClaimTick(ctx, source, tick)
+		return c.Claim(ctx, source, runclaim.ForTick(tick))
 	}
 	ctx := t.Context()
 	var (
@@ -562,7 +562,7 @@ func testClaimFunctionPlans(t *testing.T, db *pgtest.DB, store *runclaim.Postgre
 	}
 	if ticks { // the tick served, and the one before it
 		for _, tk := range []time.Time{run.Tick, run.Tick.Add(-time.Minute)} {
-			if _, err := c.ClaimTick(ctx, src(1), tk); !errors.Is(err, runclaim.ErrTickDone) {
+			if _, err := c.Claim(ctx, src(1), runclaim.ForTick(tk)); !errors.Is(err, runclaim.ErrTickDone) {
 				t.Fatalf("Claim of a tick served: %v, want ErrTickDone", err)
 			}
 		}

@@ -149,8 +149,8 @@ func TestHostileSources(t *testing.T) {
 				if err := db.Pool.QueryRow(ctx, "SELECT convert_to(source, 'UTF8'), owner FROM "+table+" WHERE id = $1", run.ID).Scan(&stored, &owner); err != nil {
 					t.Fatal(err)
 				}
-				if string(stored) != h.s || run.Source != h.s || owner != c.Owner() {
-					t.Errorf("%s: stored source %q, Run.Source %q, owner %q; want %q and %q", h.name, stored, run.Source, owner, h.s, c.Owner())
+				if string(stored) != h.s || run.Source != h.s || owner != c.Settings().Owner {
+					t.Errorf("%s: stored source %q, Run.Source %q, owner %q; want %q and %q", h.name, stored, run.Source, owner, h.s, c.Settings().Owner)
 				}
 				if err := run.Heartbeat(ctx); err != nil {
 					t.Errorf("%s: Heartbeat: %v", h.name, err)

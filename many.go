@@ -7,22 +7,6 @@ import (
 	"time"
 )
 
-// MaxClaimMany is the most sources one ClaimMany call claims. A longer
-// list is refused, before anything is sent to the store, with an error
-// that says so: call ClaimMany once per slice of at most MaxClaimMany
-// sources.
-//
-// The call is not split into several statements behind the caller's
-// back: one call is one transaction, so that an error claims nothing,
-// and a split would lose that. The bound keeps one transaction's cost
-// bounded: the Postgres store's call holds the advisory lock of every
-// source it is deciding until it commits, and advisory locks live in the
-// server's shared lock table, which holds max_locks_per_transaction ×
-// (max_connections + max_prepared_transactions) locks in all, 6,400 with
-// the defaults; and a call takes about 30 µs of server time per source
-// (see BENCHMARKS.md), so a full call stays in tens of milliseconds.
-const MaxClaimMany = 1000
-
 // A ManyClaimer is a Store that decides many claims at once. Claimer's
 // ClaimMany uses it when its Store implements it, and otherwise claims
 // one source at a time with Store.Claim. PostgresStore implements it with
@@ -126,26 +110,22 @@ func validateHeartbeats(reqs []HeartbeatRequest) error {
 // with that error, since a Store has no way to remove a run: they then
 // count for the minimum interval.
 //
+// opts change every claim of the call as they change Claim's. With
+// ForTick every run won serves the tick, and a source whose tick is done
+// is skipped with ErrTickDone. The tick is one for the whole call, because
+// one scheduler firing names one tick for every source it fires (the top
+// of the minute for all the cities of a scraper); sources on different
+// schedules fire at different ticks, and then make one call per tick.
+//
 // Each run must be finished, and kept alive while it lasts longer than
 // the lease: DoMany does both.
-func (c *Claimer) ClaimMany(ctx context.Context, sources []string) ([]*Run, error) {
-	return c.claimMany(ctx, sources, time.Time{})
-}
-
-// ClaimManyTick is ClaimMany for one scheduled tick, which every run it
-// wins serves, as ClaimTick's runs do; a source whose tick is done is
-// skipped with ErrTickDone. A zero tick is an error, and nothing is sent.
-//
-// The tick is one for the whole call, because one scheduler firing names
-// one tick for every source it fires (the top of the minute for all the
-// cities of a scraper). Sources on different schedules fire at different
-// ticks, and then make one call per tick.
-func (c *Claimer) ClaimManyTick(ctx context.Context, sources []string, tick time.Time) ([]*Run, error) {
-	if err := checkTick("ClaimManyTick", tick); err != nil {
+func (c *Claimer) ClaimMany(ctx context.Context, sources []string, opts ...ClaimOption) ([]*Run, error) {
+	o, err := applyClaimOptions("ClaimMany", opts)
+	if err != nil {
 		c.manyFailed(ctx, sources, err, 0)
 		return nil, err
 	}
-	return c.claimMany(ctx, sources, NormalTick(tick))
+	return c.claimMany(ctx, sources, o.tick)
 }
 
 // claimMany is ClaimMany, for tick when it is not zero.

@@ -92,8 +92,8 @@ func TestClaimManyBadInput(t *testing.T) {
 			t.Errorf("ClaimMany with %s: ClaimFailed for %q, want each source", tc.name, failed)
 		}
 	}
-	if _, err := c.ClaimManyTick(ctx, []string{"a"}, time.Time{}); err == nil {
-		t.Error("ClaimManyTick with a zero tick: nil error")
+	if _, err := c.ClaimMany(ctx, []string{"a"}, runclaim.ForTick(time.Time{})); err == nil {
+		t.Error("ClaimMany with ForTick of a zero tick: nil error")
 	}
 	//lint:ignore SA1012 a nil context is the bad input under test
 	if _, err := c.ClaimMany(nil, []string{"a"}); err == nil { //nolint:staticcheck
@@ -147,9 +147,9 @@ func TestClaimManyResultAndEvents(t *testing.T) {
 		t.Errorf("Skipped for %q, want [b]", skipped)
 	}
 	tick := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	runs, err = c.ClaimManyTick(ctx, []string{"a", "c"}, tick)
+	runs, err = c.ClaimMany(ctx, []string{"a", "c"}, runclaim.ForTick(tick))
 	if err != nil || len(runs) != 2 || !runs[0].Tick.Equal(tick) {
-		t.Fatalf("ClaimManyTick: %v, %v", runs, err)
+		t.Fatalf("ClaimMany with ForTick: %v, %v", runs, err)
 	}
 }
 

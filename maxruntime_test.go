@@ -28,8 +28,8 @@ func TestMaxRunTimeCancels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.MaxRunTime() != limit {
-			t.Errorf("MaxRunTime() = %v, want %v", c.MaxRunTime(), limit)
+		if c.Settings().MaxRunTime != limit {
+			t.Errorf("MaxRunTime() = %v, want %v", c.Settings().MaxRunTime, limit)
 		}
 		start := time.Now()
 		var runID int64
@@ -149,7 +149,7 @@ func TestMaxRunTimeInTime(t *testing.T) {
 				return ctx.Err()
 			})
 			if err != nil {
-				t.Errorf("Do running %v with max run time %v = %v, want nil", tc.runs, c.MaxRunTime(), err)
+				t.Errorf("Do running %v with max run time %v = %v, want nil", tc.runs, c.Settings().MaxRunTime, err)
 			}
 			spy.wantOneFinish(t, runID, runclaim.StatusSucceeded, "")
 			time.Sleep(2 * time.Hour)
@@ -198,7 +198,7 @@ func TestMaxRunTimeOption(t *testing.T) {
 		t.Error("With(WithMaxRunTime(-1ns)) returned no error")
 	}
 	d, err := c.With(runclaim.WithMinInterval(time.Second))
-	if err != nil || d.MaxRunTime() != time.Minute {
-		t.Errorf("With keeps MaxRunTime: got %v, %v; want %v", d.MaxRunTime(), err, time.Minute)
+	if err != nil || d.Settings().MaxRunTime != time.Minute {
+		t.Errorf("With keeps MaxRunTime: got %v, %v; want %v", d.Settings().MaxRunTime, err, time.Minute)
 	}
 }

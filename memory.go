@@ -44,22 +44,9 @@ type memRun struct {
 
 var _ Controller = (*MemoryStore)(nil)
 
-// A MemoryOption configures a MemoryStore.
-type MemoryOption func(*MemoryStore)
-
-// WithClock makes the store read time from now instead of time.Now, so that
-// tests can move time forward without sleeping. now must be safe for
-// concurrent use and must not go backwards.
-func WithClock(now func() time.Time) MemoryOption {
-	return func(s *MemoryStore) {
-		if now != nil {
-			s.now = now
-		}
-	}
-}
-
-// NewMemoryStore returns an empty in-memory Store.
-func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+// NewMemoryStore returns an empty in-memory Store. WithClock gives it
+// another clock than time.Now.
+func NewMemoryStore(opts ...ClockOption) *MemoryStore {
 	s := &MemoryStore{
 		now:      time.Now,
 		runs:     make(map[int64]*memRun),
@@ -70,8 +57,8 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 		triggers: make(map[string]time.Time),
 	}
 	for _, o := range opts {
-		if o != nil {
-			o(s)
+		if o.now != nil {
+			s.now = o.now
 		}
 	}
 	return s

@@ -205,9 +205,9 @@ func TestMemoryStoreClaimerUsesStoreClock(t *testing.T) {
 	}
 }
 
-// WithClock(nil) and a nil option leave the real clock in place.
+// WithClock(nil) and a zero ClockOption leave the real clock in place.
 func TestMemoryStoreNilOptions(t *testing.T) {
-	s := runclaim.NewMemoryStore(runclaim.WithClock(nil), nil)
+	s := runclaim.NewMemoryStore(runclaim.WithClock(nil), runclaim.ClockOption{})
 	before := time.Now()
 	a := memMustClaim(t, s, "src", "a", time.Minute, 0)
 	after := time.Now()

@@ -22,7 +22,7 @@ import (
 //   - Version 3: the claim function, named after the table with the suffix
 //     "_claim", which makes a claim one statement (the store keeps sending
 //     the three-statement batch of version 2 to a table without it).
-//   - Version 4: ticks (ClaimTick): the tick column, a unique index of the
+//   - Version 4: ticks (ForTick): the tick column, a unique index of the
 //     ticks served named after the table with the suffix "_tick", and the
 //     claim function's overload that takes a tick. Plain claims go on as
 //     before on an older table; a tick claim there fails with an error

@@ -9,20 +9,6 @@ import (
 	"time"
 )
 
-// Defaults and limits of the Claimer options.
-const (
-	// DefaultLease is the lease a claim takes unless WithLease sets another.
-	DefaultLease = 30 * time.Second
-	// MinLease is the shortest lease WithLease accepts.
-	MinLease = 10 * time.Millisecond
-	// MaxLease is the longest lease WithLease accepts.
-	MaxLease = 365 * 24 * time.Hour
-	// MaxSourceLen is the longest source name, in bytes.
-	MaxSourceLen = 512
-	// MaxOwnerLen is the longest owner name, in bytes.
-	MaxOwnerLen = 512
-)
-
 // An Option configures a Claimer. New and Claimer.With apply the options
 // in order and return the first one's error.
 type Option func(*config) error

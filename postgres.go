@@ -14,20 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Defaults of the Postgres store options.
-const (
-	// DefaultSchema is the schema of the runs table unless WithTable sets another.
-	DefaultSchema = "public"
-	// DefaultTable is the name of the runs table unless WithTable sets another.
-	DefaultTable = "runclaim_runs"
-	// DefaultNamespace is mixed into every advisory lock key (see
-	// AdvisoryKey) unless WithNamespace sets another.
-	DefaultNamespace = "runclaim"
-	// maxTableLen leaves room for the suffixes of the index names and the
-	// claim function's name ("_running", "_history", "_claim") within
-	// Postgres's 63-byte identifier limit.
-	maxTableLen = 63 - len("_running")
-)
+// maxTableLen leaves room for the suffixes of the index names and the
+// claim function's name ("_running", "_history", "_claim") within
+// Postgres's 63-byte identifier limit.
+const maxTableLen = 63 - len("_running")
 
 // Querier is what the Postgres store needs of a connection pool.
 // *pgxpool.Pool implements it. Pass a pool, not a single connection

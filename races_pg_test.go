@@ -117,7 +117,7 @@ func TestTickClaimRacesFinish(t *testing.T) {
 	}{
 		{"same tick", t0, t0, false},
 		{"older tick", t0.Add(time.Minute), t0, false},
-		{"same tick, ClaimManyTick", t0, t0, true},
+		{"same tick, ClaimMany", t0, t0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -125,7 +125,7 @@ func TestTickClaimRacesFinish(t *testing.T) {
 			store := migratedStore(t, db.Pool)
 			ctx := t.Context()
 			holder := newClaimer(t, store, runclaim.WithOwner("holder"), runclaim.WithLease(time.Minute))
-			run, err := holder.ClaimTick(ctx, "src", tc.served)
+			run, err := holder.Claim(ctx, "src", runclaim.ForTick(tc.served))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,11 +152,11 @@ func TestTickClaimRacesFinish(t *testing.T) {
 			done := make(chan answer, 1)
 			go func() {
 				if tc.many {
-					runs, err := rival.ClaimManyTick(ctx, []string{"src", "other"}, tc.requested)
+					runs, err := rival.ClaimMany(ctx, []string{"src", "other"}, runclaim.ForTick(tc.requested))
 					done <- answer{runs, err}
 					return
 				}
-				r, err := rival.ClaimTick(ctx, "src", tc.requested)
+				r, err := rival.Claim(ctx, "src", runclaim.ForTick(tc.requested))
 				done <- answer{[]*runclaim.Run{r}, err}
 			}()
 			g.waiting(1) // the claim's expiry skipped the locked row
@@ -167,15 +167,15 @@ func TestTickClaimRacesFinish(t *testing.T) {
 			a := <-done
 			if tc.many {
 				if a.err != nil {
-					t.Fatalf("ClaimManyTick of src and other: %v; want other won and src skipped with ErrTickDone", a.err)
+					t.Fatalf("ClaimMany with ForTick of src and other: %v; want other won and src skipped with ErrTickDone", a.err)
 				}
 				if len(a.runs) != 1 || a.runs[0].Source != "other" {
-					t.Errorf("ClaimManyTick won %v; want other only", a.runs)
+					t.Errorf("ClaimMany with ForTick won %v; want other only", a.runs)
 				}
 				return
 			}
 			if !errors.Is(a.err, runclaim.ErrTickDone) {
-				t.Errorf("ClaimTick %s after tick %s was served: run %v, %v; want ErrTickDone", tc.requested.Format(time.TimeOnly), tc.served.Format(time.TimeOnly), a.runs[0], a.err)
+				t.Errorf("ForTick %s after tick %s was served: run %v, %v; want ErrTickDone", tc.requested.Format(time.TimeOnly), tc.served.Format(time.TimeOnly), a.runs[0], a.err)
 			}
 			if n := runningRuns(t, db.Pool, store, "src"); n != 0 {
 				t.Errorf("%d running runs of src; want none", n)

@@ -56,27 +56,3 @@ func (s schedule) localEnd(sent time.Time) time.Time { return sent.Add(s.lease) 
 // lostAt is when a run whose lease ends at localEnd, by the holder's own
 // clock, is given up as lost if no heartbeat succeeds meanwhile.
 func (s schedule) lostAt(localEnd time.Time) time.Time { return localEnd.Add(-s.margin) }
-
-// Lease returns the lease of this Claimer's runs (see WithLease).
-func (c *Claimer) Lease() time.Duration { return c.sched.lease }
-
-// HeartbeatInterval returns how often Do and KeepAlive extend a lease (see
-// WithHeartbeat).
-func (c *Claimer) HeartbeatInterval() time.Duration { return c.sched.heartbeat }
-
-// ExpiryMargin returns how long before a run's lease ends, by this
-// process's own clock, a run without a successful heartbeat in the
-// meantime is given up as lost: Run.Lost closes then, and Do and KeepAlive
-// cancel the run's context. Work that must be over before another replica
-// can take the source, such as a child process, has that long to stop.
-func (c *Claimer) ExpiryMargin() time.Duration { return c.sched.margin }
-
-// HeartbeatTimeout returns how long Do and KeepAlive wait for one heartbeat
-// attempt before they abandon it and retry: long enough for two more
-// attempts before the run is given up (see ExpiryMargin). A link whose
-// round trips are shorter keeps its runs.
-func (c *Claimer) HeartbeatTimeout() time.Duration { return c.sched.attempt }
-
-// RetryDelay returns how long Do and KeepAlive wait after a failed or
-// abandoned heartbeat attempt before the next.
-func (c *Claimer) RetryDelay() time.Duration { return c.sched.retry }

@@ -50,7 +50,7 @@ func TestSchedule(t *testing.T) {
 				t.Errorf("localEnd %v, lostAt %v for a heartbeat sent at %v", end, s.lostAt(end), sent)
 			}
 			c := &Claimer{sched: s}
-			accessors := [...]time.Duration{c.Lease(), c.HeartbeatInterval(), c.RetryDelay(), c.ExpiryMargin(), c.HeartbeatTimeout()}
+			accessors := [...]time.Duration{c.Settings().Lease, c.Settings().HeartbeatInterval, c.Settings().RetryDelay, c.Settings().ExpiryMargin, c.Settings().HeartbeatTimeout}
 			if accessors != want {
 				t.Errorf("the Claimer's accessors = %v, want %v", accessors, want)
 			}

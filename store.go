@@ -170,10 +170,6 @@ type FinishRequest struct {
 	Error     string    // the failure's text: valid UTF-8 without NUL bytes; empty when Status is StatusSucceeded
 }
 
-// MaxErrorLen is the longest error text a run records, in bytes. Longer texts
-// are cut and marked with a trailing "…(truncated)".
-const MaxErrorLen = 8 << 10
-
 // Validate returns an error if the request is malformed, including an
 // error text that a Postgres text column cannot hold (a NUL byte, invalid
 // UTF-8). Run.Finish makes any error's text storable before it asks.

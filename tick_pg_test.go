@@ -100,7 +100,7 @@ func TestTickClaimOnOlderTable(t *testing.T) {
 			tick := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			for range 2 { // whatever the store has learned of the table meanwhile
 				before := readState(t, db.Pool, store.Table())
-				_, err := c.ClaimTick(ctx, "src", tick)
+				_, err := c.Claim(ctx, "src", runclaim.ForTick(tick))
 				if err == nil || errors.Is(err, runclaim.ErrNotClaimed) || !strings.Contains(err.Error(), "run Migrate") {
 					t.Errorf("tick claim on a version %d table: %v, want an error that says to run Migrate", v, err)
 				}
@@ -114,7 +114,7 @@ func TestTickClaimOnOlderTable(t *testing.T) {
 			if err := store.Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
-			run, err := c.ClaimTick(ctx, "src", tick)
+			run, err := c.Claim(ctx, "src", runclaim.ForTick(tick))
 			if err != nil {
 				t.Fatalf("tick claim after Migrate: %v", err)
 			}
@@ -149,13 +149,13 @@ func TestRollingDeployTicks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := fresh.ClaimTick(ctx, "shared", tick); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		if _, err := fresh.Claim(ctx, "shared", runclaim.ForTick(tick)); !errors.Is(err, runclaim.ErrAlreadyRunning) {
 			t.Errorf("tick claim while an old replica's run is running: %v, want ErrAlreadyRunning", err)
 		}
 		if err := plain.Finish(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
-		run, err := fresh.ClaimTick(ctx, "shared", tick)
+		run, err := fresh.Claim(ctx, "shared", runclaim.ForTick(tick))
 		if err != nil {
 			t.Fatalf("tick claim after an old replica's run: %v", err)
 		}
@@ -184,10 +184,10 @@ func TestRollingDeployTicks(t *testing.T) {
 			func() error { return old3.Do(ctx, "raced", func(context.Context, *runclaim.Run) error { return nil }) },
 			func() error { return old2.Do(ctx, "raced", func(context.Context, *runclaim.Run) error { return nil }) },
 			func() error {
-				return fresh.DoTick(ctx, "raced", tick, func(context.Context, *runclaim.Run) error { return nil })
+				return fresh.Do(ctx, "raced", func(context.Context, *runclaim.Run) error { return nil }, runclaim.ForTick(tick))
 			},
 			func() error {
-				return fresh.DoTick(ctx, "raced", tick, func(context.Context, *runclaim.Run) error { return nil })
+				return fresh.Do(ctx, "raced", func(context.Context, *runclaim.Run) error { return nil }, runclaim.ForTick(tick))
 			},
 		} {
 			wg.Go(func() {
@@ -216,7 +216,7 @@ func TestPruneKeepsLatestTick(t *testing.T) {
 	ctx := t.Context()
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	nop := func(context.Context, *runclaim.Run) error { return nil }
-	if err := c.DoTick(ctx, "src", t0, nop); err != nil {
+	if err := c.Do(ctx, "src", nop, runclaim.ForTick(t0)); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -227,16 +227,16 @@ func TestPruneKeepsLatestTick(t *testing.T) {
 	if n, err := store.Prune(ctx, 0); err != nil || n != 2 {
 		t.Errorf("Prune: %d, %v; want 2, the older plain runs", n, err)
 	}
-	if err := c.DoTick(ctx, "src", t0, nop); !errors.Is(err, runclaim.ErrTickDone) {
+	if err := c.Do(ctx, "src", nop, runclaim.ForTick(t0)); !errors.Is(err, runclaim.ErrTickDone) {
 		t.Errorf("claim of the tick after Prune: %v, want ErrTickDone", err)
 	}
-	if err := c.DoTick(ctx, "src", t0.Add(time.Minute), nop); err != nil {
+	if err := c.Do(ctx, "src", nop, runclaim.ForTick(t0.Add(time.Minute))); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := store.Prune(ctx, 0); err != nil || n != 2 {
 		t.Errorf("Prune after a later tick: %d, %v; want 2, the first tick's run and the last plain one", n, err)
 	}
-	if err := c.DoTick(ctx, "src", t0, nop); !errors.Is(err, runclaim.ErrTickDone) {
+	if err := c.Do(ctx, "src", nop, runclaim.ForTick(t0)); !errors.Is(err, runclaim.ErrTickDone) {
 		t.Errorf("claim of the older tick after Prune: %v, want ErrTickDone", err)
 	}
 }

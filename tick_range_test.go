@@ -25,18 +25,18 @@ func TestTickInFirstMicrosecondRefused(t *testing.T) {
 		time.Date(1, time.January, 1, 0, 0, 0, 999, time.UTC),
 		time.Date(1, time.January, 1, 0, 0, 0, 0, time.UTC).Add(time.Nanosecond).In(time.FixedZone("east", 3600)),
 	} {
-		_, err := c.ClaimTick(ctx, "src", tick)
+		_, err := c.Claim(ctx, "src", runclaim.ForTick(tick))
 		if err == nil || errors.Is(err, runclaim.ErrNotClaimed) {
-			t.Errorf("ClaimTick(%v): %v; want an error that is not a skip", tick, err)
+			t.Errorf("ForTick(%v): %v; want an error that is not a skip", tick, err)
 		}
-		runs, err := c.ClaimManyTick(ctx, []string{"src"}, tick)
+		runs, err := c.ClaimMany(ctx, []string{"src"}, runclaim.ForTick(tick))
 		if err == nil || errors.Is(err, runclaim.ErrNotClaimed) {
-			t.Errorf("ClaimManyTick(%v): %v, %d runs; want an error", tick, err, len(runs))
+			t.Errorf("ClaimMany with ForTick(%v): %v, %d runs; want an error", tick, err, len(runs))
 		}
 		called := false
-		err = c.DoTick(ctx, "src", tick, func(context.Context, *runclaim.Run) error { called = true; return nil })
+		err = c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { called = true; return nil }, runclaim.ForTick(tick))
 		if err == nil || errors.Is(err, runclaim.ErrNotClaimed) || called {
-			t.Errorf("DoTick(%v): %v, called %v; want an error, and fn not called", tick, err, called)
+			t.Errorf("Do with ForTick(%v): %v, called %v; want an error, and fn not called", tick, err, called)
 		}
 	}
 	// Nothing was claimed: the source is free.
@@ -48,8 +48,8 @@ func TestTickInFirstMicrosecondRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := time.Date(1, time.January, 1, 0, 0, 0, 1000, time.UTC)
-	run, err := c.ClaimTick(ctx, "src", second)
+	run, err := c.Claim(ctx, "src", runclaim.ForTick(second))
 	if err != nil || !run.Tick.Equal(second) {
-		t.Fatalf("ClaimTick of the first tick kept: %v, %v", run, err)
+		t.Fatalf("ForTick of the first tick kept: %v, %v", run, err)
 	}
 }

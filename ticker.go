@@ -75,7 +75,7 @@ func LatestTick(s Schedule, t time.Time) time.Time {
 }
 
 // A Ticker delivers the ticks of a Schedule on its channel C, for a loop
-// that claims each with Claimer.ClaimTick or DoTick: a replica that names
+// that claims each with Claimer.Claim or Do and ForTick: a replica that names
 // the tick, not the time it woke up, runs each tick at most once across
 // every replica, whatever their clocks say, with no minimum interval to
 // tune.
@@ -86,7 +86,7 @@ func LatestTick(s Schedule, t time.Time) time.Time {
 // has passed, if that tick is at most the starting deadline old, and no
 // older one. So a service that was down across a tick runs it once when it
 // is back within the deadline (a replica that was up has run it already,
-// and ClaimTick skips it with ErrTickDone), and several missed ticks give
+// and ForTick skips it with ErrTickDone), and several missed ticks give
 // one run, for the latest. A tick older than the deadline is never
 // delivered. C holds no tick: a tick that waits for its receiver is
 // replaced by a later one, or dropped once it is older than the deadline.
@@ -99,24 +99,6 @@ type Ticker struct {
 	stopOnce sync.Once
 }
 
-// A TickerOption configures a Ticker.
-type TickerOption func(*tickerConfig)
-
-type tickerConfig struct {
-	now func() time.Time
-}
-
-// WithTickerClock makes the Ticker read the time from now instead of
-// time.Now, for tests that give each replica a clock of its own. The
-// Ticker still waits with timers of the time package.
-func WithTickerClock(now func() time.Time) TickerOption {
-	return func(c *tickerConfig) {
-		if now != nil {
-			c.now = now
-		}
-	}
-}
-
 // maxTickerWait bounds one wait of a Ticker, so that it follows a wall
 // clock that was set forward.
 const maxTickerWait = time.Minute
@@ -126,23 +108,22 @@ const maxTickerWait = time.Minute
 // must be positive; a second or more allows for a loaded machine's late
 // wake-ups, and the period of the schedule catches up any tick missed by a
 // restart that took less than a period. Call Stop to release the Ticker.
-func NewTicker(s Schedule, startingDeadline time.Duration, opts ...TickerOption) (*Ticker, error) {
+func NewTicker(s Schedule, startingDeadline time.Duration, opts ...ClockOption) (*Ticker, error) {
 	if isNil(s) {
 		return nil, errors.New("runclaim: NewTicker: nil Schedule")
 	}
 	if startingDeadline <= 0 {
 		return nil, fmt.Errorf("runclaim: NewTicker: starting deadline must be positive, got %v", startingDeadline)
 	}
-	cfg := tickerConfig{now: time.Now}
+	now := time.Now
 	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("runclaim: NewTicker: nil TickerOption")
+		if o.now != nil {
+			now = o.now
 		}
-		o(&cfg)
 	}
 	c := make(chan time.Time)
 	t := &Ticker{C: c, stop: make(chan struct{}), done: make(chan struct{})}
-	go t.run(s, startingDeadline, cfg.now, c)
+	go t.run(s, startingDeadline, now, c)
 	return t, nil
 }
 

@@ -76,12 +76,11 @@ func TestNewTickerBadInput(t *testing.T) {
 		name     string
 		s        runclaim.Schedule
 		deadline time.Duration
-		opts     []runclaim.TickerOption
+		opts     []runclaim.ClockOption
 	}{
 		{"nil schedule", nil, time.Second, nil},
 		{"zero deadline", runclaim.Every(time.Minute), 0, nil},
 		{"negative deadline", runclaim.Every(time.Minute), -time.Second, nil},
-		{"nil option", runclaim.Every(time.Minute), time.Second, []runclaim.TickerOption{nil}},
 	} {
 		if tk, err := runclaim.NewTicker(tc.s, tc.deadline, tc.opts...); err == nil {
 			tk.Stop()
@@ -163,7 +162,7 @@ func TestTickerCatchesUp(t *testing.T) {
 type replica struct {
 	name  string
 	skew  time.Duration // how far its clock is ahead of the store's
-	plain bool          // claim with Do instead of DoTick, as before ticks
+	plain bool          // claim with Do without ForTick, as before ticks
 }
 
 // runReplicas runs replicas against one memory store from start until
@@ -185,7 +184,7 @@ func runReplicas(t *testing.T, replicas []replica, deadline, job time.Duration, 
 		clock := func() time.Time { return time.Now().Add(r.skew) }
 		wg.Go(func() {
 			sleepUntil(start)
-			tk, err := runclaim.NewTicker(runclaim.Every(time.Minute), deadline, runclaim.WithTickerClock(clock))
+			tk, err := runclaim.NewTicker(runclaim.Every(time.Minute), deadline, runclaim.WithClock(clock))
 			if err != nil {
 				t.Error(err)
 				return
@@ -209,7 +208,7 @@ func runReplicas(t *testing.T, replicas []replica, deadline, job time.Duration, 
 					if r.plain {
 						err = claimer.Do(ctx, "sweep", fn)
 					} else {
-						err = claimer.DoTick(ctx, "sweep", tick, fn)
+						err = claimer.Do(ctx, "sweep", fn, runclaim.ForTick(tick))
 					}
 					if err != nil && !errors.Is(err, runclaim.ErrNotClaimed) {
 						t.Errorf("%s, tick %v: %v", r.name, tick, err)
@@ -286,7 +285,7 @@ func TestRestartAcrossTick(t *testing.T) {
 	}
 }
 
-// ClaimTick and DoTick refuse a zero tick with an error that is not a
+// Claim and Do with ForTick refuse a zero tick with an error that is not a
 // skip, write nothing and do not call fn; the hooks see a failed claim.
 func TestZeroTick(t *testing.T) {
 	store := runclaim.NewMemoryStore()
@@ -296,15 +295,15 @@ func TestZeroTick(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if run, err := c.ClaimTick(ctx, "src", time.Time{}); err == nil || run != nil || errors.Is(err, runclaim.ErrNotClaimed) {
-		t.Errorf("ClaimTick(zero) = %v, %v; want an error that is not a skip", run, err)
+	if run, err := c.Claim(ctx, "src", runclaim.ForTick(time.Time{})); err == nil || run != nil || errors.Is(err, runclaim.ErrNotClaimed) {
+		t.Errorf("ForTick(zero) = %v, %v; want an error that is not a skip", run, err)
 	}
 	called := false
-	if err := c.DoTick(ctx, "src", time.Time{}, func(context.Context, *runclaim.Run) error { called = true; return nil }); err == nil || called {
-		t.Errorf("DoTick(zero) = %v, fn called %v; want an error and no call", err, called)
+	if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { called = true; return nil }, runclaim.ForTick(time.Time{})); err == nil || called {
+		t.Errorf("Do with ForTick(zero) = %v, fn called %v; want an error and no call", err, called)
 	}
-	if err := c.DoTick(ctx, "src", at12, nil); err == nil {
-		t.Error("DoTick(nil fn): no error")
+	if err := c.Do(ctx, "src", nil, runclaim.ForTick(at12)); err == nil {
+		t.Error("Do(nil fn) with ForTick: no error")
 	}
 	if failed != 2 {
 		t.Errorf("ClaimFailed hook called %d times, want 2", failed)
@@ -317,7 +316,7 @@ func TestZeroTick(t *testing.T) {
 	if err := run.Finish(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DoTick(ctx, "src", at12, func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+	if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }, runclaim.ForTick(at12)); err != nil {
 		t.Errorf("tick claim after the refused ones: %v", err)
 	}
 }

@@ -1,6 +1,6 @@
 package runclaim
 
-// Schema version 4 (sql/004_ticks.up.sql) adds ticks (ClaimTick):
+// Schema version 4 (sql/004_ticks.up.sql) adds ticks (ForTick):
 //
 //   - the tick column, the scheduled tick a run serves, NULL for a plain
 //     claim and for the runs of releases before it, which do not name it;

@@ -48,7 +48,7 @@
 //
 // # Ticks
 //
-// Each run claims its tick with runclaim.Claimer.ClaimTick: a tick that a
+// Each run claims its tick with runclaim.Claimer.Claim and runclaim.ForTick: a tick that a
 // run has served is skipped on every other replica (logged with the reason
 // "tick done"), however late it fires there and whatever the replicas'
 // clocks say. Cron does not tell a job which firing it serves (its Entry's
@@ -193,7 +193,7 @@ var ErrNoSchedule = errors.New("no schedule: cron does not tell a job which firi
 // errMissed is the skip of a tick older than the starting deadline.
 var errMissed = errors.New("cronlock: tick missed: older than the starting deadline")
 
-// doTick runs fn for the tick of a job starting now, as Claimer.DoTick.
+// doTick runs fn for the tick of a job starting now, as Claimer.Do with ForTick does.
 func (cfg config) doTick(ctx context.Context, claimer *runclaim.Claimer, source string, fn func(context.Context, *runclaim.Run) error) error {
 	now := cfg.now()
 	tick := runclaim.LatestTick(cfg.schedule, now.Add(tickTolerance))
@@ -203,7 +203,7 @@ func (cfg config) doTick(ctx context.Context, claimer *runclaim.Claimer, source 
 	if cfg.deadline > 0 && now.Sub(tick) > cfg.deadline {
 		return fmt.Errorf("%w: tick %s, deadline %v: %w", errMissed, tick.Format(time.RFC3339Nano), cfg.deadline, runclaim.ErrNotClaimed)
 	}
-	return claimer.DoTick(ctx, source, tick, fn)
+	return claimer.Do(ctx, source, fn, runclaim.ForTick(tick))
 }
 
 // SkipUnlessClaimed returns a cron.JobWrapper that runs the wrapped job only

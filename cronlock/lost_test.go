@@ -50,12 +50,12 @@ func TestJobSeesLostAfterShutdown(t *testing.T) {
 			select { // winding down
 			case <-run.Lost():
 				lostAt = time.Since(t0)
-			case <-time.After(10 * claimer.Lease()):
+			case <-time.After(10 * claimer.Settings().Lease):
 			}
 			return runCtx.Err()
 		}, everyMinute))
 		job.Run()
-		if want := claimer.Lease() - claimer.ExpiryMargin(); lostAt != want {
+		if want := claimer.Settings().Lease - claimer.Settings().ExpiryMargin; lostAt != want {
 			t.Errorf("fn saw Lost at t0+%v, want t0+%v (the lease less the expiry margin)", lostAt, want)
 		}
 	})

@@ -67,7 +67,7 @@ func NewElector(claimer *runclaim.Claimer, source string) (*Elector, error) {
 	if err := runclaim.ValidateSource(source); err != nil {
 		return nil, fmt.Errorf("gocronlock: NewElector: %w", err)
 	}
-	if claimer.MinInterval() != 0 {
+	if claimer.Settings().MinInterval != 0 {
 		c, err := claimer.With(runclaim.WithMinInterval(0))
 		if err != nil {
 			return nil, fmt.Errorf("gocronlock: NewElector: %w", err)

@@ -19,7 +19,7 @@
 //		gocron.WithName("sweep-avito")) // the name is the source: keep it stable
 //
 // On each tick gocron calls Locker.Lock with the job's name; Lock claims the
-// tick of the job (see Ticks) with runclaim.Claimer.ClaimTick, the job's
+// tick of the job (see Ticks) with runclaim.Claimer.Claim and runclaim.ForTick, the job's
 // name being the source. When another replica holds the source, or has
 // already run the tick, Lock returns an error matching
 // runclaim.ErrNotClaimed and gocron skips the tick (an AfterLockError event
@@ -222,7 +222,7 @@ func New(claimer *runclaim.Claimer, opts ...Option) (*Locker, error) {
 			return nil, fmt.Errorf("gocronlock: WithPrefix: %w", err)
 		}
 	}
-	l.logger = claimer.Logger()
+	l.logger = claimer.Settings().Logger
 	if l.logger == nil {
 		l.logger = slog.Default()
 	}
@@ -273,7 +273,7 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if l.deadline > 0 && now.Sub(tick) > l.deadline {
 		return nil, fmt.Errorf("gocronlock: lock %q: tick %s is older than the starting deadline of %v: %w", key, tick.Format(time.RFC3339Nano), l.deadline, runclaim.ErrNotClaimed)
 	}
-	run, err := l.claimer.ClaimTick(ctx, source, tick)
+	run, err := l.claimer.Claim(ctx, source, runclaim.ForTick(tick))
 	if err != nil {
 		return nil, fmt.Errorf("gocronlock: lock %q: %w", key, err)
 	}

@@ -167,7 +167,7 @@ func TestElectorRunLost(t *testing.T) {
 		}
 		store.cut.Store(true)
 		<-run.Lost()
-		if got, want := time.Since(t0), c.Lease()-c.ExpiryMargin(); got != want {
+		if got, want := time.Since(t0), c.Settings().Lease-c.Settings().ExpiryMargin; got != want {
 			t.Errorf("Lost closed at t0+%v, want t0+%v", got, want)
 		}
 		if err := e.IsLeader(t.Context()); err == nil {

@@ -49,7 +49,7 @@ func TestTicks(t *testing.T) {
 		t.Fatalf("Lock of a job without a schedule = %v, %v; want ErrNoSchedule naming the job, not a skip", lk, err)
 	}
 	// It claimed nothing: the source is free, and no tick of it done.
-	run, err := newClaimer(t, store).ClaimTick(t.Context(), "job", time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	run, err := newClaimer(t, store).Claim(t.Context(), "job", runclaim.ForTick(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)))
 	if err != nil {
 		t.Fatalf("claim of the job's tick after the refused Lock: %v", err)
 	}

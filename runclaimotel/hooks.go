@@ -243,7 +243,7 @@ func (t *Telemetry) claimed(e runclaim.ClaimedEvent) {
 		semconv.FaaSTriggerTimer,
 		semconv.FaaSInvocationID(strconv.FormatInt(run.ID, 10)),
 		// The tick the run serves goes here, as runclaim.run.tick, once
-		// runclaim.Run carries it (ClaimTick); it does not yet.
+		// runclaim.Run carries it (ForTick); it does not yet.
 	}
 	if cron, ok := t.cfg.schedules[run.Source]; ok {
 		attrs = append(attrs, semconv.FaaSCron(cron))

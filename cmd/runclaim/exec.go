@@ -256,7 +256,7 @@ const minHeartbeatAttempt = 500 * time.Millisecond
 var minDefaultLease = func() time.Duration {
 	for lease := 100 * time.Millisecond; ; lease += 100 * time.Millisecond {
 		c, err := runclaim.New(runclaim.NewMemoryStore(), runclaim.WithLease(lease))
-		if err == nil && c.HeartbeatTimeout() >= minHeartbeatAttempt {
+		if err == nil && c.Settings().HeartbeatTimeout >= minHeartbeatAttempt {
 			return lease
 		}
 	}
@@ -267,8 +267,8 @@ var minDefaultLease = func() time.Duration {
 // heartbeat that meets a slow connection loses the run, and the command's
 // kill grace is a few milliseconds.
 func checkHeartbeatRoom(claimer *runclaim.Claimer) error {
-	lease, hb := claimer.Lease(), claimer.HeartbeatInterval()
-	if attempt := claimer.HeartbeatTimeout(); attempt < minHeartbeatAttempt {
+	lease, hb := claimer.Settings().Lease, claimer.Settings().HeartbeatInterval
+	if attempt := claimer.Settings().HeartbeatTimeout; attempt < minHeartbeatAttempt {
 		return fmt.Errorf("--lease %v with --heartbeat %v leaves a heartbeat attempt %v, under the %v exec needs; "+
 			"lengthen --lease (at least %v with the default --heartbeat) or shorten --heartbeat",
 			lease, hb.Round(time.Millisecond), attempt.Round(time.Millisecond), minHeartbeatAttempt, minDefaultLease)
@@ -314,13 +314,13 @@ func (o *execOptions) claimOptions(hooks runclaim.Hooks) []runclaim.Option {
 // of it is left for the SIGKILL to take effect and for timers that fire
 // late.
 func (o *execOptions) fitKillGrace(claimer *runclaim.Claimer) error {
-	maxGrace := claimer.ExpiryMargin() / 2
+	maxGrace := claimer.Settings().ExpiryMargin / 2
 	switch {
 	case o.killGrace == 0:
 		o.killGrace = min(maxGrace, defaultKillGraceMax)
 	case o.killGrace > maxGrace:
 		return fmt.Errorf("--kill-grace %v would let the command outlive its lease: with --lease %v and --heartbeat %v it can be at most %v; lengthen --lease or shorten --heartbeat",
-			o.killGrace, claimer.Lease(), claimer.HeartbeatInterval(), maxGrace)
+			o.killGrace, claimer.Settings().Lease, claimer.Settings().HeartbeatInterval, maxGrace)
 	}
 	return nil
 }
@@ -385,7 +385,7 @@ func runExec(ctx context.Context, c *cli, o *execOptions) int {
 	if o.tickAt.IsZero() {
 		err = claimer.Do(claimCtx, o.source, x.run)
 	} else {
-		err = claimer.DoTick(claimCtx, o.source, o.tickAt, x.run)
+		err = claimer.Do(claimCtx, o.source, x.run, runclaim.ForTick(o.tickAt))
 	}
 	return x.exitCode(ctx, claimCtx, err, events.lost.Load(), events.recorded.Load())
 }

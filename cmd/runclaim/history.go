@@ -35,7 +35,7 @@ JSON output: an array of
   {"run_id", "source", "status", "owner", "started_at", "lease_until",
    "heartbeat_at", "finished_at", "tick", "duration_seconds", "error"}
 where finished_at and duration_seconds are null while the run is running,
-tick is the scheduled tick the run serves (ClaimTick, exec --tick) or null,
+tick is the scheduled tick the run serves (ForTick, exec --tick) or null,
 and error is "" when there is none. An expired run's duration runs to its
 last heartbeat (heartbeat_at), the last time its holder was known to be at
 work, not to its finished_at, when a later claim found its lease over; the

@@ -8,7 +8,7 @@
 // replica would win its own tick: a source would run once per replica per
 // period. Instead, every replica takes its ticks from a runclaim.Ticker on
 // runclaim.Every(period): the multiples of the period on the wall clock,
-// the same on every replica. Each claims the tick with DoTick: the first
+// the same on every replica. Each claims the tick with Do and ForTick: the first
 // claim wins, and a replica whose tick comes late, after a quick sweep has
 // already finished, is skipped with ErrTickDone.
 //
@@ -130,10 +130,10 @@ func replica(ctx context.Context, name string, store runclaim.Store, s schedule,
 		var wg sync.WaitGroup
 		for _, source := range s.sources {
 			wg.Go(func() {
-				err := claimer.DoTick(ctx, source, tick, func(ctx context.Context, run *runclaim.Run) error {
+				err := claimer.Do(ctx, source, func(ctx context.Context, run *runclaim.Run) error {
 					swept(tick, source, run)
 					return sweep(ctx, s.work)
-				})
+				}, runclaim.ForTick(tick))
 				switch {
 				case errors.Is(err, runclaim.ErrNotClaimed):
 					fmt.Printf("%s  %s  %-7s skipped: %s\n", tick.Format("15:04:05.000"), name, source, why(err))

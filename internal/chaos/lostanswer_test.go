@@ -65,10 +65,10 @@ func TestLostAnswer(t *testing.T) {
 			var nc *runclaim.NotClaimedError
 			if err == nil {
 				_ = run.Finish(ctx, nil)
-				t.Fatalf("%s claimed %q as run %d while run %d held it: a double run", c.Owner(), src, run.ID, id)
+				t.Fatalf("%s claimed %q as run %d while run %d held it: a double run", c.Settings().Owner, src, run.ID, id)
 			}
 			if !errors.As(err, &nc) || !errors.Is(err, runclaim.ErrAlreadyRunning) || nc.Holder == nil || nc.Holder.ID != id {
-				t.Fatalf("%s's claim of %q: %v, want a skip naming run %d", c.Owner(), src, err, id)
+				t.Fatalf("%s's claim of %q: %v, want a skip naming run %d", c.Settings().Owner, src, err, id)
 			}
 		}
 	}

@@ -485,7 +485,7 @@ func testPartitionClaimCut(t *testing.T, version int) {
 			t.Errorf("%s: a batch cut before its end committed %v", what, rs[0])
 		case len(rs) == 1 && err != nil:
 			r := rs[0]
-			if r.Status != string(runclaim.StatusRunning) || r.Owner != p.Owner() || r.LeaseUntil.Sub(r.StartedAt) != lease ||
+			if r.Status != string(runclaim.StatusRunning) || r.Owner != p.Settings().Owner || r.LeaseUntil.Sub(r.StartedAt) != lease ||
 				!r.HeartbeatAt.Equal(r.StartedAt) || r.FinishedAt != nil || r.Error != nil {
 				t.Errorf("%s: inconsistent committed run %v (heartbeat %s, error %v)", what, r, r.HeartbeatAt, r.Error)
 			}

@@ -25,7 +25,7 @@ import (
 // The redeploy test runs replicas as OS processes through a rolling
 // redeploy on a loop: replicas start and call Migrate while a maintenance
 // transaction holds a lock on the runs table, claim each tick of a
-// runclaim.Ticker through DoTick, on clocks skewed by up to redeploySkew
+// runclaim.Ticker through Do and ForTick, on clocks skewed by up to redeploySkew
 // either way, with jobs of random length, and are then stopped gracefully
 // (SIGTERM, with a wind-down longer than the lease) or killed with SIGKILL.
 const (
@@ -133,7 +133,7 @@ func TestRedeployChild(t *testing.T) {
 		source := redeploySource(i)
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
-			ticker, err := runclaim.NewTicker(runclaim.Every(redeployTick), redeployDeadline, runclaim.WithTickerClock(clock))
+			ticker, err := runclaim.NewTicker(runclaim.Every(redeployTick), redeployDeadline, runclaim.WithClock(clock))
 			if err != nil {
 				t.Error(err)
 				return
@@ -146,10 +146,10 @@ func TestRedeployChild(t *testing.T) {
 					return
 				case tick = <-ticker.C:
 				}
-				// DoTick gets the replica's context: SIGTERM cancels fn's.
-				err := claimer.DoTick(term, source, tick, func(ctx context.Context, run *runclaim.Run) error {
-					return redeployJob(ctx, pool, run, claimer.ExpiryMargin(), time.Duration(50+rng.IntN(1500))*time.Millisecond)
-				})
+				// Do with ForTick gets the replica's context: SIGTERM cancels fn's.
+				err := claimer.Do(term, source, func(ctx context.Context, run *runclaim.Run) error {
+					return redeployJob(ctx, pool, run, claimer.Settings().ExpiryMargin, time.Duration(50+rng.IntN(1500))*time.Millisecond)
+				}, runclaim.ForTick(tick))
 				switch {
 				case err == nil, errors.Is(err, runclaim.ErrNotClaimed), errors.Is(err, context.Canceled):
 				case errors.Is(err, runclaim.ErrLeaseLost):

@@ -40,7 +40,7 @@ const (
 )
 
 // TestSkewChild is one replica of TestSkewedClocks: it claims every tick
-// of its Ticker with DoTick until SIGTERM.
+// of its Ticker with Do and ForTick until SIGTERM.
 func TestSkewChild(t *testing.T) {
 	env := os.Getenv(envSkewChild)
 	if env == "" {
@@ -70,7 +70,7 @@ func TestSkewChild(t *testing.T) {
 	clock := func() time.Time { return time.Now().Add(skew) }
 	// A deadline of two periods: a tick is missed only if all three
 	// replicas are held up that long, which a loaded machine does not do.
-	ticker, err := runclaim.NewTicker(runclaim.Every(skewPeriod), 2*skewPeriod, runclaim.WithTickerClock(clock))
+	ticker, err := runclaim.NewTicker(runclaim.Every(skewPeriod), 2*skewPeriod, runclaim.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +83,13 @@ func TestSkewChild(t *testing.T) {
 			return
 		case tick = <-ticker.C:
 		}
-		err := claimer.DoTick(term, "skewed", tick, func(ctx context.Context, run *runclaim.Run) error {
+		err := claimer.Do(term, "skewed", func(ctx context.Context, run *runclaim.Run) error {
 			select {
 			case <-time.After(skewJob):
 			case <-ctx.Done():
 			}
 			return nil
-		})
+		}, runclaim.ForTick(tick))
 		// What became of the tick, for the test's account of a tick
 		// that no run served.
 		var nc *runclaim.NotClaimedError

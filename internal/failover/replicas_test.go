@@ -152,7 +152,7 @@ func (rs *replicas) schedule(source string) {
 					return
 				default:
 				}
-				err := cl.Do(context.Background(), source, rs.job(cl.Owner(), source))
+				err := cl.Do(context.Background(), source, rs.job(cl.Settings().Owner, source))
 				if err != nil && !errors.Is(err, runclaim.ErrNotClaimed) && !errors.Is(err, runclaim.ErrLeaseLost) {
 					rs.mu.Lock()
 					rs.claimErrs = append(rs.claimErrs, err)

@@ -1,0 +1,81 @@
+package runclaim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A ClaimOption changes one call of Claim, ClaimMany, Do or DoMany. The
+// options are checked before anything is sent to the store: a nil option,
+// an invalid one, the same option given twice, or two that conflict make
+// the call return an error that is not a skip, and claim nothing.
+type ClaimOption func(*claimOptions) error
+
+// claimOptions is what a call's ClaimOptions asked for.
+type claimOptions struct {
+	tick    time.Time // ForTick's, normalised; zero for a plain claim
+	tickSet bool
+}
+
+// ForTick makes the claim serve one scheduled tick, so that a job runs at
+// most once for it across every replica. A claim of a tick that a run has
+// served, or of an earlier one, is skipped with an error matching
+// ErrTickDone (and ErrNotClaimed), however long after that run it comes
+// and whatever the replicas' clocks say. A run serves its tick while it
+// runs, and after it succeeded or failed: a failed run does not reopen its
+// tick. A run that expired, its holder gone, leaves its tick open for a
+// later claim to take over. A live run of the source, of any tick or none,
+// still skips the claim with ErrAlreadyRunning, and the minimum interval
+// still applies: plain and tick claims share the source. With ClaimMany
+// and DoMany the tick is one for every source: one scheduler firing names
+// one tick for all the sources it fires.
+//
+// Name the tick the scheduler fired for (its scheduled time, not the time
+// the job started), so that every replica names the same one; see Ticker
+// and LatestTick. Ticks compare at microsecond precision: tick is cut down
+// to whole microseconds (see NormalTick), and Run.Tick reports it so. A
+// zero tick is an error, and nothing is sent to the store; so is a tick in
+// the first microsecond of year 1, which would be cut down to the zero
+// time, and a tick after year 9999.
+func ForTick(tick time.Time) ClaimOption {
+	return func(o *claimOptions) error {
+		if o.tickSet {
+			return errors.New("runclaim: ForTick given twice")
+		}
+		if err := checkTick("ForTick", tick); err != nil {
+			return err
+		}
+		o.tick, o.tickSet = NormalTick(tick), true
+		return nil
+	}
+}
+
+// applyClaimOptions returns what opts ask for, or the error of the first
+// that is nil or invalid; what names the call.
+func applyClaimOptions(what string, opts []ClaimOption) (claimOptions, error) {
+	var o claimOptions
+	for _, opt := range opts {
+		if opt == nil {
+			return claimOptions{}, fmt.Errorf("runclaim: %s: nil ClaimOption", what)
+		}
+		if err := opt(&o); err != nil {
+			return claimOptions{}, err
+		}
+	}
+	return o, nil
+}
+
+// checkTick returns an error for a tick that names no tick: the zero
+// time, or one that NormalTick cuts down to it (the first microsecond of
+// year 1), which a store would take for a plain claim; or a tick out of
+// the range a store keeps. what names the caller.
+func checkTick(what string, tick time.Time) error {
+	if tick.IsZero() {
+		return fmt.Errorf("runclaim: %s: zero tick", what)
+	}
+	if err := validateTick(tick); err != nil {
+		return fmt.Errorf("runclaim: %s: %w", what, err)
+	}
+	return nil
+}
