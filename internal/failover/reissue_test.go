@@ -216,11 +216,12 @@ func TestAsyncFailoverReissuedID(t *testing.T) {
 	doE := <-doErr
 	returned = true
 
-	if job.cause == nil {
-		// Reported above.
-	} else if !errors.Is(job.cause, runclaim.ErrLeaseLost) || strings.Contains(job.cause.Error(), "local clock") {
+	switch {
+	case job.cause == nil:
+		// The test let the job go: reported above.
+	case !errors.Is(job.cause, runclaim.ErrLeaseLost) || strings.Contains(job.cause.Error(), "local clock"):
 		t.Errorf("the old holder's job ended with %v; want ErrLeaseLost from a heartbeat on the new primary", job.cause)
-	} else {
+	default:
 		t.Logf("overlap: the old job ran %v beside the new one: it stopped %v after the old holder could reach the new primary; the new run was claimed %v after the promotion; %v",
 			job.stopped.Sub(claimed).Round(time.Millisecond), job.stopped.Sub(passed).Round(time.Millisecond),
 			claimed.Sub(promoted).Round(time.Millisecond), job.cause)
