@@ -5,6 +5,8 @@ package failover
 import (
 	"context"
 	"errors"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -58,8 +60,10 @@ const claimBound = time.Second
 //     context, then the store's grace for a claim on the wire) turn that
 //     into an error matching its context's, not ErrNotClaimed; a store
 //     without the option claims at once meanwhile (so the block is the
-//     option's doing); once the standby is back, the failed claim's run
-//     appears all the same (it had committed on the primary);
+//     option's doing); the failed claim's run appears on the primary
+//     while the standby is still cut off: it had committed locally, and
+//     the cancel request pgx sends when a context ends mid-query ended
+//     its wait for the standby, with the server's warning;
 //   - a claim acknowledged just before the standby is cut off is on the
 //     promoted standby with its ID, and its holder keeps it;
 //   - a claim made while the standby is cut off commits on the primary
@@ -111,17 +115,24 @@ func TestSyncFailover(t *testing.T) {
 		t.Errorf("the blocked claim returned after %v, want between %v and its bounds", took, claimBound)
 	}
 	t.Logf("claim with the synchronous standby cut off: %v after %v", err, took.Round(time.Millisecond))
-	c.proxy.Pass()
-	c.waitStreaming()
 	// The claim that failed had committed on the primary before it waited
-	// for the standby: with the standby back, its run appears, held by
-	// nobody, until its lease ends. A missed run, not a double one (see
-	// docs/failover.md).
-	c.waitFor("the failed claim's run to appear", func(ctx context.Context, p *pgx.Conn) (bool, error) {
+	// for the standby. Other sessions see a transaction waiting there only
+	// once its wait ends; the standby is still cut off, so what ends it is
+	// the cancel request pgx sent when the claim's context ended. Its run
+	// appears, held by nobody, until its lease ends. A missed run, not a
+	// double one (see docs/failover.md).
+	c.waitFor("the failed claim's run to appear with the standby cut off", func(ctx context.Context, p *pgx.Conn) (bool, error) {
 		var n int
 		err := p.QueryRow(ctx, `SELECT count(*) FROM runclaim_runs WHERE source = 'blocked' AND owner = 'protected' AND status = 'running'`).Scan(&n)
 		return n == 1, err
 	})
+	if b, err := os.ReadFile(c.primary.log); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(string(b), "canceling wait for synchronous replication due to user request") {
+		t.Error("the primary did not log the cancelled wait for the synchronous standby")
+	}
+	c.proxy.Pass()
+	c.waitStreaming()
 
 	// y claimed and acknowledged, then at once the standby cut off again;
 	// x claimed while it is: the claim commits on the primary and waits
