@@ -17,8 +17,8 @@ import (
 )
 
 // This file tests the two forms of the claim side by side: the batch of
-// schema version 2, the function of version 3 (claimfunc.go) and its
-// overload with a tick of version 4 (tickfunc.go), and how a
+// schema version 2, the function of version 3 (postgres_claimfunc.go) and its
+// overload with a tick of version 4 (postgres_tickfunc.go), and how a
 // store finds out which one its table has.
 
 // pinForm is how long a store pinned to a form by formStore goes without

@@ -39,8 +39,8 @@ func AdvisoryKey(namespace, source string) int64 {
 // for a lock on the runs table, re-checks the source under the lock, frees
 // it of a lapsed run only when it will go on to insert, and inserts the
 // run; or it says why not. On a table with the claim function (schema
-// version 3, claimfunc.go) that is one call of it; on a table without it,
-// the batch of claim_batch.go. Each form scans into its own small struct,
+// version 3, postgres_claimfunc.go) that is one call of it; on a table without it,
+// the batch of postgres_batch.go. Each form scans into its own small struct,
 // and both turn into one claimDecision. A lost claim updates and inserts
 // nothing, so it assigns no transaction ID and its commit flushes no WAL.
 

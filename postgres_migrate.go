@@ -77,7 +77,7 @@ var versionCommentRE = regexp.MustCompile("^" + versionComment + "([0-9]+)$")
 
 // migrations are the schema's steps, oldest first. Each is two files of
 // sql/, NNN_<file>.up.sql and .down.sql, with the table's names as their
-// only placeholders (see sql.go). A released step never changes
+// only placeholders (see postgres_sql.go). A released step never changes
 // (TestMigrationsGolden compares them with testdata/migrations): a new
 // function body or index is a new version. To add version N, add
 // sql/00N_<what>.up.sql and .down.sql, one entry here, and raise

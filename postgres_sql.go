@@ -13,7 +13,7 @@ import (
 // The store's SQL lives in sql/, embedded:
 //
 //   - NNN_<what>.up.sql and .down.sql are the schema's steps (see
-//     migrations in migrate.go), frozen once released.
+//     migrations in postgres_migrate.go), frozen once released.
 //   - The other files hold the statements the store sends, each after a
 //     "-- name: <name>" line (a file without such lines is embedded and
 //     filled by its own code), with "--" comments beside the clauses they
@@ -61,7 +61,7 @@ func loadStatements() map[string]string {
 		}
 		text := readSQL(f)
 		if !strings.HasPrefix(text, nameMarker) && !strings.Contains(text, "\n"+nameMarker) {
-			continue // a file its own code embeds and fills (check.go's)
+			continue // a file its own code embeds and fills (postgres_check.go's)
 		}
 		for name, q := range parseStatements(base, text) {
 			if _, dup := out[name]; dup {
