@@ -618,8 +618,15 @@ func parseTick(s string, every time.Duration, now time.Time) (time.Time, error) 
 	if err != nil {
 		return time.Time{}, fmt.Errorf("--tick: want an RFC 3339 time (2026-03-01T12:00:00Z) or \"now\": %w", err)
 	}
-	if t.IsZero() {
-		return time.Time{}, errors.New("--tick: the zero time is not a tick")
+	switch {
+	case t.IsZero():
+		return time.Time{}, fmt.Errorf("--tick %s: the zero time is not a tick", s)
+	case !runclaim.NormalTick(t).After(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)):
+		// The store keeps ticks to the microsecond, in UTC: this one
+		// would be the zero time, which means no tick, or before it.
+		return time.Time{}, fmt.Errorf("--tick %s: in UTC, to the microsecond, it is the first microsecond of year 1 (the zero time, no tick) or earlier; a tick is in the years 1 to 9999", s)
+	case !t.Before(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)):
+		return time.Time{}, fmt.Errorf("--tick %s: in UTC it is in year 10000; a tick is in the years 1 to 9999", s)
 	}
 	return t, nil
 }
