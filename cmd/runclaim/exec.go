@@ -38,6 +38,7 @@ const defaultKillGraceMax = 10 * time.Second
 // execCommand runs a command under a claim.
 var execCommand = command{
 	name:       "exec",
+	writes:     true,
 	summary:    "run a command only if this host claims the source (a distributed flock -n)",
 	usage:      "exec --source S [--lease D] [--min-interval D] [--tick T [--every D]] [--max-run-time D] [--owner O] [flags] -- command [args...]",
 	positional: -1,
@@ -59,8 +60,8 @@ environment, unchanged (DATABASE_URL and the PG* variables included, as
 flock, env or timeout would pass them on), plus RUNCLAIM_RUN_ID (the run's
 ID, a fencing token that increases with every run: pass it to writes that
 must refuse a stale holder), RUNCLAIM_SOURCE and RUNCLAIM_OWNER. With
---no-db-env, DATABASE_URL, every PG* variable, RUNCLAIM_TABLE and
-RUNCLAIM_NAMESPACE are removed from it. (A password in ~/.pgpass stays
+--no-db-env, DATABASE_URL, every PG* variable, RUNCLAIM_TABLE,
+RUNCLAIM_NAMESPACE and RUNCLAIM_SYNCHRONOUS_COMMIT are removed from it. (A password in ~/.pgpass stays
 readable to any process of the same user.)
 
 The run ends only when no process of the command's process group is left.
@@ -196,7 +197,7 @@ func (o *execOptions) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.lostCode, "lost-exit-code", exitLeaseLost, "exit `code` when the run was lost while the command ran (0..255)")
 	fs.IntVar(&o.unrecordedCode, "unrecorded-exit-code", exitUnrecorded, "exit `code` when the command's outcome could not be recorded (0..255)")
 	fs.IntVar(&o.timeoutCode, "timeout-exit-code", exitTimedOut, "exit `code` when the command ran longer than --max-run-time (0..255)")
-	fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE from the command's environment")
+	fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE and RUNCLAIM_SYNCHRONOUS_COMMIT from the command's environment")
 	fs.BoolVar(&o.quiet, "quiet", false, "print nothing when the source is not claimed")
 	fs.BoolVar(&o.verbose, "verbose", false, "print the claim and the recorded outcome on stderr")
 }
@@ -407,7 +408,7 @@ func lookCommand(name string) (string, error) {
 
 // dbEnvVars are the variables --no-db-env removes: those naming
 // runclaim's database, and every PG* variable, which libpq and pgx read.
-var dbEnvVars = []string{envDatabaseURL, envTable, envNamespace}
+var dbEnvVars = []string{envDatabaseURL, envTable, envNamespace, envSynchronousCommit}
 
 // commandEnv is the command's environment: env, without runclaim's database
 // settings if noDB, plus the run's variables.
@@ -618,8 +619,15 @@ func parseTick(s string, every time.Duration, now time.Time) (time.Time, error) 
 	if err != nil {
 		return time.Time{}, fmt.Errorf("--tick: want an RFC 3339 time (2026-03-01T12:00:00Z) or \"now\": %w", err)
 	}
-	if t.IsZero() {
-		return time.Time{}, errors.New("--tick: the zero time is not a tick")
+	switch {
+	case t.IsZero():
+		return time.Time{}, fmt.Errorf("--tick %s: the zero time is not a tick", s)
+	case !runclaim.NormalTick(t).After(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)):
+		// The store keeps ticks to the microsecond, in UTC: this one
+		// would be the zero time, which means no tick, or before it.
+		return time.Time{}, fmt.Errorf("--tick %s: in UTC, to the microsecond, it is the first microsecond of year 1 (the zero time, no tick) or earlier; a tick is in the years 1 to 9999", s)
+	case !t.Before(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)):
+		return time.Time{}, fmt.Errorf("--tick %s: in UTC it is in year 10000; a tick is in the years 1 to 9999", s)
 	}
 	return t, nil
 }

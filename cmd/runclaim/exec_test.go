@@ -368,11 +368,13 @@ func (b *lockedBuffer) String() string {
 // TestExecEnvironment checks what reaches the command's environment: by
 // default exec's own, unchanged, with runclaim's database settings, plus
 // the run's variables; with --no-db-env, the same without DATABASE_URL,
-// the PG* variables, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE.
+// the PG* variables, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE and
+// RUNCLAIM_SYNCHRONOUS_COMMIT.
 func TestExecEnvironment(t *testing.T) {
 	db, store := setup(t)
 	clearEnv(t) // RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE, set empty
 	t.Setenv(envDatabaseURL, db.DSN)
+	t.Setenv(envSynchronousCommit, "local")
 	t.Setenv("PGPASSWORD", "not-the-password") // the DSN's own wins
 	t.Setenv("PGAPPNAME", "cron")
 	t.Setenv("JOB_SETTING", "kept")
@@ -398,7 +400,7 @@ func TestExecEnvironment(t *testing.T) {
 		}
 		want := map[string]string{}
 		for k, v := range base {
-			removed := strings.HasPrefix(k, "PG") || k == envDatabaseURL || k == envTable || k == envNamespace
+			removed := strings.HasPrefix(k, "PG") || k == envDatabaseURL || k == envTable || k == envNamespace || k == envSynchronousCommit
 			if !noDB || !removed {
 				want[k] = v
 			}

@@ -25,10 +25,24 @@ func TestParseTick(t *testing.T) {
 		{"2026-03-01T11:55:00Z", time.Minute, time.Time{}, true},
 		{"yesterday", 0, time.Time{}, true},
 		{"0001-01-01T00:00:00Z", 0, time.Time{}, true},
+		// Ticks the store keeps as they are: from the second microsecond
+		// of year 1 to the end of year 9999, in UTC.
+		{"0001-01-01T00:00:00.000001Z", 0, time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC), false},
+		{"9999-12-31T23:59:59.999999Z", 0, time.Date(9999, 12, 31, 23, 59, 59, 999_999_000, time.UTC), false},
+		// The first microsecond of year 1 is cut down to the zero time,
+		// which means no tick; a time zone can move a tick out of the
+		// years 1 to 9999.
+		{"0001-01-01T00:00:00.0000005Z", 0, time.Time{}, true},
+		{"0001-01-01T00:00:00.000000999Z", 0, time.Time{}, true},
+		{"0001-01-01T00:30:00+01:00", 0, time.Time{}, true},
+		{"9999-12-31T23:30:00-01:00", 0, time.Time{}, true},
 	} {
 		got, err := parseTick(tc.tick, tc.every, now)
 		if (err != nil) != tc.bad || !got.Equal(tc.want) {
 			t.Errorf("parseTick(%q, %v) = %v, %v; want %v, error %v", tc.tick, tc.every, got, err, tc.want, tc.bad)
+		}
+		if err != nil && (strings.HasPrefix(tc.tick, "0001-") || strings.HasPrefix(tc.tick, "9999-")) && !strings.Contains(err.Error(), "--tick "+tc.tick) {
+			t.Errorf("parseTick(%q): %v does not name the tick given", tc.tick, err)
 		}
 	}
 }
@@ -66,11 +80,19 @@ func TestExecTick(t *testing.T) {
 		{"--tick", "noon"},
 		{"--every", "5m"},
 		{"--tick", tick, "--every", "5m"},
+		{"--tick", "0001-01-01T00:00:00.0000005Z"},
+		{"--tick", "9999-12-31T23:30:00-01:00"},
 	} {
 		r := runCLI(t, db, nil, append(append([]string{"exec", "--source", "bad-tick"}, args...), "--", "sh", "-c", "echo ran")...)
 		if r.code != exitUsage || strings.Contains(r.stdout, "ran") {
 			t.Errorf("exec %v: %+v; want a usage error", args, r)
 		}
+	}
+	// A tick in the first microsecond of year 1 is refused as the zero
+	// time is, before anything connects, and says why.
+	r = runCLI(t, db, nil, "exec", "--source", "bad-tick", "--tick", "0001-01-01T00:00:00.0000005Z", "--", "sh", "-c", "echo ran")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "first microsecond of year 1") {
+		t.Errorf("exec --tick in the first microsecond of year 1: %+v; want a usage error that says why", r)
 	}
 	if runs := history(t, store, "bad-tick"); len(runs) != 0 {
 		t.Errorf("bad --tick values wrote runs: %+v", runs)

@@ -54,6 +54,12 @@ Global flags (also accepted after the command name):
   --json                 print one JSON document instead of a table (every
                          command but exec, whose output is its command's);
                          errors too, as {"command", "error", "hint"} on stderr
+  --synchronous-commit level
+                         commit the writes of exec, release, prune, pause,
+                         resume and trigger with synchronous_commit at level:
+                         remote_apply, on, remote_write, local or off (default
+                         $RUNCLAIM_SYNCHRONOUS_COMMIT, else the session's); the
+                         other commands refuse it (see Synchronous commit below)
 
 Other flags:
   --version              print the module version and VCS revision, and exit
@@ -65,6 +71,21 @@ Connection:
   and ~/.pgpass. Passwords are never printed. With none of them set, a
   failure to connect to pgx's defaults (a Unix socket, the system user) says
   so.
+
+Synchronous commit:
+  With synchronous standbys, --synchronous-commit on or remote_apply makes
+  each write wait until a standby has it, so that a failover to that
+  standby loses no claim, release or pause that runclaim reported. It is
+  sent as SET LOCAL inside each of the command's own transactions, so it
+  works behind PgBouncer in transaction pooling mode. Instead of the flag,
+  set it for everything a role does:
+    ALTER ROLE runclaim_ops SET synchronous_commit = 'remote_apply';
+  or for every session of one connection string, migrate's included:
+    DATABASE_URL='postgres://...?options=-c%20synchronous_commit%3Dremote_apply'
+  (the options startup parameter, which libpq understands too). PgBouncer
+  refuses a startup parameter it does not track (unsupported startup
+  parameter) unless ignore_startup_parameters lists it, and then drops it:
+  behind it, use the flag or ALTER ROLE.
 
 Exit codes: 0 success, 1 error (database, or nothing to act on), 2 bad usage;
 exec has more (see 'runclaim exec --help').
@@ -87,7 +108,8 @@ func (c *cli) commandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 			fmt.Fprint(w, "\n(flags may come before or after the arguments; -x and --x are the same)\n")
 		}
 	}
-	printFlags(w, fs, isGlobal, "\nGlobal flags:\n")
+	// A command that does not write refuses --synchronous-commit.
+	printFlags(w, fs, func(f *flag.Flag) bool { return isGlobal(f) && (cmd.writes || f.Name != syncCommitFlag) }, "\nGlobal flags:\n")
 }
 
 // printFlags prints the flags of fs that keep selects, under title, as

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +37,9 @@ const (
 	envDatabaseURL = "DATABASE_URL"
 	envTable       = "RUNCLAIM_TABLE"
 	envNamespace   = "RUNCLAIM_NAMESPACE"
+	// envSynchronousCommit is --synchronous-commit's default, for the
+	// commands that write; the others leave it alone.
+	envSynchronousCommit = "RUNCLAIM_SYNCHRONOUS_COMMIT"
 )
 
 // connectTimeout bounds each connection attempt unless PGCONNECT_TIMEOUT or
@@ -74,6 +78,9 @@ type command struct {
 	positional int
 	// noJSON is set for a command whose output is not the tool's (exec).
 	noJSON bool
+	// writes is set for a command whose writes go through the store's own
+	// transactions, which --synchronous-commit applies to.
+	writes bool
 	// bind makes the command's options, with their flags registered on
 	// fs (the global ones are added for it), and returns them with the
 	// function that runs the command with them. define sets it.
@@ -137,6 +144,10 @@ type cli struct {
 	table     string // --table: "schema.table" or "table"
 	namespace string // --namespace
 	json      bool   // --json
+	// syncCommit is --synchronous-commit, given if syncCommitGiven; once
+	// main has checked it, the level for the store, or "".
+	syncCommit      string
+	syncCommitGiven bool
 
 	pool *pgxpool.Pool
 	dsn  string // DATABASE_URL, whose password is never printed (see redact)
@@ -144,7 +155,8 @@ type cli struct {
 
 // run is the whole program: it parses args (without the program name), runs
 // the command and returns the process exit code. It reads the environment
-// for DATABASE_URL, the PG* variables, RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE.
+// for DATABASE_URL, the PG* variables, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE
+// and RUNCLAIM_SYNCHRONOUS_COMMIT.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	defer c.close()
@@ -222,6 +234,9 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	if cmd.positional >= 0 && len(positional) > cmd.positional {
 		return c.usageError(cmd, "unexpected argument %q", positional[cmd.positional])
 	}
+	if err := c.checkSynchronousCommit(cmd); err != nil {
+		return c.usageError(cmd, "%v", err)
+	}
 	if err := c.checkStoreOptions(); err != nil {
 		return c.usageError(cmd, "%v", err)
 	}
@@ -234,7 +249,11 @@ func (c *cli) main(ctx context.Context, args []string) int {
 }
 
 // globalFlagNames are the flags globalFlags registers.
-var globalFlagNames = map[string]bool{"table": true, "namespace": true, "json": true}
+var globalFlagNames = map[string]bool{"table": true, "namespace": true, "json": true, syncCommitFlag: true}
+
+// syncCommitFlag is the global flag that only the commands that write
+// take: the others refuse it, and their help leaves it out.
+const syncCommitFlag = "synchronous-commit"
 
 // globalFlags registers the flags every command accepts, before or after
 // its name (--json only if withJSON). Their defaults are the values parsed
@@ -254,6 +273,47 @@ func (c *cli) globalFlags(fs *flag.FlagSet, withJSON bool) {
 	if withJSON {
 		fs.BoolVar(&c.json, "json", c.json, "print JSON instead of a table")
 	}
+	fs.Func(syncCommitFlag, "commit the command's writes with synchronous_commit at `level`: remote_apply, on, remote_write, local or off\n"+
+		"(default $RUNCLAIM_SYNCHRONOUS_COMMIT, else the session's; 'runclaim --help' says how to set it per role or in DATABASE_URL instead)",
+		func(s string) error {
+			c.syncCommit, c.syncCommitGiven = s, true
+			return nil
+		})
+}
+
+// syncCommitLevels are the levels of --synchronous-commit, as
+// runclaim.WithSynchronousCommit takes them.
+var syncCommitLevels = []string{"remote_apply", "on", "remote_write", "local", "off"}
+
+// checkSynchronousCommit checks --synchronous-commit, or its variable, for
+// cmd, and leaves in c.syncCommit the level for the store, or "". A
+// command that does not write refuses the flag, and leaves the variable
+// alone: a crontab sets it for all its lines.
+func (c *cli) checkSynchronousCommit(cmd *command) error {
+	if !cmd.writes {
+		switch {
+		case c.syncCommitGiven && cmd.name == "migrate":
+			return fmt.Errorf("--%s does not apply to migrate: its steps commit with the session's synchronous_commit; "+
+				"set that for the role (ALTER ROLE) or in %s (options=-c synchronous_commit=...): see 'runclaim migrate --help'", syncCommitFlag, envDatabaseURL)
+		case c.syncCommitGiven:
+			return fmt.Errorf("--%s does not apply: %s only reads", syncCommitFlag, cmd.name)
+		}
+		c.syncCommit = ""
+		return nil
+	}
+	level, given := c.syncCommit, fmt.Sprintf("--%s %q", syncCommitFlag, c.syncCommit)
+	if !c.syncCommitGiven {
+		level = c.getenv(envSynchronousCommit)
+		if level == "" {
+			return nil
+		}
+		given = envSynchronousCommit + "=" + level
+	}
+	if !slices.Contains(syncCommitLevels, level) {
+		return fmt.Errorf("%s: synchronous_commit must be one of %s", given, strings.Join(syncCommitLevels, ", "))
+	}
+	c.syncCommit = level
+	return nil
 }
 
 // parseInterspersed parses flags that may come before, between or after
@@ -341,8 +401,9 @@ func hint(err error) string {
 	return ""
 }
 
-// storeOptions are the store options that --table and --namespace ask for.
-// main has checked --table with checkStoreOptions.
+// storeOptions are the store options that --table, --namespace and
+// --synchronous-commit ask for. main has checked --table with
+// checkStoreOptions, and --synchronous-commit with checkSynchronousCommit.
 func (c *cli) storeOptions() []runclaim.PostgresOption {
 	var opts []runclaim.PostgresOption
 	if c.table != "" {
@@ -351,6 +412,9 @@ func (c *cli) storeOptions() []runclaim.PostgresOption {
 	}
 	if c.namespace != "" {
 		opts = append(opts, runclaim.WithNamespace(c.namespace))
+	}
+	if c.syncCommit != "" {
+		opts = append(opts, runclaim.WithSynchronousCommit(c.syncCommit))
 	}
 	return opts
 }

@@ -60,7 +60,7 @@ func runInEnv(t *testing.T, stdin io.Reader, args ...string) result {
 // clearEnv keeps the caller's environment out of a test.
 func clearEnv(t *testing.T) {
 	t.Helper()
-	for _, k := range []string{envDatabaseURL, envTable, envNamespace} {
+	for _, k := range []string{envDatabaseURL, envTable, envNamespace, envSynchronousCommit} {
 		t.Setenv(k, "")
 	}
 }

@@ -36,6 +36,13 @@ table stays locked, migrate fails with an error that says so.
   --sql      print the whole schema as one idempotent script, without
              connecting
 
+Each step commits with the session's synchronous_commit:
+--synchronous-commit does not apply (migrate refuses it, and leaves
+$RUNCLAIM_SYNCHRONOUS_COMMIT alone). To make a step wait for a synchronous
+standby when the cluster's default does not, set it for the role
+(ALTER ROLE name SET synchronous_commit = 'remote_apply') or in the
+connection string: DATABASE_URL='postgres://...?options=-c%20synchronous_commit%3Don'.
+
 Steps are additive: the previous release keeps working on a table a step
 has changed, so apply a step before the release that needs it starts, and
 roll the code back without undoing it. Run a --down step only once no
@@ -48,8 +55,8 @@ Examples:
   runclaim migrate --print > migrations/runclaim.sql
 
 JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
-"from": 0, "version": 6}, where migrated says whether this run applied a
-step; with --status, {"table": ..., "have": 1, "want": 6, "current": false,
+"from": 0, "version": 7}, where migrated says whether this run applied a
+step; with --status, {"table": ..., "have": 1, "want": 7, "current": false,
 "missing": [{"version": 2, "name": "..."}, ...]}; with --print,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed

@@ -13,6 +13,7 @@ import (
 // pauseCommand pauses a source.
 var pauseCommand = command{
 	name:       "pause",
+	writes:     true,
 	summary:    "skip every claim of a source until it is resumed, or for a while",
 	usage:      "pause <source> [--until DURATION|TIME] [--note TEXT]",
 	positional: 1,

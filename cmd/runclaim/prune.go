@@ -16,6 +16,7 @@ import (
 // pruneCommand deletes old finished runs.
 var pruneCommand = command{
 	name:    "prune",
+	writes:  true,
 	summary: "delete finished runs older than a given age, or all but the last N of each source",
 	usage:   "prune [--older-than D] [--keep-last N] [--yes]",
 	help: `Deletes finished runs (succeeded, failed, expired, released): with

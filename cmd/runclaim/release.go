@@ -17,6 +17,7 @@ import (
 // releaseCommand ends a stuck running run.
 var releaseCommand = command{
 	name:       "release",
+	writes:     true,
 	summary:    "end a stuck running run so that its source can be claimed again",
 	usage:      "release <source|run-id> [--yes] | release --source S | release --id N",
 	positional: 1,

@@ -12,6 +12,7 @@ import (
 // resumeCommand ends a source's pause.
 var resumeCommand = command{
 	name:       "resume",
+	writes:     true,
 	summary:    "end a source's pause",
 	usage:      "resume <source>",
 	positional: 1,

@@ -8,6 +8,7 @@ import (
 // triggerCommand lets a source's next claim in.
 var triggerCommand = command{
 	name:       "trigger",
+	writes:     true,
 	summary:    "let a source's next claim win despite its minimum interval or a done tick, once",
 	usage:      "trigger <source>",
 	positional: 1,
