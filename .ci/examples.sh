@@ -6,9 +6,10 @@
 #   database (as DATABASE_URL), and the ones that need one; they create the
 #   examples' runclaim_example_runs table in it. .ci/run sets it to a container of its own.
 #
-# examples/metrics and runclaimotel are modules of their own (they keep
-# Prometheus and the OpenTelemetry SDK out of the runclaim module), so they
-# are built and run from their directories; .ci/run tests runclaimotel.
+# The examples, examples/metrics and runclaimotel are modules of their own
+# (they keep gocron, robfig/cron, Prometheus and the OpenTelemetry SDK out
+# of the runclaim module), in the workspace of go.work; .ci/run tests them
+# with every other module.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,10 +25,9 @@ bin="$(mktemp -d -t runclaim-examples.XXXXXX)"
 trap 'rm -rf "$bin"' EXIT
 log "build ./examples/..."
 go build -o "$bin/" ./examples/...
-log "build and test examples/metrics (nested module)"
-(cd examples/metrics && go vet ./... && go build -o "$bin/metrics" . && go test -race -count=1 ./...)
-log "build runclaimotel and its example (nested module)"
-(cd runclaimotel && go build -o /dev/null ./... && go build -o "$bin/runclaimotel" ./example)
+log "build examples/metrics and runclaimotel's example"
+go build -o "$bin/metrics" ./examples/metrics
+go build -o "$bin/runclaimotel" ./runclaimotel/example
 
 run() { # run NAME [DATABASE_URL]
 	local name=$1 url=${2:-} envs=(-u DATABASE_URL)

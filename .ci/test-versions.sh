@@ -2,7 +2,7 @@
 # Runs every test that talks to a database on each PostgreSQL version given.
 #
 # The packages are those whose tests use internal/pgtest (found with go
-# list), each compiled once, without -race, into a test binary; each binary
+# list, in every module of the workspace, go.work), each compiled once, without -race, into a test binary; each binary
 # then runs once per version, against a container of the image
 # runclaim.local/postgres:MAJOR (see build-postgres-image.sh), with
 # PGTEST_REQUIRED=1 and PGTEST_SERVER_MAJOR=MAJOR, so that a test that
@@ -55,7 +55,7 @@ log() { printf 'test-versions: %s\n' "$*" >&2; }
 
 # The packages whose tests use a database, heaviest (most test code) first.
 mapfile -t pkgs < <(
-	go list -f '{{.ImportPath}}|{{.Dir}}|{{join .TestGoFiles ","}},{{join .XTestGoFiles ","}}|{{join .TestImports " "}} {{join .XTestImports " "}}' ./... |
+	go list -f '{{.ImportPath}}|{{.Dir}}|{{join .TestGoFiles ","}},{{join .XTestGoFiles ","}}|{{join .TestImports " "}} {{join .XTestImports " "}}' github.com/runclaim/runclaim/... |
 		while IFS='|' read -r path dir files imports; do
 			[[ $path == */internal/pgtest || " $imports " == *" github.com/runclaim/runclaim/internal/pgtest "* ]] || continue
 			size=0
