@@ -145,3 +145,58 @@ func TestHooksCompose(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSkippedHookReasons: for every reason to skip, the Skipped hook gets
+// the very *NotClaimedError the claim returned, which matches its reason
+// with errors.Is.
+func TestSkippedHookReasons(t *testing.T) {
+	ctx := t.Context()
+	store := runclaim.NewMemoryStore()
+	var got []runclaim.SkippedEvent
+	c := doClaimer(t, store, runclaim.WithMinInterval(time.Hour),
+		runclaim.WithHooks(runclaim.Hooks{Skipped: func(e runclaim.SkippedEvent) { got = append(got, e) }}))
+	tick := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	run, err := c.ClaimTick(ctx, "ticked", tick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	run, err = c.Claim(ctx, "recent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Pause(ctx, "paused", time.Time{}, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		reason error
+		claim  func() (*runclaim.Run, error)
+	}{
+		{runclaim.ErrAlreadyRunning, func() (*runclaim.Run, error) { return c.Claim(ctx, "held") }},
+		{runclaim.ErrTooSoon, func() (*runclaim.Run, error) { return c.Claim(ctx, "recent") }},
+		{runclaim.ErrTickDone, func() (*runclaim.Run, error) { return c.ClaimTick(ctx, "ticked", tick) }},
+		{runclaim.ErrPaused, func() (*runclaim.Run, error) { return c.Claim(ctx, "paused") }},
+	} {
+		got = nil
+		_, err := tc.claim()
+		if !errors.Is(err, tc.reason) {
+			t.Errorf("claim: %v; want %v", err, tc.reason)
+			continue
+		}
+		if len(got) != 1 {
+			t.Errorf("%v: %d Skipped calls, want 1", tc.reason, len(got))
+			continue
+		}
+		if e := got[0]; error(e.Err) != err || !errors.Is(e.Err, tc.reason) || !errors.Is(e.Err, runclaim.ErrNotClaimed) {
+			t.Errorf("%v: Skipped got %v; want the claim's error, %v", tc.reason, e.Err, err)
+		}
+	}
+}
