@@ -49,7 +49,7 @@ import (
 // are bounded: the sources a service claims, and fixed outcome words.
 type Metrics struct {
 	claims          *prometheus.CounterVec   // source, outcome: claimed | skipped | failed
-	skips           *prometheus.CounterVec   // source, reason: already_running | too_soon
+	skips           *prometheus.CounterVec   // source, reason: already_running | too_soon | tick_done | paused | other
 	claimLatency    *prometheus.HistogramVec // outcome
 	runDuration     *prometheus.HistogramVec // source, status: succeeded | failed
 	heartbeatErrors *prometheus.CounterVec   // source
@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"source", "outcome"}),
 		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runclaim_skips_total",
-			Help: "Skipped claims by reason: already_running (another run holds the source) or too_soon (minimum interval).",
+			Help: "Skipped claims by reason: already_running (another run holds the source), too_soon (minimum interval), tick_done (the tick was served), paused (an operator paused the source), or other (a reason this version does not know).",
 		}, []string{"source", "reason"}),
 		claimLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "runclaim_claim_duration_seconds",
@@ -105,10 +105,7 @@ func (m *Metrics) Hooks() runclaim.Hooks {
 			m.claimLatency.WithLabelValues("claimed").Observe(e.Duration.Seconds())
 		},
 		Skipped: func(e runclaim.SkippedEvent) {
-			reason := "already_running"
-			if errors.Is(e.Err, runclaim.ErrTooSoon) {
-				reason = "too_soon"
-			}
+			reason := skipReason(e.Err)
 			m.claims.WithLabelValues(e.Source, "skipped").Inc()
 			m.skips.WithLabelValues(e.Source, reason).Inc()
 			m.claimLatency.WithLabelValues("skipped").Observe(e.Duration.Seconds())
@@ -136,6 +133,29 @@ func (m *Metrics) Hooks() runclaim.Hooks {
 			m.lastLeaseLost.SetToCurrentTime()
 		},
 	}
+}
+
+// skipReasons maps each reason to skip that runclaim defines to its label
+// value in runclaim_skips_total.
+var skipReasons = []struct {
+	err   error
+	label string
+}{
+	{runclaim.ErrAlreadyRunning, "already_running"},
+	{runclaim.ErrTooSoon, "too_soon"},
+	{runclaim.ErrTickDone, "tick_done"},
+	{runclaim.ErrPaused, "paused"},
+}
+
+// skipReason is the reason label of a skip with err: the reason's own, or
+// "other" for a reason not in skipReasons.
+func skipReason(err error) string {
+	for _, r := range skipReasons {
+		if errors.Is(err, r.err) {
+			return r.label
+		}
+	}
+	return "other"
 }
 
 const (
