@@ -8,7 +8,9 @@
 #
 # examples/metrics and runclaimotel are modules of their own (they keep
 # Prometheus and the OpenTelemetry SDK out of the runclaim module), so they
-# are built and run from their directories; .ci/run tests runclaimotel.
+# are built and run from their directories; examples/metrics builds the
+# runclaimprom module through its replace directive. .ci/run tests
+# runclaimotel and runclaimprom.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,4 +1,4 @@
-package main
+package runclaimprom_test
 
 import (
 	"context"
@@ -6,12 +6,26 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/runclaimprom"
 )
+
+// newMetrics returns runclaimprom.New(reg), failing the test on an error.
+func newMetrics(t *testing.T, reg prometheus.Registerer) *runclaimprom.Metrics {
+	t.Helper()
+	m, err := runclaimprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
 
 // downStore is a Store whose database is down.
 type downStore struct{ runclaim.Store }
@@ -49,7 +63,7 @@ func counter(t *testing.T, reg *prometheus.Registry, source, outcome string) flo
 // failed, not left out; an invalid source is counted under one label.
 func TestClaimFailuresCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
+	m := newMetrics(t, reg)
 	down, err := runclaim.New(downStore{runclaim.NewMemoryStore()}, runclaim.WithHooks(m.Hooks()))
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +131,7 @@ func skips(t *testing.T, reg *prometheus.Registry) []string {
 func TestSkipReasons(t *testing.T) {
 	ctx := t.Context()
 	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
+	m := newMetrics(t, reg)
 	store := runclaim.NewMemoryStore()
 	c, err := runclaim.New(store, runclaim.WithHooks(m.Hooks()), runclaim.WithLease(time.Minute), runclaim.WithMinInterval(time.Hour))
 	if err != nil {
@@ -156,4 +170,123 @@ func TestSkipReasons(t *testing.T) {
 	if got := skips(t, reg); !slices.Equal(got, want) {
 		t.Errorf("runclaim_skips_total:\n got %q\nwant %q", got, want)
 	}
+}
+
+// TestNewTwice: a second New on the same registry is an error and leaves
+// the registry as the first New made it.
+func TestNewTwice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newMetrics(t, reg)
+	if _, err := runclaimprom.New(reg); err == nil || !strings.HasPrefix(err.Error(), "runclaimprom: ") {
+		t.Fatalf("second New on one registry: %v; want a runclaimprom error", err)
+	}
+	m.Hooks().LeaseLost(runclaim.LeaseLostEvent{Run: &runclaim.Run{Source: "s"}, Cause: runclaim.ErrLeaseLost})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP runclaim_leases_lost_total Runs whose holder learned that the run was no longer its own.
+# TYPE runclaim_leases_lost_total counter
+runclaim_leases_lost_total{source="s"} 1
+`), "runclaim_leases_lost_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestNewConflict: a New that cannot register its last metric unregisters
+// the others, so that a New after the conflict is gone succeeds.
+func TestNewConflict(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	// The same name and help: a registry never accepts one name with two
+	// helps, even after the first is unregistered.
+	taken := prometheus.NewGauge(prometheus.GaugeOpts{Name: "runclaim_lease_lost_last_timestamp_seconds",
+		Help: "When a run was last lost, as a Unix time; 0 if never. Alert on changes()."})
+	reg.MustRegister(taken)
+	if _, err := runclaimprom.New(reg); err == nil {
+		t.Fatal("New registered a metric whose name was taken")
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 1 {
+		t.Fatalf("after a failed New the registry has %d series (%v); want only the one it had", n, err)
+	}
+	reg.Unregister(taken)
+	if _, err := runclaimprom.New(reg); err != nil {
+		t.Fatalf("New after the conflict is gone: %v", err)
+	}
+}
+
+// TestRunEvents: a finished run, a failed heartbeat and a lost lease are
+// counted under their source, next to a program's own hooks given with
+// another WithHooks.
+func TestRunEvents(t *testing.T) {
+	ctx := t.Context()
+	reg := prometheus.NewRegistry()
+	m := newMetrics(t, reg)
+	store := &faultyStore{MemoryStore: runclaim.NewMemoryStore()}
+	var own []string
+	c, err := runclaim.New(store, runclaim.WithLease(time.Minute), runclaim.WithHooks(m.Hooks()),
+		runclaim.WithHooks(runclaim.Hooks{
+			Finished:  func(e runclaim.FinishedEvent) { own = append(own, "finished "+e.Run.Source) },
+			LeaseLost: func(e runclaim.LeaseLostEvent) { own = append(own, "lost "+e.Run.Source) },
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.Claim(ctx, "done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	run, err = c.Claim(ctx, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.setHeartbeat(errors.New("dial tcp 10.0.0.5:5432: connection refused"))
+	if err := run.Heartbeat(ctx); err == nil {
+		t.Fatal("heartbeat succeeded with the database down")
+	}
+	store.setHeartbeat(fmt.Errorf("runclaim: heartbeat run %d: %w", run.ID, runclaim.ErrLeaseLost))
+	if err := run.Heartbeat(ctx); !errors.Is(err, runclaim.ErrLeaseLost) {
+		t.Fatalf("heartbeat of a lost run: %v; want ErrLeaseLost", err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP runclaim_heartbeat_failures_total Heartbeats that failed without losing the lease (yet), such as with the database unreachable.
+# TYPE runclaim_heartbeat_failures_total counter
+runclaim_heartbeat_failures_total{source="lost"} 1
+# HELP runclaim_leases_lost_total Runs whose holder learned that the run was no longer its own.
+# TYPE runclaim_leases_lost_total counter
+runclaim_leases_lost_total{source="lost"} 1
+`), "runclaim_heartbeat_failures_total", "runclaim_leases_lost_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "runclaim_run_duration_seconds"); n != 1 {
+		t.Errorf("%d runclaim_run_duration_seconds series, want 1 (source done, succeeded)", n)
+	}
+	if lost, err := testutil.GatherAndCount(reg, "runclaim_lease_lost_last_timestamp_seconds"); err != nil || lost != 1 {
+		t.Errorf("runclaim_lease_lost_last_timestamp_seconds: %d series, %v", lost, err)
+	}
+	if want := []string{"finished done", "lost lost"}; !slices.Equal(own, want) {
+		t.Errorf("the program's own hooks saw %q, want %q", own, want)
+	}
+}
+
+// faultyStore is a memory store whose heartbeats fail as told.
+type faultyStore struct {
+	*runclaim.MemoryStore
+	mu        sync.Mutex // protects heartbeat
+	heartbeat error      // returned by Heartbeat when not nil
+}
+
+func (s *faultyStore) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest) (time.Time, error) {
+	s.mu.Lock()
+	err := s.heartbeat
+	s.mu.Unlock()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return s.MemoryStore.Heartbeat(ctx, req)
+}
+
+func (s *faultyStore) setHeartbeat(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.heartbeat = err
 }
