@@ -41,7 +41,10 @@ type ClaimedEvent struct {
 	Duration time.Duration // how long the claim took
 }
 
-// SkippedEvent describes a claim that was skipped.
+// SkippedEvent describes a claim that was skipped. Err is the error the
+// claim returned: errors.Is(e.Err, ErrPaused), and so on, tells the reason.
+// Later releases may add reasons, so a hook that labels skips by reason
+// needs a label for a reason it does not know.
 type SkippedEvent struct {
 	Source   string           // the source that was not claimed
 	Err      *NotClaimedError // Reason says why: ErrAlreadyRunning, ErrTooSoon, ErrTickDone or ErrPaused
