@@ -41,7 +41,10 @@ type ClaimedEvent struct {
 	Duration time.Duration // how long the claim took
 }
 
-// SkippedEvent describes a claim that was skipped.
+// SkippedEvent describes a claim that was skipped. Err is the error the
+// claim returned: errors.Is(e.Err, ErrPaused), and so on, tells the reason.
+// Later releases may add reasons, so a hook that labels skips by reason
+// needs a label for a reason it does not know.
 type SkippedEvent struct {
 	Source   string           // the source that was not claimed
 	Err      *NotClaimedError // Reason says why: ErrAlreadyRunning, ErrTooSoon, ErrTickDone or ErrPaused
@@ -77,11 +80,42 @@ type LeaseLostEvent struct {
 	Cause error // matches ErrLeaseLost
 }
 
-// WithHooks sets functions called on the events of a run's life.
+// WithHooks adds functions called on the events of a run's life. Given
+// more than once, every set is called, in the order given, so that
+// metrics, tracing and a program's own hooks work side by side; a nil
+// field in one set leaves the others' called. Claimer.With adds the sets
+// it is given after the Claimer's own; no option removes a set.
 func WithHooks(h Hooks) Option {
 	return func(c *config) error {
-		c.hooks = h
+		c.hooks = joinHooks(c.hooks, h)
 		return nil
+	}
+}
+
+// joinHooks returns hooks that call a's and then b's for each event.
+func joinHooks(a, b Hooks) Hooks {
+	return Hooks{
+		Claimed:         join(a.Claimed, b.Claimed),
+		Skipped:         join(a.Skipped, b.Skipped),
+		ClaimFailed:     join(a.ClaimFailed, b.ClaimFailed),
+		Finished:        join(a.Finished, b.Finished),
+		HeartbeatFailed: join(a.HeartbeatFailed, b.HeartbeatFailed),
+		LeaseLost:       join(a.LeaseLost, b.LeaseLost),
+	}
+}
+
+// join returns a function that calls f and then g; either alone if the
+// other is nil, so that a single set costs no extra call.
+func join[E any](f, g func(E)) func(E) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(e E) {
+		f(e)
+		g(e)
 	}
 }
 

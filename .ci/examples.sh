@@ -6,7 +6,7 @@
 #   database (as DATABASE_URL), and the ones that need one; they create the
 #   examples' runclaim_example_runs table in it. .ci/run sets it to a container of its own.
 #
-# The examples, examples/metrics and runclaimotel are modules of their own
+# The examples, examples/metrics, runclaimotel and runclaimprom are modules of their own
 # (they keep gocron, robfig/cron, Prometheus and the OpenTelemetry SDK out
 # of the runclaim module), in the workspace of go.work; .ci/run tests them
 # with every other module.

@@ -67,7 +67,8 @@
 // filtering), runclaim.run.owner (the holder's name; the conventions'
 // service.instance.id describes a resource, not a run), runclaim.run.status
 // (succeeded, failed or lost), runclaim.claim.outcome (claimed, skipped or
-// failed) and runclaim.skip.reason (already_running, too_soon or paused). The FaaS
+// failed) and runclaim.skip.reason (already_running, too_soon, tick_done,
+// paused, or other for a reason this version does not know). The FaaS
 // metrics (faas.invocations, faas.invoke_duration) describe a platform's
 // invocations and have no place for a skip, a lost lease or a claim that
 // found the source taken, so the metrics are runclaim's own too:

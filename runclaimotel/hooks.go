@@ -45,7 +45,9 @@ const (
 
 	ReasonAlreadyRunning = "already_running"
 	ReasonTooSoon        = "too_soon"
+	ReasonTickDone       = "tick_done"
 	ReasonPaused         = "paused"
+	ReasonOther          = "other" // a reason this package does not know
 
 	ErrorTypePanic         = "panic"
 	ErrorTypeLeaseLost     = "runclaim.lease_lost"
@@ -268,13 +270,7 @@ func (t *Telemetry) skipped(e runclaim.SkippedEvent) {
 	now := t.cfg.now()
 	source := SourceKey.String(e.Source)
 	outcome := ClaimOutcomeKey.String(OutcomeSkipped)
-	reason := SkipReasonKey.String(ReasonAlreadyRunning)
-	switch {
-	case errors.Is(e.Err, runclaim.ErrTooSoon):
-		reason = SkipReasonKey.String(ReasonTooSoon)
-	case errors.Is(e.Err, runclaim.ErrPaused):
-		reason = SkipReasonKey.String(ReasonPaused)
-	}
+	reason := SkipReasonKey.String(skipReason(e.Err))
 	attrs := []attribute.KeyValue{source, outcome, reason}
 	if h := e.Err.Holder; h != nil {
 		attrs = append(attrs, RunIDKey.Int64(h.ID), RunOwnerKey.String(h.Owner))
@@ -410,6 +406,29 @@ func (t *Telemetry) observeSince(ctx context.Context, o metric.Observer, g metri
 		o.ObserveFloat64(g, now.Sub(at).Seconds(), metric.WithAttributes(SourceKey.String(source)))
 	}
 	return nil
+}
+
+// skipReasons maps each reason to skip that runclaim defines to its value
+// of SkipReasonKey.
+var skipReasons = []struct {
+	err   error
+	value string
+}{
+	{runclaim.ErrAlreadyRunning, ReasonAlreadyRunning},
+	{runclaim.ErrTooSoon, ReasonTooSoon},
+	{runclaim.ErrTickDone, ReasonTickDone},
+	{runclaim.ErrPaused, ReasonPaused},
+}
+
+// skipReason is the value of SkipReasonKey for a skip with err: the
+// reason's own, or ReasonOther for a reason not in skipReasons.
+func skipReason(err error) string {
+	for _, r := range skipReasons {
+		if errors.Is(err, r.err) {
+			return r.value
+		}
+	}
+	return ReasonOther
 }
 
 // errorType is the error.type of err: "panic" for a panic under Do (which

@@ -545,3 +545,48 @@ func TestSkipReasonPaused(t *testing.T) {
 	wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
 		"map[runclaim.claim.outcome:skipped runclaim.skip.reason:paused runclaim.source:nightly]=1")
 }
+
+// TestSkipReasonTickDone: a claim of a tick already served is a skip whose
+// reason is tick_done, in its span and its metric.
+func TestSkipReasonTickDone(t *testing.T) {
+	b := setup(t)
+	c := b.claimer(t, runclaim.NewMemoryStore(), "pod-a")
+	tick := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	run, err := c.Claim(t.Context(), "nightly", runclaim.ForTick(tick))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Finish(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(t.Context(), "nightly", runclaim.ForTick(tick)); !errors.Is(err, runclaim.ErrTickDone) {
+		t.Fatalf("claim of a served tick: %v, want ErrTickDone", err)
+	}
+	skip := spanNamed(t, b.spans.Ended(), "skip nightly")
+	equalAttrs(t, "skip nightly", skip.Attributes(), map[string]string{
+		"runclaim.source": "nightly", "runclaim.claim.outcome": "skipped", "runclaim.skip.reason": "tick_done"})
+	wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
+		"map[runclaim.claim.outcome:claimed runclaim.source:nightly]=1",
+		"map[runclaim.claim.outcome:skipped runclaim.skip.reason:tick_done runclaim.source:nightly]=1")
+}
+
+// TestSkipReasons: each reason runclaim defines has its own value of
+// runclaim.skip.reason, and a reason it does not know is other, never one
+// of the known ones.
+func TestSkipReasons(t *testing.T) {
+	for reason, want := range map[error]string{
+		runclaim.ErrAlreadyRunning:           runclaimotel.ReasonAlreadyRunning,
+		runclaim.ErrTooSoon:                  runclaimotel.ReasonTooSoon,
+		runclaim.ErrTickDone:                 runclaimotel.ReasonTickDone,
+		runclaim.ErrPaused:                   runclaimotel.ReasonPaused,
+		errors.New("runclaim: rate limited"): runclaimotel.ReasonOther,
+	} {
+		b := setup(t)
+		b.tel.Hooks().Skipped(runclaim.SkippedEvent{Source: "nightly", Err: &runclaim.NotClaimedError{Source: "nightly", Reason: reason}})
+		skip := spanNamed(t, b.spans.Ended(), "skip nightly")
+		equalAttrs(t, reason.Error(), skip.Attributes(), map[string]string{
+			"runclaim.source": "nightly", "runclaim.claim.outcome": "skipped", "runclaim.skip.reason": want})
+		wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
+			"map[runclaim.claim.outcome:skipped runclaim.skip.reason:"+want+" runclaim.source:nightly]=1")
+	}
+}

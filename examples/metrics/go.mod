@@ -6,9 +6,8 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/common v0.72.0
 	github.com/runclaim/runclaim v0.0.0
+	github.com/runclaim/runclaim/runclaimprom v0.0.0
 )
-
-require github.com/kylelemons/godebug v1.1.0 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -27,3 +26,5 @@ require (
 )
 
 replace github.com/runclaim/runclaim => ../..
+
+replace github.com/runclaim/runclaim/runclaimprom => ../../runclaimprom

@@ -1,13 +1,14 @@
-// Command metrics wires runclaim.Hooks to Prometheus metrics: claims by
-// outcome (claimed, skipped or failed), skips by reason, claim latency, run
-// duration by outcome, failed heartbeats and lost leases. With a Postgres
-// store it also registers a SourceCollector, which reads the runs table at
-// scrape time and exports each source's last success, last start and
-// running state: what an alert on a run that did not happen needs.
+// Command metrics wires runclaim.Hooks to Prometheus metrics with the
+// runclaimprom package: claims by outcome (claimed, skipped or failed),
+// skips by reason, claim latency, run duration by outcome, failed
+// heartbeats and lost leases. With a Postgres store it also registers a
+// runclaimprom.SourceCollector, which reads the runs table at scrape time
+// and exports each source's last success, last start and running state:
+// what an alert on a run that did not happen needs.
 //
-// It lives in a module of its own, so that Prometheus is not in the
-// dependencies of the runclaim module: an importer of runclaim downloads
-// none of it.
+// It lives in a module of its own, as runclaimprom does, so that
+// Prometheus is not in the dependencies of the runclaim module: an
+// importer of runclaim downloads none of it.
 //
 // Two replicas (goroutines with a Claimer each, standing in for two
 // processes) tick two sources for a few ticks; then the program prints the
@@ -43,100 +44,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/runclaimprom"
 )
-
-// Metrics are the Prometheus metrics of one or more Claimers. Label values
-// are bounded: the sources a service claims, and fixed outcome words.
-type Metrics struct {
-	claims          *prometheus.CounterVec   // source, outcome: claimed | skipped | failed
-	skips           *prometheus.CounterVec   // source, reason: already_running | too_soon
-	claimLatency    *prometheus.HistogramVec // outcome
-	runDuration     *prometheus.HistogramVec // source, status: succeeded | failed
-	heartbeatErrors *prometheus.CounterVec   // source
-	leasesLost      *prometheus.CounterVec   // source
-	lastLeaseLost   prometheus.Gauge
-}
-
-// NewMetrics creates the metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "runclaim_claims_total",
-			Help: "Claims by outcome: claimed (this replica runs the tick), skipped, or failed (a database error, the caller's context ended, or invalid input).",
-		}, []string{"source", "outcome"}),
-		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "runclaim_skips_total",
-			Help: "Skipped claims by reason: already_running (another run holds the source) or too_soon (minimum interval).",
-		}, []string{"source", "reason"}),
-		claimLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "runclaim_claim_duration_seconds",
-			Help:    "How long a claim took, by outcome.",
-			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14), // 100µs .. 0.8s
-		}, []string{"outcome"}),
-		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "runclaim_run_duration_seconds",
-			Help:    "From claim to recorded outcome, by outcome.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10), // 10ms .. 43min
-		}, []string{"source", "status"}),
-		heartbeatErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "runclaim_heartbeat_failures_total",
-			Help: "Heartbeats that failed without losing the lease (yet), such as with the database unreachable.",
-		}, []string{"source"}),
-		leasesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "runclaim_leases_lost_total",
-			Help: "Runs whose holder learned that the run was no longer its own.",
-		}, []string{"source"}),
-		lastLeaseLost: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "runclaim_lease_lost_last_timestamp_seconds",
-			Help: "When a run was last lost, as a Unix time; 0 if never. Alert on changes().",
-		}),
-	}
-	reg.MustRegister(m.claims, m.skips, m.claimLatency, m.runDuration, m.heartbeatErrors, m.leasesLost, m.lastLeaseLost)
-	return m
-}
-
-// Hooks returns the runclaim.Hooks that update m; pass them to
-// runclaim.WithHooks. Each hook is a few atomic adds: quick enough to run
-// on the claiming goroutine, as runclaim requires.
-func (m *Metrics) Hooks() runclaim.Hooks {
-	return runclaim.Hooks{
-		Claimed: func(e runclaim.ClaimedEvent) {
-			m.claims.WithLabelValues(e.Run.Source, "claimed").Inc()
-			m.claimLatency.WithLabelValues("claimed").Observe(e.Duration.Seconds())
-		},
-		Skipped: func(e runclaim.SkippedEvent) {
-			reason := "already_running"
-			if errors.Is(e.Err, runclaim.ErrTooSoon) {
-				reason = "too_soon"
-			}
-			m.claims.WithLabelValues(e.Source, "skipped").Inc()
-			m.skips.WithLabelValues(e.Source, reason).Inc()
-			m.claimLatency.WithLabelValues("skipped").Observe(e.Duration.Seconds())
-		},
-		ClaimFailed: func(e runclaim.ClaimFailedEvent) {
-			// An outage shows as failed claims, not as a quiet period
-			// without claims. An invalid source is any string a bug
-			// made: it is counted under one label value, to keep the
-			// labels bounded.
-			source := e.Source
-			if errors.Is(e.Err, runclaim.ErrInvalidSource) {
-				source = "(invalid)"
-			}
-			m.claims.WithLabelValues(source, "failed").Inc()
-			m.claimLatency.WithLabelValues("failed").Observe(e.Duration.Seconds())
-		},
-		Finished: func(e runclaim.FinishedEvent) {
-			m.runDuration.WithLabelValues(e.Run.Source, string(e.Status)).Observe(e.Duration.Seconds())
-		},
-		HeartbeatFailed: func(e runclaim.HeartbeatFailedEvent) {
-			m.heartbeatErrors.WithLabelValues(e.Run.Source).Inc()
-		},
-		LeaseLost: func(e runclaim.LeaseLostEvent) {
-			m.leasesLost.WithLabelValues(e.Run.Source).Inc()
-			m.lastLeaseLost.SetToCurrentTime()
-		},
-	}
-}
 
 const (
 	period = 100 * time.Millisecond // the schedule; a minute or more in a real service
@@ -161,9 +70,12 @@ func main() {
 	defer closeStore()
 
 	reg := prometheus.NewRegistry()
-	metrics := NewMetrics(reg)
-	if states, ok := store.(StateReader); ok {
-		reg.MustRegister(NewSourceCollector(states))
+	metrics, err := runclaimprom.New(reg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if states, ok := store.(runclaimprom.StateReader); ok {
+		reg.MustRegister(runclaimprom.NewSourceCollector(states))
 	}
 
 	n := ticks

@@ -1,4 +1,4 @@
-package main
+package runclaimprom_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/runclaimprom"
 )
 
 // fakeStates is a StateReader with fixed answers, counting its reads.
@@ -45,7 +46,7 @@ func TestSourceCollector(t *testing.T) {
 	}
 	reads := 0
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewSourceCollector(fakeStates{states: states, reads: &reads}))
+	reg.MustRegister(runclaimprom.NewSourceCollector(fakeStates{states: states, reads: &reads}))
 	want := `
 # HELP runclaim_source_failing 1 if the source's newest finished run failed, expired or was released, else 0.
 # TYPE runclaim_source_failing gauge
@@ -74,7 +75,7 @@ runclaim_source_states_up 1
 	}
 
 	down := prometheus.NewRegistry()
-	down.MustRegister(NewSourceCollector(fakeStates{err: errors.New("connection refused"), reads: &reads}))
+	down.MustRegister(runclaimprom.NewSourceCollector(fakeStates{err: errors.New("connection refused"), reads: &reads}))
 	if err := testutil.GatherAndCompare(down, strings.NewReader(`
 # HELP runclaim_source_states_up 1 if the last scrape read the runs table, 0 if it could not (the per-source series are then absent).
 # TYPE runclaim_source_states_up gauge

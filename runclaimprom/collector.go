@@ -1,4 +1,4 @@
-package main
+package runclaimprom
 
 import (
 	"context"
@@ -17,8 +17,9 @@ type StateReader interface {
 
 var _ StateReader = (*runclaim.PostgresStore)(nil)
 
-// scrapeTimeout bounds the collector's read of the runs table.
-const scrapeTimeout = 5 * time.Second
+// StateReadTimeout bounds a SourceCollector's read of the runs table at
+// each scrape.
+const StateReadTimeout = 5 * time.Second
 
 // SourceCollector is a prometheus.Collector that reads the runs table at
 // each scrape, with one bounded query (runclaim's SourceStates: one probe
@@ -62,13 +63,14 @@ func (c *SourceCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect reads the runs table and sends one sample of each metric per
-// source. A failed read is logged and reported as runclaim_source_states_up 0.
+// source. A failed read is logged with the log package and reported as
+// runclaim_source_states_up 0.
 func (c *SourceCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StateReadTimeout)
 	defer cancel()
 	states, err := c.states.SourceStates(ctx)
 	if err != nil {
-		log.Printf("runclaim collector: %v", err)
+		log.Printf("runclaimprom: read source states: %v", err)
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
 	}

@@ -1,0 +1,157 @@
+package runclaimprom
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runclaim/runclaim"
+)
+
+// Values of the outcome label of runclaim_claims_total and
+// runclaim_claim_duration_seconds.
+const (
+	OutcomeClaimed = "claimed"
+	OutcomeSkipped = "skipped"
+	OutcomeFailed  = "failed"
+)
+
+// Values of the reason label of runclaim_skips_total.
+const (
+	ReasonAlreadyRunning = "already_running"
+	ReasonTooSoon        = "too_soon"
+	ReasonTickDone       = "tick_done"
+	ReasonPaused         = "paused"
+	ReasonOther          = "other" // a reason this package does not know
+)
+
+// InvalidSource is the source label of a failed claim of a source that
+// runclaim refused as invalid: such a source may be any string a bug made,
+// so all of them share one label value, to keep the labels bounded.
+const InvalidSource = "(invalid)"
+
+// Metrics are the Prometheus metrics of one or more Claimers. Label values
+// are bounded: the sources a service claims, and fixed words. It is safe
+// for concurrent use; one Metrics may serve several Claimers.
+type Metrics struct {
+	claims          *prometheus.CounterVec   // source, outcome: claimed | skipped | failed
+	skips           *prometheus.CounterVec   // source, reason: already_running | too_soon | tick_done | paused | other
+	claimLatency    *prometheus.HistogramVec // outcome
+	runDuration     *prometheus.HistogramVec // source, status: succeeded | failed
+	heartbeatErrors *prometheus.CounterVec   // source
+	leasesLost      *prometheus.CounterVec   // source
+	lastLeaseLost   prometheus.Gauge
+}
+
+// New creates the metrics and registers them with reg
+// (prometheus.DefaultRegisterer if reg is nil). If one cannot be
+// registered, such as when reg holds runclaim's metrics already, New
+// unregisters the ones it registered and returns the error.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	m := &Metrics{
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runclaim_claims_total",
+			Help: "Claims by outcome: claimed (this replica runs the tick), skipped, or failed (a database error, the caller's context ended, or invalid input).",
+		}, []string{"source", "outcome"}),
+		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runclaim_skips_total",
+			Help: "Skipped claims by reason: already_running (another run holds the source), too_soon (minimum interval), tick_done (the tick was served), paused (an operator paused the source), or other (a reason this version does not know).",
+		}, []string{"source", "reason"}),
+		claimLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "runclaim_claim_duration_seconds",
+			Help:    "How long a claim took, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14), // 100µs .. 0.8s
+		}, []string{"outcome"}),
+		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "runclaim_run_duration_seconds",
+			Help:    "From claim to recorded outcome, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10), // 10ms .. 43min
+		}, []string{"source", "status"}),
+		heartbeatErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runclaim_heartbeat_failures_total",
+			Help: "Heartbeats that failed without losing the lease (yet), such as with the database unreachable.",
+		}, []string{"source"}),
+		leasesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runclaim_leases_lost_total",
+			Help: "Runs whose holder learned that the run was no longer its own.",
+		}, []string{"source"}),
+		lastLeaseLost: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "runclaim_lease_lost_last_timestamp_seconds",
+			Help: "When a run was last lost, as a Unix time; 0 if never. Alert on changes().",
+		}),
+	}
+	cs := []prometheus.Collector{m.claims, m.skips, m.claimLatency, m.runDuration, m.heartbeatErrors, m.leasesLost, m.lastLeaseLost}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("runclaimprom: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Hooks returns the runclaim.Hooks that update m; pass them to
+// runclaim.WithHooks. Each hook is a few atomic adds: quick enough to run
+// on the claiming goroutine, as runclaim requires.
+func (m *Metrics) Hooks() runclaim.Hooks {
+	return runclaim.Hooks{
+		Claimed: func(e runclaim.ClaimedEvent) {
+			m.claims.WithLabelValues(e.Run.Source, OutcomeClaimed).Inc()
+			m.claimLatency.WithLabelValues(OutcomeClaimed).Observe(e.Duration.Seconds())
+		},
+		Skipped: func(e runclaim.SkippedEvent) {
+			m.claims.WithLabelValues(e.Source, OutcomeSkipped).Inc()
+			m.skips.WithLabelValues(e.Source, skipReason(e.Err)).Inc()
+			m.claimLatency.WithLabelValues(OutcomeSkipped).Observe(e.Duration.Seconds())
+		},
+		ClaimFailed: func(e runclaim.ClaimFailedEvent) {
+			// An outage shows as failed claims, not as a quiet period
+			// without claims.
+			source := e.Source
+			if errors.Is(e.Err, runclaim.ErrInvalidSource) {
+				source = InvalidSource
+			}
+			m.claims.WithLabelValues(source, OutcomeFailed).Inc()
+			m.claimLatency.WithLabelValues(OutcomeFailed).Observe(e.Duration.Seconds())
+		},
+		Finished: func(e runclaim.FinishedEvent) {
+			m.runDuration.WithLabelValues(e.Run.Source, string(e.Status)).Observe(e.Duration.Seconds())
+		},
+		HeartbeatFailed: func(e runclaim.HeartbeatFailedEvent) {
+			m.heartbeatErrors.WithLabelValues(e.Run.Source).Inc()
+		},
+		LeaseLost: func(e runclaim.LeaseLostEvent) {
+			m.leasesLost.WithLabelValues(e.Run.Source).Inc()
+			m.lastLeaseLost.SetToCurrentTime()
+		},
+	}
+}
+
+// skipReasons maps each reason to skip that runclaim defines to its value
+// of the reason label.
+var skipReasons = []struct {
+	err   error
+	value string
+}{
+	{runclaim.ErrAlreadyRunning, ReasonAlreadyRunning},
+	{runclaim.ErrTooSoon, ReasonTooSoon},
+	{runclaim.ErrTickDone, ReasonTickDone},
+	{runclaim.ErrPaused, ReasonPaused},
+}
+
+// skipReason is the reason label of a skip with err: the reason's own, or
+// ReasonOther for a reason not in skipReasons.
+func skipReason(err error) string {
+	for _, r := range skipReasons {
+		if errors.Is(err, r.err) {
+			return r.value
+		}
+	}
+	return ReasonOther
+}
