@@ -19,7 +19,7 @@ func TestWith(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
 	base, err := runclaim.New(store, runclaim.WithLease(time.Minute), runclaim.WithHeartbeat(5*time.Second),
 		runclaim.WithLogger(logger),
-		runclaim.WithHooks(runclaim.Hooks{Claimed: func(e runclaim.ClaimedEvent) { claimed = append(claimed, e.Run.Owner) }}))
+		runclaim.WithHooks(runclaim.Hooks{Claimed: func(e runclaim.Event) { claimed = append(claimed, e.Run.Owner) }}))
 	if err != nil {
 		t.Fatal(err)
 	}

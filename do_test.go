@@ -432,7 +432,7 @@ func testDoHeartbeatFailsOnce(t *testing.T) {
 	})
 	failures := make(chan error, 10)
 	c := doClaimer(t, spy, runclaim.WithLease(time.Second), runclaim.WithHeartbeat(20*time.Millisecond),
-		runclaim.WithHooks(runclaim.Hooks{HeartbeatFailed: func(e runclaim.HeartbeatFailedEvent) { trySend(failures, e.Err) }}))
+		runclaim.WithHooks(runclaim.Hooks{HeartbeatFailed: func(e runclaim.Event) { trySend(failures, e.Err) }}))
 
 	err := c.Do(t.Context(), "src", func(ctx context.Context, run *runclaim.Run) error {
 		awaitRecv(t, recovered, doWait, "a successful heartbeat after the failed one")
@@ -469,11 +469,11 @@ func testDoPartitionedHolder(t *testing.T) {
 		return time.Time{}, errPartition
 	})
 	spy.setFinish(func(context.Context, runclaim.FinishRequest) error { return errPartition })
-	lost := make(chan runclaim.LeaseLostEvent, 1)
+	lost := make(chan runclaim.Event, 1)
 	// Frequent heartbeats leave Do a wide margin (see Claimer.ExpiryMargin), so the
 	// cancellation is seen in time even on a loaded machine.
 	c := doClaimer(t, spy, runclaim.WithLease(lease), runclaim.WithHeartbeat(lease/20), runclaim.WithOwner("partitioned"),
-		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.LeaseLostEvent) { trySend(lost, e) }}))
+		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.Event) { trySend(lost, e) }}))
 	other := doClaimer(t, mem, runclaim.WithLease(time.Minute), runclaim.WithOwner("other"))
 
 	type observed struct {
@@ -542,8 +542,8 @@ func testDoPartitionedHolder(t *testing.T) {
 	if !errors.Is(err, runclaim.ErrLeaseLost) || !errors.Is(err, context.Canceled) || !errors.Is(err, errPartition) {
 		t.Errorf("Do = %v, want ErrLeaseLost, fn's context.Canceled and the failed finish's error", err)
 	}
-	if e := awaitRecv(t, lost, doWait, "the LeaseLost hook"); e.Run != run || !errors.Is(e.Cause, runclaim.ErrLeaseLost) {
-		t.Errorf("LeaseLost hook got run %p cause %v, want run %p and ErrLeaseLost", e.Run, e.Cause, run)
+	if e := awaitRecv(t, lost, doWait, "the LeaseLost hook"); e.Run != run || !errors.Is(e.Err, runclaim.ErrLeaseLost) {
+		t.Errorf("LeaseLost hook got run %p cause %v, want run %p and ErrLeaseLost", e.Run, e.Err, run)
 	}
 	if spy.heartbeats() == 0 {
 		t.Error("no heartbeat was tried")
@@ -569,11 +569,11 @@ func testDoRunTakenOver(t *testing.T) {
 	clk := newManualClock()
 	mem := runclaim.NewMemoryStore(runclaim.WithClock(clk.Now))
 	spy := newSpyStore(mem)
-	lost := make(chan runclaim.LeaseLostEvent, 1)
+	lost := make(chan runclaim.Event, 1)
 	// The lease is long by the local clock, so only the store can end it;
 	// heartbeats are frequent, so the loss is noticed at once.
 	c := doClaimer(t, spy, runclaim.WithLease(time.Minute), runclaim.WithHeartbeat(10*time.Millisecond), runclaim.WithOwner("slow"),
-		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.LeaseLostEvent) { trySend(lost, e) }}))
+		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.Event) { trySend(lost, e) }}))
 	other := doClaimer(t, mem, runclaim.WithLease(time.Minute), runclaim.WithOwner("other"))
 
 	started := make(chan *runclaim.Run, 1)

@@ -259,7 +259,7 @@ func TestFenceOutlivesLease(t *testing.T) {
 func TestFenceLeaseLost(t *testing.T) {
 	t.Parallel()
 	var lost atomic.Int64
-	e := newFenceEnv(t, runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.LeaseLostEvent) { lost.Add(1) }}))
+	e := newFenceEnv(t, runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.Event) { lost.Add(1) }}))
 	for _, tc := range []struct {
 		name  string
 		short bool // claim with shortLease, and let it end

@@ -19,12 +19,12 @@ type hookLog struct{ calls []string }
 func (l *hookLog) hooks(name string, skip ...string) runclaim.Hooks {
 	note := func(kind string) { l.calls = append(l.calls, name+" "+kind) }
 	h := runclaim.Hooks{
-		Claimed:         func(runclaim.ClaimedEvent) { note("claimed") },
-		Skipped:         func(runclaim.SkippedEvent) { note("skipped") },
-		ClaimFailed:     func(runclaim.ClaimFailedEvent) { note("claim failed") },
-		Finished:        func(runclaim.FinishedEvent) { note("finished") },
-		HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { note("heartbeat failed") },
-		LeaseLost:       func(runclaim.LeaseLostEvent) { note("lease lost") },
+		Claimed:         func(runclaim.Event) { note("claimed") },
+		Skipped:         func(runclaim.Event) { note("skipped") },
+		ClaimFailed:     func(runclaim.Event) { note("claim failed") },
+		Finished:        func(runclaim.Event) { note("finished") },
+		HeartbeatFailed: func(runclaim.Event) { note("heartbeat failed") },
+		LeaseLost:       func(runclaim.Event) { note("lease lost") },
 	}
 	for _, kind := range skip {
 		switch kind {
@@ -152,9 +152,9 @@ func TestHooksCompose(t *testing.T) {
 func TestSkippedHookReasons(t *testing.T) {
 	ctx := t.Context()
 	store := runclaim.NewMemoryStore()
-	var got []runclaim.SkippedEvent
+	var got []runclaim.Event
 	c := doClaimer(t, store, runclaim.WithMinInterval(time.Hour),
-		runclaim.WithHooks(runclaim.Hooks{Skipped: func(e runclaim.SkippedEvent) { got = append(got, e) }}))
+		runclaim.WithHooks(runclaim.Hooks{Skipped: func(e runclaim.Event) { got = append(got, e) }}))
 	tick := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	run, err := c.Claim(ctx, "ticked", runclaim.ForTick(tick))
 	if err != nil {

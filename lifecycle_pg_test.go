@@ -40,7 +40,7 @@ func TestPostgresRunFinishConcurrent(t *testing.T) {
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
 	var lost atomic.Int32
-	c := newClaimer(t, store, runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.LeaseLostEvent) { lost.Add(1) }}))
+	c := newClaimer(t, store, runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.Event) { lost.Add(1) }}))
 	finishConcurrently(t, c)
 	if lost.Load() != 0 {
 		t.Errorf("LeaseLost fired %d times for runs that finished", lost.Load())
@@ -330,8 +330,8 @@ func TestPostgresHungHeartbeatConnection(t *testing.T) {
 	const lease = 3 * time.Second
 	var lost, failed atomic.Int32
 	c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithHooks(runclaim.Hooks{
-		LeaseLost:       func(runclaim.LeaseLostEvent) { lost.Add(1) },
-		HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { failed.Add(1) },
+		LeaseLost:       func(runclaim.Event) { lost.Add(1) },
+		HeartbeatFailed: func(runclaim.Event) { failed.Add(1) },
 	}))
 	err = c.Do(t.Context(), "src", func(ctx context.Context, run *runclaim.Run) error {
 		proxy.BlackHoleExisting()

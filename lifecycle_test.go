@@ -60,7 +60,7 @@ func shutdownWhileWindingDown(t *testing.T, store runclaim.Store, lease time.Dur
 	t.Helper()
 	var lost atomic.Int32
 	c := doClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("old-replica"),
-		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.LeaseLostEvent) { lost.Add(1) }}))
+		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.Event) { lost.Add(1) }}))
 	other := doClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("new-replica"))
 	source := "shutdown/" + t.Name()
 
@@ -190,8 +190,8 @@ func doHungHeartbeat(t *testing.T, honour bool) {
 	hung := hangingHeartbeats(spy, mem, 1, honour, 3*lease)
 	var lost, failed atomic.Int32
 	c := doClaimer(t, spy, runclaim.WithLease(lease), runclaim.WithHooks(runclaim.Hooks{
-		LeaseLost:       func(runclaim.LeaseLostEvent) { lost.Add(1) },
-		HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { failed.Add(1) },
+		LeaseLost:       func(runclaim.Event) { lost.Add(1) },
+		HeartbeatFailed: func(runclaim.Event) { failed.Add(1) },
 	}))
 	err := c.Do(t.Context(), "src", func(ctx context.Context, run *runclaim.Run) error {
 		work := time.NewTimer(4 * lease)
@@ -254,7 +254,7 @@ func TestDoCancelsAtLocalLeaseEndMemory(t *testing.T) {
 // both callers, and no LeaseLost event fires.
 func TestRunFinishConcurrent(t *testing.T) {
 	var lost atomic.Int32
-	c := doClaimer(t, runclaim.NewMemoryStore(), runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.LeaseLostEvent) { lost.Add(1) }}))
+	c := doClaimer(t, runclaim.NewMemoryStore(), runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.Event) { lost.Add(1) }}))
 	finishConcurrently(t, c)
 	if lost.Load() != 0 {
 		t.Errorf("LeaseLost fired for a run that finished")

@@ -33,8 +33,8 @@ type lostHooks struct{ lost, failed atomic.Int32 }
 
 func (h *lostHooks) option() runclaim.Option {
 	return runclaim.WithHooks(runclaim.Hooks{
-		LeaseLost:       func(runclaim.LeaseLostEvent) { h.lost.Add(1) },
-		HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { h.failed.Add(1) },
+		LeaseLost:       func(runclaim.Event) { h.lost.Add(1) },
+		HeartbeatFailed: func(runclaim.Event) { h.failed.Add(1) },
 	})
 }
 

@@ -45,8 +45,9 @@ func contendMany(t *testing.T, store runclaim.Store, sources []string, claimers 
 	for w := range claimers {
 		// A skip without a holder is a source whose advisory lock another
 		// call held: the overlapping calls met at the lock.
-		inFlight := runclaim.WithHooks(runclaim.Hooks{Skipped: func(e runclaim.SkippedEvent) {
-			if e.Err.Holder == nil {
+		inFlight := runclaim.WithHooks(runclaim.Hooks{Skipped: func(e runclaim.Event) {
+			var nc *runclaim.NotClaimedError
+			if errors.As(e.Err, &nc) && nc.Holder == nil {
 				res.inFlight.Add(1)
 			}
 		}})

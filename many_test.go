@@ -63,7 +63,7 @@ func TestClaimManyBadInput(t *testing.T) {
 	spy := newSpyStore(mem)
 	var failed []string
 	var mu sync.Mutex
-	c := doClaimer(t, struct{ runclaim.Store }{spy}, runclaim.WithHooks(runclaim.Hooks{ClaimFailed: func(e runclaim.ClaimFailedEvent) {
+	c := doClaimer(t, struct{ runclaim.Store }{spy}, runclaim.WithHooks(runclaim.Hooks{ClaimFailed: func(e runclaim.Event) {
 		mu.Lock()
 		failed = append(failed, e.Source)
 		mu.Unlock()
@@ -118,8 +118,8 @@ func TestClaimManyResultAndEvents(t *testing.T) {
 	mem := runclaim.NewMemoryStore()
 	var claimed, skipped []string
 	c := doClaimer(t, mem, runclaim.WithOwner("me"), runclaim.WithHooks(runclaim.Hooks{
-		Claimed: func(e runclaim.ClaimedEvent) { claimed = append(claimed, e.Run.Source) },
-		Skipped: func(e runclaim.SkippedEvent) { skipped = append(skipped, e.Source) },
+		Claimed: func(e runclaim.Event) { claimed = append(claimed, e.Run.Source) },
+		Skipped: func(e runclaim.Event) { skipped = append(skipped, e.Source) },
 	}))
 	other := doClaimer(t, mem)
 	held, err := other.Claim(ctx, "b")
@@ -302,7 +302,7 @@ func testDoManyLostAlone(t *testing.T) {
 	})
 	var lostEvents atomic.Int32
 	c := doClaimer(t, spy, runclaim.WithLease(lease), runclaim.WithHeartbeat(interval),
-		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.LeaseLostEvent) { lostEvents.Add(1) }}))
+		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.Event) { lostEvents.Add(1) }}))
 	err := c.DoMany(t.Context(), sourcesN(5), func(ctx context.Context, run *runclaim.Run) error {
 		select {
 		case <-ctx.Done():
@@ -355,7 +355,7 @@ func testDoManyBatchFailuresKeepRuns(t *testing.T) {
 	})
 	var failedEvents atomic.Int32
 	c := doClaimer(t, spy, runclaim.WithLease(lease), runclaim.WithHeartbeat(interval),
-		runclaim.WithHooks(runclaim.Hooks{HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { failedEvents.Add(1) }}))
+		runclaim.WithHooks(runclaim.Hooks{HeartbeatFailed: func(runclaim.Event) { failedEvents.Add(1) }}))
 	err := c.DoMany(t.Context(), sourcesN(3), func(ctx context.Context, run *runclaim.Run) error {
 		select {
 		case <-ctx.Done():

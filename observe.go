@@ -11,73 +11,52 @@ import (
 // Hooks are functions a Claimer calls as runs are claimed, skipped,
 // heartbeated and finished: the place to count metrics. Any field may be
 // nil. Hooks run synchronously on the goroutine that caused the event, so
-// they must be quick and must not call back into the Claimer. The event
-// structs may gain fields in later releases.
+// they must be quick and must not call back into the Claimer. Each gets an
+// Event; its doc says which of the Event's fields it fills.
 type Hooks struct {
-	// Claimed is called after a claim started a run.
-	Claimed func(ClaimedEvent)
-	// Skipped is called after a claim was skipped (ErrNotClaimed).
-	Skipped func(SkippedEvent)
+	// Claimed is called after a claim started a run: Event.Run, Source
+	// and Duration (how long the claim took).
+	Claimed func(Event)
+	// Skipped is called after a claim was skipped (ErrNotClaimed):
+	// Event.Source, Duration, and Err, the claim's *NotClaimedError.
+	// errors.Is on Err tells the reason (ErrAlreadyRunning, ErrTooSoon,
+	// ErrTickDone, ErrPaused); later releases may add reasons, so a
+	// listener labels an unknown one as such.
+	Skipped func(Event)
 	// ClaimFailed is called after a claim failed with an error that is not
 	// a skip: the store's (an unreachable database, a missing table, a
 	// permission), the caller's context ending, or invalid input (an
 	// invalid source, a nil context), which is a bug worth seeing on a
 	// dashboard too. Without it, a database outage would look like a
-	// quiet period: no claims and no skips.
-	ClaimFailed func(ClaimFailedEvent)
-	// Finished is called after a run's outcome was recorded.
-	Finished func(FinishedEvent)
+	// quiet period: no claims and no skips. Event.Source, Err (what the
+	// claim returned) and Duration (0 if it was refused before reaching
+	// the store).
+	ClaimFailed func(Event)
+	// Finished is called after a run's outcome was recorded: Event.Run,
+	// Source, Status (StatusSucceeded or StatusFailed), Err (the job's
+	// error, nil if it succeeded) and Duration (from the claim to the
+	// recorded outcome, by the local clock).
+	Finished func(Event)
 	// HeartbeatFailed is called when a heartbeat fails for a reason other
-	// than a lost lease, such as an unreachable database.
-	HeartbeatFailed func(HeartbeatFailedEvent)
+	// than a lost lease, such as an unreachable database: Event.Run,
+	// Source and Err (why; the lease is lost once it ends without a later
+	// success).
+	HeartbeatFailed func(Event)
 	// LeaseLost is called once per run, when its holder learns that the run
-	// is no longer its own.
-	LeaseLost func(LeaseLostEvent)
+	// is no longer its own: Event.Run, Source and Err (matches
+	// ErrLeaseLost).
+	LeaseLost func(Event)
 }
 
-// ClaimedEvent describes a claim that started a run.
-type ClaimedEvent struct {
-	Run      *Run          // the new run
-	Duration time.Duration // how long the claim took
-}
-
-// SkippedEvent describes a claim that was skipped. Err is the error the
-// claim returned: errors.Is(e.Err, ErrPaused), and so on, tells the reason.
-// Later releases may add reasons, so a hook that labels skips by reason
-// needs a label for a reason it does not know.
-type SkippedEvent struct {
-	Source   string           // the source that was not claimed
-	Err      *NotClaimedError // Reason says why: ErrAlreadyRunning, ErrTooSoon, ErrTickDone or ErrPaused
-	Duration time.Duration    // how long the claim took
-}
-
-// ClaimFailedEvent describes a claim that failed: it neither started a run
-// nor was skipped.
-type ClaimFailedEvent struct {
-	Source   string        // the source that was not claimed
-	Err      error         // what Claim returned
-	Duration time.Duration // how long the claim took; 0 if it was refused before reaching the store
-}
-
-// FinishedEvent describes a run whose outcome was recorded.
-type FinishedEvent struct {
-	Run      *Run          // the finished run
-	Status   Status        // StatusSucceeded or StatusFailed
-	Err      error         // the job's error, nil if it succeeded
-	Duration time.Duration // from the claim to the recorded outcome, by the local clock
-}
-
-// HeartbeatFailedEvent describes a heartbeat that failed without losing
-// the lease (yet).
-type HeartbeatFailedEvent struct {
-	Run *Run  // the run whose lease was not extended
-	Err error // why; the lease is lost once it ends without a later success
-}
-
-// LeaseLostEvent describes a holder learning that its run is lost.
-type LeaseLostEvent struct {
-	Run   *Run  // the lost run
-	Cause error // matches ErrLeaseLost
+// Event describes what a hook is called for. Each hook fills the fields
+// its doc names (see Hooks) and leaves the others zero. Later releases may
+// add fields.
+type Event struct {
+	Source   string        // the source claimed, or the run's
+	Run      *Run          // the run; nil for a claim that started none
+	Err      error         // the skip, failure or cause; nil if none
+	Status   Status        // the outcome recorded (Finished)
+	Duration time.Duration // how long the claim, or the run, took
 }
 
 // WithHooks adds functions called on the events of a run's life. Given
@@ -137,7 +116,7 @@ func (c *Claimer) claimed(run *Run, d time.Duration) {
 			slog.String("source", run.Source), slog.Int64("run_id", run.ID), slog.Duration("took", d))
 	}
 	if f := c.cfg.hooks.Claimed; f != nil {
-		f(ClaimedEvent{Run: run, Duration: d})
+		f(Event{Source: run.Source, Run: run, Duration: d})
 	}
 }
 
@@ -162,7 +141,7 @@ func (c *Claimer) notClaimed(ctx context.Context, source string, err error, d ti
 			slog.String("source", source), slog.String("reason", nc.Error()))
 	}
 	if f := c.cfg.hooks.Skipped; f != nil {
-		f(SkippedEvent{Source: source, Err: nc, Duration: d})
+		f(Event{Source: source, Err: nc, Duration: d})
 	}
 }
 
@@ -180,7 +159,7 @@ func (c *Claimer) claimFailed(ctx context.Context, source string, err error, d t
 			slog.String("source", strings.ToValidUTF8(logged, "\uFFFD")), slog.String("error", err.Error()), slog.Duration("took", d))
 	}
 	if f := c.cfg.hooks.ClaimFailed; f != nil {
-		f(ClaimFailedEvent{Source: source, Err: err, Duration: d})
+		f(Event{Source: source, Err: err, Duration: d})
 	}
 }
 
@@ -197,7 +176,7 @@ func (r *Run) finishedEvent(status Status, jobErr error) {
 		c.cfg.logger.LogAttrs(context.Background(), level, "runclaim: finished", attrs...)
 	}
 	if f := c.cfg.hooks.Finished; f != nil {
-		f(FinishedEvent{Run: r, Status: status, Err: jobErr, Duration: d})
+		f(Event{Source: r.Source, Run: r, Status: status, Err: jobErr, Duration: d})
 	}
 }
 
@@ -209,7 +188,7 @@ func (r *Run) lostEvent(err error) {
 			slog.String("source", r.Source), slog.Int64("run_id", r.ID), slog.String("cause", err.Error()))
 	}
 	if f := c.cfg.hooks.LeaseLost; f != nil {
-		f(LeaseLostEvent{Run: r, Cause: err})
+		f(Event{Source: r.Source, Run: r, Err: err})
 	}
 }
 
@@ -235,6 +214,6 @@ func (r *Run) failed(err error, heartbeat bool) {
 			slog.String("source", r.Source), slog.Int64("run_id", r.ID), slog.String("error", err.Error()))
 	}
 	if f := c.cfg.hooks.HeartbeatFailed; f != nil {
-		f(HeartbeatFailedEvent{Run: r, Err: err})
+		f(Event{Source: r.Source, Run: r, Err: err})
 	}
 }

@@ -19,9 +19,9 @@ import (
 // logger.
 type observed struct {
 	mu      sync.Mutex // protects the fields below
-	claimed []runclaim.ClaimedEvent
-	skipped []runclaim.SkippedEvent
-	failed  []runclaim.ClaimFailedEvent
+	claimed []runclaim.Event
+	skipped []runclaim.Event
+	failed  []runclaim.Event
 	log     bytes.Buffer // JSON lines
 }
 
@@ -29,9 +29,9 @@ func (o *observed) options() []runclaim.Option {
 	lock := func(f func()) { o.mu.Lock(); defer o.mu.Unlock(); f() }
 	return []runclaim.Option{
 		runclaim.WithHooks(runclaim.Hooks{
-			Claimed:     func(e runclaim.ClaimedEvent) { lock(func() { o.claimed = append(o.claimed, e) }) },
-			Skipped:     func(e runclaim.SkippedEvent) { lock(func() { o.skipped = append(o.skipped, e) }) },
-			ClaimFailed: func(e runclaim.ClaimFailedEvent) { lock(func() { o.failed = append(o.failed, e) }) },
+			Claimed:     func(e runclaim.Event) { lock(func() { o.claimed = append(o.claimed, e) }) },
+			Skipped:     func(e runclaim.Event) { lock(func() { o.skipped = append(o.skipped, e) }) },
+			ClaimFailed: func(e runclaim.Event) { lock(func() { o.failed = append(o.failed, e) }) },
 		}),
 		runclaim.WithLogger(slog.New(slog.NewJSONHandler(lockedWriter{o}, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 	}
@@ -46,7 +46,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 }
 
 // take returns what was recorded and forgets it.
-func (o *observed) take(t *testing.T) (claimed, skipped, failed int, events []runclaim.ClaimFailedEvent, logs []map[string]any) {
+func (o *observed) take(t *testing.T) (claimed, skipped, failed int, events []runclaim.Event, logs []map[string]any) {
 	t.Helper()
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -466,8 +466,8 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 		return err
 	}
 	hooks := runclaim.Hooks{
-		HeartbeatFailed: func(ev runclaim.HeartbeatFailedEvent) { keep("hook HeartbeatFailed", ev.Err) },
-		LeaseLost:       func(ev runclaim.LeaseLostEvent) { keep("hook LeaseLost", ev.Cause) },
+		HeartbeatFailed: func(ev runclaim.Event) { keep("hook HeartbeatFailed", ev.Err) },
+		LeaseLost:       func(ev runclaim.Event) { keep("hook LeaseLost", ev.Err) },
 	}
 	// A lease under a second, so that the lost-lease paths whose errors
 	// and logs the test reads come quickly; it asserts what the texts hold,

@@ -290,7 +290,7 @@ func TestRestartAcrossTick(t *testing.T) {
 func TestZeroTick(t *testing.T) {
 	store := runclaim.NewMemoryStore()
 	var failed int
-	c, err := runclaim.New(store, runclaim.WithHooks(runclaim.Hooks{ClaimFailed: func(runclaim.ClaimFailedEvent) { failed++ }}))
+	c, err := runclaim.New(store, runclaim.WithHooks(runclaim.Hooks{ClaimFailed: func(runclaim.Event) { failed++ }}))
 	if err != nil {
 		t.Fatal(err)
 	}

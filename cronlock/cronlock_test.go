@@ -95,7 +95,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
 	attempts := make(chan attempt, 2)
-	finished := make(chan runclaim.FinishedEvent, 2)
+	finished := make(chan runclaim.Event, 2)
 	release := make(chan struct{})
 	done := make(chan struct{}) // stops the gates and unblocks a held job
 	var gates []*gate
@@ -103,7 +103,7 @@ func testOneRunPerTick(t *testing.T, store runclaim.Store, variant string) {
 
 	for _, replica := range []string{"replica-a", "replica-b"} {
 		claimer, err := runclaim.New(store, runclaim.WithOwner(replica),
-			runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.FinishedEvent) { finished <- e }}))
+			runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.Event) { finished <- e }}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,9 +229,9 @@ func (r *recorder) String() string {
 // TestOutcomes checks what is recorded and logged when a job fails, panics
 // or is skipped for being too soon.
 func TestOutcomes(t *testing.T) {
-	var events []runclaim.FinishedEvent
+	var events []runclaim.Event
 	claimer, err := runclaim.New(runclaim.NewMemoryStore(), runclaim.WithMinInterval(time.Hour),
-		runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.FinishedEvent) { events = append(events, e) }}))
+		runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.Event) { events = append(events, e) }}))
 	if err != nil {
 		t.Fatal(err)
 	}

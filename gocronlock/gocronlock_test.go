@@ -62,14 +62,14 @@ func TestTwoSchedulersOneRunPerTick(t *testing.T) {
 				err     error // nil: the job ran
 			}
 			attempts := make(chan attempt, 2)
-			finished := make(chan runclaim.FinishedEvent, 2)
+			finished := make(chan runclaim.Event, 2)
 			release := make(chan struct{})
 			done := make(chan struct{}) // unblocks a held job if the test fails
 			clk := clockwork.NewFakeClockAt(time.Now().Truncate(time.Minute))
 
 			for _, replica := range []string{"replica-a", "replica-b"} {
 				claimer := newClaimer(t, store, runclaim.WithOwner(replica),
-					runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.FinishedEvent) { finished <- e }}))
+					runclaim.WithHooks(runclaim.Hooks{Finished: func(e runclaim.Event) { finished <- e }}))
 				s, err := gocron.NewScheduler(
 					gocron.WithClock(clk),
 					gocron.WithDistributedLocker(newLocker(t, claimer, minutely, gocronlock.WithClock(clk.Now))),
@@ -279,9 +279,9 @@ func TestUnlockAfterLeaseLost(t *testing.T) {
 		return now
 	}))
 	const lease = time.Minute
-	lost := make(chan runclaim.LeaseLostEvent, 1)
+	lost := make(chan runclaim.Event, 1)
 	holder := newClaimer(t, store, runclaim.WithLease(lease),
-		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.LeaseLostEvent) { lost <- e }}))
+		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.Event) { lost <- e }}))
 	// The first heartbeat is due in 20 s of real time: none happens during
 	// the test.
 	lk, err := newLocker(t, holder, minutely).Lock(ctx, "sweep")

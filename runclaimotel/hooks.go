@@ -234,7 +234,7 @@ func (t *Telemetry) ContextWithRun(ctx context.Context, run *runclaim.Run) conte
 	return trace.ContextWithSpan(ctx, rs.span)
 }
 
-func (t *Telemetry) claimed(e runclaim.ClaimedEvent) {
+func (t *Telemetry) claimed(e runclaim.Event) {
 	now := t.cfg.now()
 	run := e.Run
 	source := SourceKey.String(run.Source)
@@ -266,13 +266,14 @@ func (t *Telemetry) claimed(e runclaim.ClaimedEvent) {
 	t.activeRuns.Add(ctx, 1, metric.WithAttributes(source))
 }
 
-func (t *Telemetry) skipped(e runclaim.SkippedEvent) {
+func (t *Telemetry) skipped(e runclaim.Event) {
 	now := t.cfg.now()
 	source := SourceKey.String(e.Source)
 	outcome := ClaimOutcomeKey.String(OutcomeSkipped)
 	reason := SkipReasonKey.String(skipReason(e.Err))
 	attrs := []attribute.KeyValue{source, outcome, reason}
-	if h := e.Err.Holder; h != nil {
+	if nc := (*runclaim.NotClaimedError)(nil); errors.As(e.Err, &nc) && nc.Holder != nil {
+		h := nc.Holder
 		attrs = append(attrs, RunIDKey.Int64(h.ID), RunOwnerKey.String(h.Owner))
 	}
 	_, span := t.tracer.Start(context.Background(), "skip "+e.Source,
@@ -286,7 +287,7 @@ func (t *Telemetry) skipped(e runclaim.SkippedEvent) {
 	t.claimDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(source, outcome))
 }
 
-func (t *Telemetry) claimFailed(e runclaim.ClaimFailedEvent) {
+func (t *Telemetry) claimFailed(e runclaim.Event) {
 	now := t.cfg.now()
 	name := e.Source
 	errType := errorType(e.Err)
@@ -309,7 +310,7 @@ func (t *Telemetry) claimFailed(e runclaim.ClaimFailedEvent) {
 	t.claimDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(source, outcome))
 }
 
-func (t *Telemetry) finished(e runclaim.FinishedEvent) {
+func (t *Telemetry) finished(e runclaim.Event) {
 	now := t.cfg.now()
 	rs, ok := t.take(e.Run)
 	if !ok {
@@ -337,7 +338,7 @@ func (t *Telemetry) finished(e runclaim.FinishedEvent) {
 	t.ended(rs, status, now)
 }
 
-func (t *Telemetry) heartbeatFailed(e runclaim.HeartbeatFailedEvent) {
+func (t *Telemetry) heartbeatFailed(e runclaim.Event) {
 	t.mu.Lock()
 	rs, ok := t.spans[e.Run]
 	t.mu.Unlock()
@@ -350,7 +351,7 @@ func (t *Telemetry) heartbeatFailed(e runclaim.HeartbeatFailedEvent) {
 	t.heartbeatFailures.Add(context.Background(), 1, metric.WithAttributes(source))
 }
 
-func (t *Telemetry) leaseLost(e runclaim.LeaseLostEvent) {
+func (t *Telemetry) leaseLost(e runclaim.Event) {
 	now := t.cfg.now()
 	source := SourceKey.String(e.Run.Source)
 	t.leasesLost.Add(context.Background(), 1, metric.WithAttributes(source))
@@ -360,9 +361,9 @@ func (t *Telemetry) leaseLost(e runclaim.LeaseLostEvent) {
 	}
 	span := rs.span
 	span.AddEvent(EventLeaseLost, trace.WithTimestamp(now), trace.WithAttributes(
-		semconv.ExceptionMessageKey.String(e.Cause.Error())))
+		semconv.ExceptionMessageKey.String(e.Err.Error())))
 	span.SetAttributes(RunStatusKey.String(StatusLost), semconv.ErrorTypeKey.String(ErrorTypeLeaseLost))
-	span.SetStatus(codes.Error, e.Cause.Error())
+	span.SetStatus(codes.Error, e.Err.Error())
 	span.End(trace.WithTimestamp(now))
 	t.ended(rs, StatusLost, now)
 }

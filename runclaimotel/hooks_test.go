@@ -582,7 +582,7 @@ func TestSkipReasons(t *testing.T) {
 		errors.New("runclaim: rate limited"): runclaimotel.ReasonOther,
 	} {
 		b := setup(t)
-		b.tel.Hooks().Skipped(runclaim.SkippedEvent{Source: "nightly", Err: &runclaim.NotClaimedError{Source: "nightly", Reason: reason}})
+		b.tel.Hooks().Skipped(runclaim.Event{Source: "nightly", Err: &runclaim.NotClaimedError{Source: "nightly", Reason: reason}})
 		skip := spanNamed(t, b.spans.Ended(), "skip nightly")
 		equalAttrs(t, reason.Error(), skip.Attributes(), map[string]string{
 			"runclaim.source": "nightly", "runclaim.claim.outcome": "skipped", "runclaim.skip.reason": want})

@@ -101,16 +101,16 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // on the claiming goroutine, as runclaim requires.
 func (m *Metrics) Hooks() runclaim.Hooks {
 	return runclaim.Hooks{
-		Claimed: func(e runclaim.ClaimedEvent) {
+		Claimed: func(e runclaim.Event) {
 			m.claims.WithLabelValues(e.Run.Source, OutcomeClaimed).Inc()
 			m.claimLatency.WithLabelValues(OutcomeClaimed).Observe(e.Duration.Seconds())
 		},
-		Skipped: func(e runclaim.SkippedEvent) {
+		Skipped: func(e runclaim.Event) {
 			m.claims.WithLabelValues(e.Source, OutcomeSkipped).Inc()
 			m.skips.WithLabelValues(e.Source, skipReason(e.Err)).Inc()
 			m.claimLatency.WithLabelValues(OutcomeSkipped).Observe(e.Duration.Seconds())
 		},
-		ClaimFailed: func(e runclaim.ClaimFailedEvent) {
+		ClaimFailed: func(e runclaim.Event) {
 			// An outage shows as failed claims, not as a quiet period
 			// without claims.
 			source := e.Source
@@ -120,13 +120,13 @@ func (m *Metrics) Hooks() runclaim.Hooks {
 			m.claims.WithLabelValues(source, OutcomeFailed).Inc()
 			m.claimLatency.WithLabelValues(OutcomeFailed).Observe(e.Duration.Seconds())
 		},
-		Finished: func(e runclaim.FinishedEvent) {
+		Finished: func(e runclaim.Event) {
 			m.runDuration.WithLabelValues(e.Run.Source, string(e.Status)).Observe(e.Duration.Seconds())
 		},
-		HeartbeatFailed: func(e runclaim.HeartbeatFailedEvent) {
+		HeartbeatFailed: func(e runclaim.Event) {
 			m.heartbeatErrors.WithLabelValues(e.Run.Source).Inc()
 		},
-		LeaseLost: func(e runclaim.LeaseLostEvent) {
+		LeaseLost: func(e runclaim.Event) {
 			m.leasesLost.WithLabelValues(e.Run.Source).Inc()
 			m.lastLeaseLost.SetToCurrentTime()
 		},

@@ -164,7 +164,7 @@ func TestSkipReasons(t *testing.T) {
 	if _, err := c.Claim(ctx, "held"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
 		t.Fatalf("claim of a held source: %v, want ErrAlreadyRunning", err)
 	}
-	m.Hooks().Skipped(runclaim.SkippedEvent{Source: "limited",
+	m.Hooks().Skipped(runclaim.Event{Source: "limited",
 		Err: &runclaim.NotClaimedError{Source: "limited", Reason: errors.New("runclaim: rate limited")}})
 	want := []string{"held already_running=1", "limited other=1", "paused paused=1", "ticked tick_done=1", "ticked too_soon=1"}
 	if got := skips(t, reg); !slices.Equal(got, want) {
@@ -180,7 +180,7 @@ func TestNewTwice(t *testing.T) {
 	if _, err := runclaimprom.New(reg); err == nil || !strings.HasPrefix(err.Error(), "runclaimprom: ") {
 		t.Fatalf("second New on one registry: %v; want a runclaimprom error", err)
 	}
-	m.Hooks().LeaseLost(runclaim.LeaseLostEvent{Run: &runclaim.Run{Source: "s"}, Cause: runclaim.ErrLeaseLost})
+	m.Hooks().LeaseLost(runclaim.Event{Source: "s", Run: &runclaim.Run{Source: "s"}, Err: runclaim.ErrLeaseLost})
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP runclaim_leases_lost_total Runs whose holder learned that the run was no longer its own.
 # TYPE runclaim_leases_lost_total counter
@@ -222,8 +222,8 @@ func TestRunEvents(t *testing.T) {
 	var own []string
 	c, err := runclaim.New(store, runclaim.WithLease(time.Minute), runclaim.WithHooks(m.Hooks()),
 		runclaim.WithHooks(runclaim.Hooks{
-			Finished:  func(e runclaim.FinishedEvent) { own = append(own, "finished "+e.Run.Source) },
-			LeaseLost: func(e runclaim.LeaseLostEvent) { own = append(own, "lost "+e.Run.Source) },
+			Finished:  func(e runclaim.Event) { own = append(own, "finished "+e.Run.Source) },
+			LeaseLost: func(e runclaim.Event) { own = append(own, "lost "+e.Run.Source) },
 		}))
 	if err != nil {
 		t.Fatal(err)

@@ -335,18 +335,18 @@ type runEvents struct {
 // hooks note the events, and print them on c's stderr if --verbose.
 func (e *runEvents) hooks(c *cli, o *execOptions) runclaim.Hooks {
 	return runclaim.Hooks{
-		Claimed: func(ev runclaim.ClaimedEvent) {
+		Claimed: func(ev runclaim.Event) {
 			if o.verbose {
 				fmt.Fprintf(c.stderr, "runclaim exec: claimed run %d of %q as %s (lease %v)\n", ev.Run.ID, ev.Run.Source, visible(ev.Run.Owner), o.lease)
 			}
 		},
-		Finished: func(ev runclaim.FinishedEvent) {
+		Finished: func(ev runclaim.Event) {
 			e.recorded.Store(true)
 			if o.verbose {
 				fmt.Fprintf(c.stderr, "runclaim exec: run %d of %q recorded as %s\n", ev.Run.ID, ev.Run.Source, ev.Status)
 			}
 		},
-		LeaseLost: func(runclaim.LeaseLostEvent) { e.lost.Store(true) },
+		LeaseLost: func(runclaim.Event) { e.lost.Store(true) },
 	}
 }
 

@@ -91,7 +91,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	var lost sync.Map // run ID -> struct{}: runs whose lease this child lost
 	claimer, err := runclaim.New(store, runclaim.WithLease(crashLease), runclaim.WithOwner(os.Getenv(envOwner)),
-		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.LeaseLostEvent) { lost.Store(e.Run.ID, struct{}{}) }}))
+		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.Event) { lost.Store(e.Run.ID, struct{}{}) }}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestLostAnswer(t *testing.T) {
 	const lease = 4 * time.Second
 	var lost atomic.Int32
 	a := newClaimer(t, newStore(t, pool), runclaim.WithLease(lease), runclaim.WithOwner("a"),
-		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.LeaseLostEvent) { lost.Add(1) }}))
+		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.Event) { lost.Add(1) }}))
 	b := newClaimer(t, direct, runclaim.WithLease(lease), runclaim.WithOwner("b"))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*wait)
 	defer cancel()

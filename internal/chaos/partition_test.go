@@ -249,8 +249,8 @@ func TestPartitionLatencySpike(t *testing.T) {
 	bs := &beatStore{Store: newStore(t, proxied), beats: make(chan beat, 64)}
 	a := newClaimer(t, bs, runclaim.WithLease(lease), runclaim.WithHeartbeat(heartbeat), runclaim.WithOwner("replica-a"),
 		runclaim.WithHooks(runclaim.Hooks{
-			HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { failedBeats.Add(1) },
-			LeaseLost:       func(runclaim.LeaseLostEvent) { lost.Add(1) },
+			HeartbeatFailed: func(runclaim.Event) { failedBeats.Add(1) },
+			LeaseLost:       func(runclaim.Event) { lost.Add(1) },
 		}))
 	b := newClaimer(t, newStore(t, direct), runclaim.WithLease(lease), runclaim.WithOwner("replica-b"))
 	warmUp(t, a, "warm-up")

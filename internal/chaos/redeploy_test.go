@@ -113,9 +113,9 @@ func TestRedeployChild(t *testing.T) {
 
 	claimer, err := runclaim.New(store, runclaim.WithLease(redeployLease), runclaim.WithOwner(owner),
 		runclaim.WithHooks(runclaim.Hooks{
-			Claimed: func(e runclaim.ClaimedEvent) { record("C %s %d won", e.Run.Source, e.Duration.Microseconds()) },
-			Skipped: func(e runclaim.SkippedEvent) { record("C %s %d skipped", e.Source, e.Duration.Microseconds()) },
-			ClaimFailed: func(e runclaim.ClaimFailedEvent) {
+			Claimed: func(e runclaim.Event) { record("C %s %d won", e.Run.Source, e.Duration.Microseconds()) },
+			Skipped: func(e runclaim.Event) { record("C %s %d skipped", e.Source, e.Duration.Microseconds()) },
+			ClaimFailed: func(e runclaim.Event) {
 				outcome := "failed"
 				if term.Err() != nil && errors.Is(e.Err, context.Canceled) {
 					outcome = "shutdown" // claimed as SIGTERM came: the replica's own cancellation

@@ -86,11 +86,11 @@ func TestRestart(t *testing.T) {
 	longBeats := &beatStore{Store: newStore(t, holdersPool), beats: make(chan beat, 256)}
 	short := newClaimer(t, newStore(t, holdersPool), runclaim.WithLease(shortLease), runclaim.WithHeartbeat(heartbeat),
 		runclaim.WithOwner("holder-short"), runclaim.WithHooks(runclaim.Hooks{
-			HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { shortFailedBeats.Add(1) },
+			HeartbeatFailed: func(runclaim.Event) { shortFailedBeats.Add(1) },
 		}))
 	long := newClaimer(t, longBeats, runclaim.WithLease(longLease), runclaim.WithHeartbeat(heartbeat),
 		runclaim.WithOwner("holder-long"), runclaim.WithHooks(runclaim.Hooks{
-			HeartbeatFailed: func(runclaim.HeartbeatFailedEvent) { longFailedBeats.Add(1) },
+			HeartbeatFailed: func(runclaim.Event) { longFailedBeats.Add(1) },
 		}))
 	other := newClaimer(t, newStore(t, claimerPool), runclaim.WithLease(shortLease), runclaim.WithOwner("claimer-c"))
 

@@ -79,7 +79,7 @@ func TestFailoverErrors(t *testing.T) {
 	// retry then succeeds.
 	holder, err := runclaim.New(store, runclaim.WithLease(6*time.Second), runclaim.WithHeartbeat(500*time.Millisecond),
 		runclaim.WithOwner("holder"), runclaim.WithHooks(runclaim.Hooks{
-			HeartbeatFailed: func(e runclaim.HeartbeatFailedEvent) {
+			HeartbeatFailed: func(e runclaim.Event) {
 				mu.Lock()
 				hbErrs = append(hbErrs, e.Err)
 				mu.Unlock()
