@@ -374,3 +374,55 @@ func testDoManyBatchFailuresKeepRuns(t *testing.T) {
 		t.Errorf("%d HeartbeatMany calls in three leases, want at least 5", n)
 	}
 }
+
+// oneByOneStore is a Store that is neither a ManyClaimer nor an
+// Unclaimer: it forwards Claim, Heartbeat and Finish to a MemoryStore, and
+// its Claim of the source fail returns errDown.
+type oneByOneStore struct {
+	mem  *runclaim.MemoryStore
+	fail string
+}
+
+var errDown = errors.New("database down")
+
+func (s *oneByOneStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	if req.Source == s.fail {
+		return runclaim.RunInfo{}, errDown
+	}
+	return s.mem.Claim(ctx, req)
+}
+
+func (s *oneByOneStore) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest) (time.Time, error) {
+	return s.mem.Heartbeat(ctx, req)
+}
+
+func (s *oneByOneStore) Finish(ctx context.Context, req runclaim.FinishRequest) error {
+	return s.mem.Finish(ctx, req)
+}
+
+// A ClaimManyTick that returns an error claims nothing and serves no tick,
+// also on a Store that is not a ManyClaimer: afterwards the same tick can
+// be claimed for every source, and the minimum interval does not count a
+// run of the failed call.
+func TestClaimManyTickErrorServesNoTick(t *testing.T) {
+	ctx := t.Context()
+	mem := runclaim.NewMemoryStore()
+	store := &oneByOneStore{mem: mem, fail: "c"}
+	tick := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := doClaimer(t, store, runclaim.WithMinInterval(time.Hour))
+	runs, err := c.ClaimManyTick(ctx, []string{"a", "b", "c"}, tick)
+	if err == nil || runs != nil {
+		t.Fatalf("ClaimManyTick with c failing: %v, %v; want nil and an error", runs, err)
+	}
+	after := doClaimer(t, mem, runclaim.WithMinInterval(time.Hour))
+	if r, err := after.ClaimTick(ctx, "a", tick); err != nil {
+		t.Errorf("ClaimTick of a for the tick after the failed call: %v, want a run: the tick is not served", err)
+	} else {
+		_ = r.Finish(ctx, nil)
+	}
+	if r, err := after.Claim(ctx, "b"); err != nil {
+		t.Errorf("Claim of b after the failed call: %v, want a run: no run of the call counts for the minimum interval", err)
+	} else {
+		_ = r.Finish(ctx, nil)
+	}
+}
