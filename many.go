@@ -38,6 +38,27 @@ type ManyHeartbeater interface {
 	HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error)
 }
 
+// An Unclaimer is a Store that can take back a run that a claim has just
+// won, as if the claim had never been made. Claimer's ClaimMany uses it
+// on a Store that is not a ManyClaimer, which it asks one source at a
+// time: when one of those claims fails, it unclaims the runs won before it, so that the call, which returns an error,
+// claims nothing and serves no tick. PostgresStore and MemoryStore
+// implement it.
+type Unclaimer interface {
+	Store
+	// Unclaim deletes the running run: no row or record of it is left,
+	// so it serves no tick, counts for no minimum interval, and its
+	// source is free. It returns an error matching ErrLeaseLost if the
+	// run is not running: finished, expired, released, taken back
+	// already, or another run. The run is named by its ID, source and
+	// StartedAt, as a HeartbeatRequest names it.
+	//
+	// A trigger that the claim used up is given back, unless another is
+	// pending, by a store that knows it: MemoryStore does, PostgresStore
+	// does not (a run's row does not record it).
+	Unclaim(ctx context.Context, run RunInfo) error
+}
+
 // ClaimResult is the answer to one request of a ManyClaimer's ClaimMany.
 type ClaimResult struct {
 	Run RunInfo // the run started, when Err is nil
@@ -106,9 +127,11 @@ func validateHeartbeats(reqs []HeartbeatRequest) error {
 // anything is sent. ctx bounds the call as it bounds Claim.
 //
 // A Store that is not a ManyClaimer is asked one source at a time. If
-// one of those claims fails, the runs already won are finished as failed
-// with that error, since a Store has no way to remove a run: they then
-// count for the minimum interval.
+// one of those claims fails, the runs already won are taken back with
+// Unclaim when the Store is an Unclaimer, and the call claims nothing.
+// Otherwise the Store has no way to remove a run, and the runs already
+// won are finished as failed with that error: they then count for the
+// minimum interval.
 //
 // opts change every claim of the call as they change Claim's. With
 // ForTick every run won serves the tick, and a source whose tick is done
@@ -116,6 +139,12 @@ func validateHeartbeats(reqs []HeartbeatRequest) error {
 // one scheduler firing names one tick for every source it fires (the top
 // of the minute for all the cities of a scraper); sources on different
 // schedules fire at different ticks, and then make one call per tick.
+//
+// An error serves no tick. A Store that is neither a ManyClaimer nor an
+// Unclaimer could leave ticks served by an error, since a failed run
+// serves its tick: on such a Store, ClaimMany with ForTick of more than
+// one source is refused before anything is sent, with an error that says
+// so; claim those sources one at a time.
 //
 // Each run must be finished, and kept alive while it lasts longer than
 // the lease: DoMany does both.
@@ -155,12 +184,19 @@ func (c *Claimer) claimMany(ctx context.Context, sources []string, tick time.Tim
 		results []ClaimResult
 		err     error
 	)
-	if mc, ok := c.store.(ManyClaimer); ok {
+	mc, many := c.store.(ManyClaimer)
+	_, unclaimer := c.store.(Unclaimer)
+	switch {
+	case many:
 		results, err = mc.ClaimMany(ctx, reqs)
 		if err == nil && len(results) != len(reqs) {
 			err = fmt.Errorf("runclaim: claim many: the store returned %d results for %d sources", len(results), len(reqs))
 		}
-	} else {
+	case !tick.IsZero() && !unclaimer && len(reqs) > 1:
+		err = fmt.Errorf("runclaim: claim many for a tick: the store (%T) is neither a ManyClaimer, which claims many sources in one step, nor an Unclaimer, which takes a claim back, so a failed call could leave ticks served; claim the %d sources one at a time", c.store, len(reqs))
+		c.manyFailed(ctx, sources, err, 0)
+		return nil, err
+	default:
 		results, err = c.claimEach(ctx, reqs)
 	}
 	took := time.Since(sent)
@@ -182,8 +218,10 @@ func (c *Claimer) claimMany(ctx context.Context, sources []string, tick time.Tim
 }
 
 // claimEach claims reqs one at a time, for a Store that is not a
-// ManyClaimer. When a claim fails, it finishes the runs won before as
-// failed and returns the error.
+// ManyClaimer. When a claim fails, it takes back the runs won before, with
+// Unclaim on an Unclaimer and otherwise by finishing them as failed, and
+// returns the error. A failed run serves its tick, so claimMany does not
+// ask a Store that is not an Unclaimer for several sources of a tick.
 func (c *Claimer) claimEach(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
 	results := make([]ClaimResult, len(reqs))
 	for i, req := range reqs {
@@ -195,9 +233,16 @@ func (c *Claimer) claimEach(ctx context.Context, reqs []ClaimRequest) ([]ClaimRe
 		err = fmt.Errorf("runclaim: claim many: claim %s: %w", quoteForError(req.Source), err)
 		fctx, cancel := finishContext(ctx)
 		defer cancel()
+		uc, unclaimer := c.store.(Unclaimer)
 		var undo []error
 		for _, r := range results[:i] {
 			if r.Err != nil {
+				continue
+			}
+			if unclaimer {
+				if uerr := uc.Unclaim(fctx, r.Run); uerr != nil {
+					undo = append(undo, fmt.Errorf("and run %d of %s, won before, could not be taken back: %w", r.Run.ID, quoteForError(r.Run.Source), uerr))
+				}
 				continue
 			}
 			ferr := c.store.Finish(fctx, FinishRequest{ID: r.Run.ID, Source: r.Run.Source, StartedAt: r.Run.StartedAt, Status: StatusFailed, Error: errorText(err)})
@@ -263,6 +308,8 @@ func (s *MemoryStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest
 var (
 	_ ManyClaimer     = (*MemoryStore)(nil)
 	_ ManyHeartbeater = (*MemoryStore)(nil)
+	_ Unclaimer       = (*MemoryStore)(nil)
 	_ ManyClaimer     = (*PostgresStore)(nil)
 	_ ManyHeartbeater = (*PostgresStore)(nil)
+	_ Unclaimer       = (*PostgresStore)(nil)
 )

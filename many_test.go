@@ -374,3 +374,128 @@ func testDoManyBatchFailuresKeepRuns(t *testing.T) {
 		t.Errorf("%d HeartbeatMany calls in three leases, want at least 5", n)
 	}
 }
+
+// oneByOneStore is a Store that is neither a ManyClaimer nor an
+// Unclaimer: it forwards Claim, Heartbeat and Finish to a MemoryStore, and
+// its Claim of the source fail returns errDown.
+type oneByOneStore struct {
+	mem  *runclaim.MemoryStore
+	fail string
+}
+
+var errDown = errors.New("database down")
+
+func (s *oneByOneStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	if req.Source == s.fail {
+		return runclaim.RunInfo{}, errDown
+	}
+	return s.mem.Claim(ctx, req)
+}
+
+func (s *oneByOneStore) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest) (time.Time, error) {
+	return s.mem.Heartbeat(ctx, req)
+}
+
+func (s *oneByOneStore) Finish(ctx context.Context, req runclaim.FinishRequest) error {
+	return s.mem.Finish(ctx, req)
+}
+
+// unclaimingStore is a oneByOneStore that is also an Unclaimer.
+type unclaimingStore struct{ oneByOneStore }
+
+func (s *unclaimingStore) Unclaim(ctx context.Context, run runclaim.RunInfo) error {
+	return s.mem.Unclaim(ctx, run)
+}
+
+// A ClaimMany with ForTick that returns an error claims nothing and serves no tick,
+// also on a Store that is not a ManyClaimer: afterwards the same tick can
+// be claimed for every source, and the minimum interval does not count a
+// run of the failed call. An Unclaimer takes back the runs won before the
+// failure; a Store that is not one is refused before anything is claimed.
+func TestClaimManyForTickErrorServesNoTick(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		store     func(*runclaim.MemoryStore) runclaim.Store
+		storeErr  bool // the store's error is returned, not a refusal
+		wantClaim int  // Claim calls that reach the store
+	}{
+		{"unclaimer", func(m *runclaim.MemoryStore) runclaim.Store {
+			return &unclaimingStore{oneByOneStore{mem: m, fail: "c"}}
+		}, true, 3},
+		{"neither", func(m *runclaim.MemoryStore) runclaim.Store {
+			return &oneByOneStore{mem: m, fail: "c"}
+		}, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			mem := runclaim.NewMemoryStore()
+			var claims atomic.Int32
+			inner := tc.store(mem)
+			spy := newSpyStore(inner)
+			spy.claim = func(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+				claims.Add(1)
+				return inner.Claim(ctx, req)
+			}
+			var store runclaim.Store = spy
+			if uc, ok := inner.(runclaim.Unclaimer); ok {
+				store = &unclaimingSpy{spy: spy, uc: uc}
+			}
+			tick := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			c := doClaimer(t, store, runclaim.WithMinInterval(time.Hour))
+			runs, err := c.ClaimMany(ctx, []string{"a", "b", "c"}, runclaim.ForTick(tick))
+			if err == nil || runs != nil {
+				t.Fatalf("ClaimMany with ForTick, c failing: %v, %v; want nil and an error", runs, err)
+			}
+			if errors.Is(err, errDown) != tc.storeErr {
+				t.Errorf("ClaimMany with ForTick: %v; the store's error returned: %v, want %v", err, !tc.storeErr, tc.storeErr)
+			}
+			if !tc.storeErr && !strings.Contains(err.Error(), "neither a ManyClaimer") {
+				t.Errorf("ClaimMany with ForTick: %v; want a refusal that names what the store lacks", err)
+			}
+			if n := int(claims.Load()); n != tc.wantClaim {
+				t.Errorf("%d claims reached the store, want %d", n, tc.wantClaim)
+			}
+			if f := spy.finishCalls(); len(f) != 0 {
+				t.Errorf("%d runs finished, want none: %+v", len(f), f)
+			}
+			after := doClaimer(t, mem, runclaim.WithMinInterval(time.Hour))
+			if r, err := after.Claim(ctx, "a", runclaim.ForTick(tick)); err != nil {
+				t.Errorf("Claim of a for the tick after the failed call: %v, want a run: the tick is not served", err)
+			} else {
+				_ = r.Finish(ctx, nil)
+			}
+			if r, err := after.Claim(ctx, "b"); err != nil {
+				t.Errorf("Claim of b after the failed call: %v, want a run: no run of the call counts for the minimum interval", err)
+			} else {
+				_ = r.Finish(ctx, nil)
+			}
+			// One source of a tick needs no taking back: it is asked.
+			r, err := c.ClaimMany(ctx, []string{"d"}, runclaim.ForTick(tick))
+			if err != nil || len(r) != 1 {
+				t.Errorf("ClaimMany with ForTick of one source: %v, %v; want its run", r, err)
+			}
+		})
+	}
+}
+
+// unclaimingSpy is a spyStore that forwards Unclaim to uc.
+type unclaimingSpy struct {
+	spy *spyStore
+	uc  runclaim.Unclaimer
+}
+
+func (s *unclaimingSpy) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
+	return s.spy.Claim(ctx, req)
+}
+
+func (s *unclaimingSpy) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest) (time.Time, error) {
+	return s.spy.Heartbeat(ctx, req)
+}
+
+func (s *unclaimingSpy) Finish(ctx context.Context, req runclaim.FinishRequest) error {
+	return s.spy.Finish(ctx, req)
+}
+
+func (s *unclaimingSpy) Unclaim(ctx context.Context, run runclaim.RunInfo) error {
+	return s.uc.Unclaim(ctx, run)
+}

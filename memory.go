@@ -37,6 +37,8 @@ func (p memPause) holds(now time.Time) bool { return p.until.IsZero() || p.until
 type memRun struct {
 	info        RunInfo
 	minInterval time.Duration // the interval its claim asked for
+	prev        *memRun       // the run of the source that started last before it, for Unclaim
+	trigger     time.Time     // when the trigger its claim used up was made; zero if none
 	status      Status
 	errText     string
 	finished    time.Time
@@ -96,7 +98,7 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 	// expired: a skip writes nothing. A lapsed run serves no tick, so the
 	// latest tick served is that of a finished run. A pending trigger lets
 	// the claim in despite a done tick and the interval.
-	_, triggered := s.triggers[req.Source]
+	triggerAt, triggered := s.triggers[req.Source]
 	if !tick.IsZero() && !triggered {
 		if done := s.served[req.Source]; !done.IsZero() && !tick.After(done) {
 			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTickDone, Tick: tick, DoneTick: done}
@@ -115,6 +117,8 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 	r := &memRun{
 		info:        RunInfo{ID: s.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease), Tick: tick},
 		minInterval: req.MinInterval,
+		prev:        s.latest[req.Source],
+		trigger:     triggerAt,
 		status:      StatusRunning,
 	}
 	s.runs[r.info.ID] = r
@@ -122,6 +126,40 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 	s.latest[req.Source] = r
 	delete(s.triggers, req.Source) // the claim that wins uses the trigger up
 	return r.info, nil
+}
+
+// Unclaim implements Unclaimer: it forgets the run, makes the run of the
+// source that started before it the latest again, and gives back the
+// trigger that the claim used up, unless another one is pending.
+func (s *MemoryStore) Unclaim(ctx context.Context, run RunInfo) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if err := validateRunRef(run.ID, run.Source, run.StartedAt); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: unclaim run %d: %w", run.ID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.runs[run.ID]
+	if r == nil || r.info.Source != run.Source || !r.info.StartedAt.Equal(run.StartedAt) || r.status != StatusRunning {
+		return fmt.Errorf("runclaim: unclaim run %d: %w", run.ID, ErrLeaseLost)
+	}
+	// A running run is the source's latest: a later claim either was
+	// skipped or expired it.
+	delete(s.runs, r.info.ID)
+	delete(s.running, r.info.Source)
+	if r.prev != nil {
+		s.latest[r.info.Source] = r.prev
+	} else {
+		delete(s.latest, r.info.Source)
+	}
+	if _, pending := s.triggers[r.info.Source]; !r.trigger.IsZero() && !pending {
+		s.triggers[r.info.Source] = r.trigger
+	}
+	return nil
 }
 
 // Pause implements Controller.

@@ -110,7 +110,7 @@ type PostgresStore struct {
 	// sql holds the statements of sql/, filled in for the store's table.
 	sql struct {
 		lock, expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
-		unclaimTrigger, unclaimManyTrigger                                       string
+		unclaimRun, unclaimTrigger, unclaimManyTrigger                           string
 		callMany, callManyTick, unclaimMany, heartbeatMany                       string // ClaimMany's and HeartbeatMany's
 		fenceLock, fenceCheck                                                    string
 		clock, running, history, releaseLockTimeout, release, prune              string
@@ -175,6 +175,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.heartbeat = s.statement("heartbeat")
 	s.sql.finish = s.statement("finish")
 	s.sql.unclaim = s.statement("unclaim")
+	s.sql.unclaimRun = s.statement("unclaim_run")
 	s.sql.unclaimTrigger = s.statement("unclaim_trigger")
 	s.sql.unclaimManyTrigger = s.statement("unclaim_many_trigger")
 	s.sql.readRun = s.statement("read_run")
@@ -273,6 +274,27 @@ func graceContext(ctx context.Context) (cctx context.Context, release func()) {
 // claimGrace is how long a claim already under way may go on after its
 // context ends, to learn whether it won (see Claim).
 const claimGrace = 5 * time.Second
+
+// Unclaim implements Unclaimer in one statement: it deletes the run's
+// row. A trigger that the claim used up stays used up: the row does not
+// record it.
+func (s *PostgresStore) Unclaim(ctx context.Context, run RunInfo) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if err := validateRunRef(run.ID, run.Source, run.StartedAt); err != nil {
+		return err
+	}
+	var gone int64
+	err := s.queryRow(ctx, s.sql.unclaimRun, []any{run.ID, run.Source, run.StartedAt}, &gone)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("runclaim: unclaim run %d: %w", run.ID, ErrLeaseLost)
+	}
+	if err != nil {
+		return s.wrap(ctx, "unclaim run "+strconv.FormatInt(run.ID, 10), err)
+	}
+	return nil
+}
 
 // Heartbeat implements Store in one statement.
 func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (time.Time, error) {

@@ -60,6 +60,14 @@ WHERE source = $2 AND started_at = $3::timestamptz
 -- the runs table, besides Prune.
 DELETE FROM {{table}} WHERE id = $1 AND started_at = $2::timestamptz AND status = 'running' RETURNING id
 
+-- name: unclaim_run
+-- Deletes running run $1 of source $2, started at $3, for Unclaim: a run
+-- that a claim has just won and its caller takes back, so that it leaves
+-- no row, serves no tick and counts for no minimum interval. By ID and
+-- source, as heartbeat finds a run; another run, or one that is not
+-- running, is not deleted, and no row comes back.
+DELETE FROM {{table}} WHERE id = $1 AND source = $2 AND started_at = $3::timestamptz AND status = 'running' RETURNING id
+
 -- name: unclaim_trigger
 -- unclaim for a run whose claim used up a trigger, made at $3 (schema
 -- version 7): it deletes the run and gives the trigger back to the

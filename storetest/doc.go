@@ -113,6 +113,13 @@
 //     is a runclaim.ManyHeartbeater extends many leases at once: each live
 //     run's, while a run finished, lapsed or named with another source is
 //     lost alone.
+//   - Taking a claim back, for a Store that is also a runclaim.Unclaimer
+//     (the case is skipped, and says so, for one that is not): a run taken
+//     back serves no tick, counts for no minimum interval (the source's
+//     run before it counts again) and leaves its source free; a run taken
+//     back already, a finished run, and a running run named with another
+//     start or source are not taken back, and Unclaim returns
+//     runclaim.ErrLeaseLost and changes nothing.
 //   - Control, for a Store that is also a runclaim.Controller (the cases
 //     are skipped, and say so, for one that is not): a pause skips every
 //     claim with runclaim.ErrPaused, its end as RetryAfter and its note,

@@ -61,6 +61,7 @@ var cases = []suiteCase{
 	{name: "ManyTickDone", store: testManyTickDone},
 	{name: "ManyExclusive", replicas: testManyExclusive},
 	{name: "ManyHeartbeats", store: testManyHeartbeats},
+	{name: "Unclaim", store: testUnclaim},
 	{name: "Pause", store: testPause},
 	{name: "TimedPause", store: testTimedPause},
 	{name: "TriggerOnce", store: testTriggerOnce},

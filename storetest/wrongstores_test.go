@@ -123,6 +123,9 @@ const (
 	bugTriggerReadOutside
 	// A pause's end after year 9999 is taken.
 	bugFarUntilAccepted
+	// Unclaim records the run as failed, as a Store without it would
+	// finish it: the run serves its tick and counts for the interval.
+	bugUnclaimFinishes
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -155,10 +158,12 @@ type lastRun struct {
 }
 
 type memRun struct {
-	info     runclaim.RunInfo
-	interval time.Duration
-	status   runclaim.Status
-	errText  string
+	info      runclaim.RunInfo
+	interval  time.Duration
+	status    runclaim.Status
+	errText   string
+	prevStart lastRun // the source's latest start that counted before this run, for Unclaim
+	hadPrev   bool    // whether there was one
 }
 
 func newMemBackend() *memBackend {
@@ -433,6 +438,7 @@ func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) run
 		interval: req.MinInterval,
 		status:   runclaim.StatusRunning,
 	}
+	r.prevStart, r.hadPrev = b.lastStart[req.Source]
 	b.runs[r.info.ID] = r
 	b.running[req.Source] = r
 	if bug != bugTriggerKept {
@@ -524,6 +530,44 @@ func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) erro
 	delete(s.b.running, r.info.Source)
 	if (req.Status == runclaim.StatusSucceeded || s.bug != bugTickFailedReopens) && r.info.Tick.After(s.b.served[r.info.Source]) {
 		s.b.served[r.info.Source] = r.info.Tick
+	}
+	return nil
+}
+
+// Unclaim implements runclaim.Unclaimer: it forgets the run, and the
+// source's start before it counts again. A trigger the claim used up stays
+// used up, as in the Postgres store.
+func (s *copyStore) Unclaim(ctx context.Context, run runclaim.RunInfo) error {
+	if run.ID <= 0 || run.StartedAt.IsZero() {
+		return fmt.Errorf("unclaim run %d: no run named", run.ID)
+	}
+	if err := runclaim.ValidateSource(run.Source); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("unclaim run %d: %w", run.ID, err)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	r := s.b.runs[run.ID]
+	if r == nil || r.info.Source != run.Source || !r.info.StartedAt.Equal(run.StartedAt) || r.status != runclaim.StatusRunning {
+		return fmt.Errorf("unclaim run %d: %w", run.ID, runclaim.ErrLeaseLost)
+	}
+	delete(s.b.running, r.info.Source)
+	if s.bug == bugUnclaimFinishes {
+		r.status, r.errText = runclaim.StatusFailed, "taken back"
+		if r.info.Tick.After(s.b.served[r.info.Source]) {
+			s.b.served[r.info.Source] = r.info.Tick
+		}
+		return nil
+	}
+	delete(s.b.runs, r.info.ID)
+	if last, ok := s.b.lastStart[r.info.Source]; ok && last.start.Equal(r.info.StartedAt) {
+		if r.hadPrev {
+			s.b.lastStart[r.info.Source] = r.prevStart
+		} else {
+			delete(s.b.lastStart, r.info.Source)
+		}
 	}
 	return nil
 }
@@ -797,6 +841,8 @@ var wrongStores = []wrongStore{
 		"TriggerUnderContention", copyBackend(bugTriggerReadOutside)},
 	{"far-until-accepted", "a pause's end after year 9999 taken",
 		"ControlBadInput", copyBackend(bugFarUntilAccepted)},
+	{"unclaim-finishes", "Unclaim records the run as failed: it serves its tick and counts for the interval",
+		"Unclaim", copyBackend(bugUnclaimFinishes)},
 	{"case-insensitive", "sources compared without regard to case",
 		"LookalikeSources", func() func() runclaim.Store {
 			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)
