@@ -157,8 +157,7 @@ func TestSkipReasons(t *testing.T) {
 	if _, err := c.Claim(ctx, "ticked"); !errors.Is(err, runclaim.ErrTooSoon) {
 		t.Fatalf("claim within the minimum interval: %v, want ErrTooSoon", err)
 	}
-	run, err = c.Claim(ctx, "held")
-	if err != nil {
+	if _, err := c.Claim(ctx, "held"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Claim(ctx, "held"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
