@@ -18,7 +18,7 @@ import (
 // replica can take the source over before fn has stopped. A run is lost
 // when a heartbeat finds it gone, and also when, without a successful
 // heartbeat, its lease is about to end by this process's own clock
-// (Claimer.ExpiryMargin before its end), so that fn hears of it before
+// (Settings.ExpiryMargin before its end), so that fn hears of it before
 // another replica can take the source over. Then run.Lost() is closed and
 // fn's context is cancelled with a cause matching ErrLeaseLost, unless a
 // shutdown cancelled it first: a context is cancelled once, so a run lost

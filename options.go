@@ -55,8 +55,8 @@ func WithMinInterval(d time.Duration) Option {
 // running run. The default is a third of the lease; it must be positive
 // and shorter than half the lease, so that one failed heartbeat does not
 // lose the run. The rest of the heartbeat timing follows from it and the
-// lease (see Claimer.ExpiryMargin, Claimer.HeartbeatTimeout and
-// Claimer.RetryDelay).
+// lease (see Settings.ExpiryMargin, Settings.HeartbeatTimeout and
+// Settings.RetryDelay).
 func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

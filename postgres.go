@@ -241,9 +241,9 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	switch {
 	case err == nil:
 		// The run goes, and the trigger it used up, if any, comes back.
-		sql, args := s.sql.unclaim, []any{info.ID, info.StartedAt}
+		sql, args := s.sql.unclaim, []any{info.ID, info.StartedAt, info.Source}
 		if !trigger.IsZero() {
-			sql, args = s.sql.unclaimTrigger, append(args, trigger)
+			sql, args = s.sql.unclaimTrigger, []any{info.ID, info.StartedAt, trigger, info.Source}
 		}
 		var gone int64
 		if derr := s.queryRow(cctx, sql, args, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {

@@ -58,7 +58,10 @@ import (
 // NULL); db_now, the database clock when it decided; won, whether it
 // inserted a run; run_*, the run it inserted (without the owner, which is
 // the caller's), or else the source's running run, if any; retry_after,
-// the earliest start the minimum interval allows, when it read it.
+// the earliest start the minimum interval allows, when it read it. Since
+// version 7, a win that used up a trigger returns run_owner
+// usedTriggerMark and retry_after the trigger's time instead; a win
+// without one returns both NULL.
 //
 // The function's name is the table's with claimFuncSuffix, which fits in
 // Postgres's 63-byte identifiers for every table name WithTable accepts
@@ -131,13 +134,13 @@ func (r *funcClaim) settle() {
 	}
 }
 
-// claimFunc returns the quoted, schema-qualified name of the claim
-// function.
 // usedTriggerMark is what the claim function of version 7 returns as
 // run_owner for a win that used up a trigger; retry_after is then the
 // trigger's time. Before version 7, run_owner is NULL on a win.
 const usedTriggerMark = "trigger"
 
+// claimFunc returns the quoted, schema-qualified name of the claim
+// function.
 func (s *PostgresStore) claimFunc() string {
 	return pgx.Identifier{s.schema, s.table + claimFuncSuffix}.Sanitize()
 }

@@ -63,9 +63,13 @@ func (s *PostgresStore) controlTable() string {
 //
 // Once Pause returns, no claim starts a run of the source until the pause
 // ends: Pause first waits for the claims of the source in flight, which
-// hold its advisory lock until they commit (for milliseconds), and claims
-// made meanwhile are skipped as in flight. A run already running goes on;
-// see Release to end it.
+// hold its advisory lock until they commit, and claims made meanwhile are
+// skipped as in flight. A claim holds it for milliseconds, longer while
+// its commit waits for a synchronous standby or a ClaimMany decides many
+// sources; ctx bounds the wait. The lock's key is the store's namespace's
+// (WithNamespace): a store with another namespace than the claimers'
+// does not wait for their claims. A run already running goes on; see
+// Release to end it.
 func (s *PostgresStore) Pause(ctx context.Context, source string, until time.Time, note string) error {
 	if err := checkPause(ctx, source, until, note); err != nil {
 		return err

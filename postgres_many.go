@@ -189,19 +189,23 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		return nil, nil, fmt.Errorf("runclaim: claim %d sources: %d rows", n, rowsRead)
 	}
 	out, triggers := make([]ClaimResult, n), make([]time.Time, n)
+	var failed error
 	for i := range a.results {
 		out[i].Run, triggers[i], out[i].Err = a.results[i].result(reqs[i], explicit)
-		if out[i].Err != nil && !errors.Is(out[i].Err, ErrNotClaimed) {
-			// The transaction has committed: undo what it won.
-			err := out[i].Err
-			if err != errNeedExplicit {
-				err = fmt.Errorf("runclaim: claim %d sources: %w", n, err)
-			}
-			if derr := s.unclaimMany(ctx, out, triggers); derr != nil {
-				return nil, nil, fmt.Errorf("%w; and the runs it won could not be deleted: %w", err, derr)
-			}
-			return nil, nil, err
+		if failed == nil && out[i].Err != nil && !errors.Is(out[i].Err, ErrNotClaimed) {
+			failed = out[i].Err
 		}
+	}
+	if failed != nil {
+		// The transaction has committed: undo what it won, in every row,
+		// before and after the one that failed.
+		if failed != errNeedExplicit {
+			failed = fmt.Errorf("runclaim: claim %d sources: %w", n, failed)
+		}
+		if derr := s.unclaimMany(ctx, out, triggers); derr != nil {
+			return nil, nil, fmt.Errorf("%w; and the runs it won could not be deleted: %w", failed, derr)
+		}
+		return nil, nil, failed
 	}
 	return out, triggers, nil
 }
@@ -233,6 +237,7 @@ func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult, trig
 	var (
 		ids         []int64
 		starts      []time.Time
+		sources     []string
 		used        []pgtype.Timestamptz
 		anyTriggers bool
 	)
@@ -240,6 +245,7 @@ func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult, trig
 		if r.Err == nil && r.Run.ID > 0 {
 			ids = append(ids, r.Run.ID)
 			starts = append(starts, r.Run.StartedAt)
+			sources = append(sources, r.Run.Source)
 			used = append(used, pgtype.Timestamptz{Time: triggers[i], Valid: !triggers[i].IsZero()})
 			anyTriggers = anyTriggers || !triggers[i].IsZero()
 		}
@@ -251,9 +257,9 @@ func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult, trig
 	defer cancel()
 	if anyTriggers {
 		// The runs go, and the triggers they used up come back.
-		return s.batchReadCommitted(dctx, func(b *pgx.Batch) { b.Queue(s.sql.unclaimManyTrigger, ids, starts, used) })
+		return s.batchReadCommitted(dctx, func(b *pgx.Batch) { b.Queue(s.sql.unclaimManyTrigger, ids, starts, used, sources) })
 	}
-	return s.batchReadCommitted(dctx, func(b *pgx.Batch) { b.Queue(s.sql.unclaimMany, ids, starts) })
+	return s.batchReadCommitted(dctx, func(b *pgx.Batch) { b.Queue(s.sql.unclaimMany, ids, starts, sources) })
 }
 
 // claimManyError explains a ClaimMany that failed in the database, as

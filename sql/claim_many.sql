@@ -32,20 +32,22 @@ CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_inte
 ORDER BY s.ord
 
 -- name: unclaim_many
--- Deletes the runs $1, started at $2 (pairwise; see heartbeat), won by a
+-- Deletes the runs $1, started at $2, of the sources $3 (pairwise; see
+-- heartbeat_many), won by a
 -- ClaimMany whose caller gave up or that failed after it committed, so
 -- that a failed ClaimMany leaves no row.
-DELETE FROM {{table}} AS r USING unnest($1::bigint[], $2::timestamptz[]) AS d(id, started_at)
-WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at AND r.status = 'running'
+DELETE FROM {{table}} AS r USING unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS d(id, started_at, source)
+WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at AND r.source = d.source AND r.status = 'running'
 
 -- name: unclaim_many_trigger
 -- unclaim_many for runs of which some used up a trigger (schema version
--- 7): $3 the triggers' times, pairwise, NULL for a run that used none. It
+-- 7): $3 the triggers' times, pairwise, NULL for a run that used none, and
+-- $4 the sources. It
 -- gives each trigger back to its source, unless another is pending by
 -- now, in the same transaction.
 WITH gone AS (
-	DELETE FROM {{table}} AS r USING unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS d(id, started_at, trigger_at)
-	WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at AND r.status = 'running'
+	DELETE FROM {{table}} AS r USING unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::text[]) AS d(id, started_at, trigger_at, source)
+	WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at AND r.source = d.source AND r.status = 'running'
 	RETURNING r.source, d.trigger_at
 ), back AS (
 	UPDATE {{table_control}} AS k SET triggered_at = gone.trigger_at

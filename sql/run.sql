@@ -57,8 +57,8 @@ WHERE source = $2 AND started_at = $3::timestamptz
 -- name: unclaim
 -- Deletes run $1, won by a claim whose caller gave up, so that a failed
 -- claim leaves no row (G8). This is why the service role needs DELETE on
--- the runs table, besides Prune.
-DELETE FROM {{table}} WHERE id = $1 AND started_at = $2::timestamptz AND status = 'running' RETURNING id
+-- the runs table, besides Prune. $2 and $3 are its start and source (G14).
+DELETE FROM {{table}} WHERE id = $1 AND started_at = $2::timestamptz AND source = $3 AND status = 'running' RETURNING id
 
 -- name: unclaim_run
 -- Deletes running run $1 of source $2, started at $3, for Unclaim: a run
@@ -69,11 +69,12 @@ DELETE FROM {{table}} WHERE id = $1 AND started_at = $2::timestamptz AND status 
 DELETE FROM {{table}} WHERE id = $1 AND source = $2 AND started_at = $3::timestamptz AND status = 'running' RETURNING id
 
 -- name: unclaim_trigger
--- unclaim for a run whose claim used up a trigger, made at $3 (schema
+-- unclaim for a run whose claim used up a trigger, made at $3, of the
+-- source $4 (schema
 -- version 7): it deletes the run and gives the trigger back to the
 -- source, unless another is pending by now, in one transaction.
 WITH gone AS (
-	DELETE FROM {{table}} WHERE id = $1 AND started_at = $2::timestamptz AND status = 'running' RETURNING id, source
+	DELETE FROM {{table}} WHERE id = $1 AND started_at = $2::timestamptz AND source = $4 AND status = 'running' RETURNING id, source
 ), back AS (
 	UPDATE {{table_control}} AS k SET triggered_at = $3::timestamptz
 	FROM gone WHERE k.source = gone.source AND k.triggered_at IS NULL

@@ -107,7 +107,7 @@ default it is half of the time between the stop and the lease's end,
 shorten --heartbeat to allow one.
 
 Each heartbeat attempt may take a part of what the lease leaves after the
-heartbeat interval and that stop (the library's Claimer.HeartbeatTimeout:
+heartbeat interval and that stop (the library's Settings.HeartbeatTimeout:
 (lease - margin - heartbeat)/3, margin being (lease - 2*heartbeat)/4). exec
 refuses a --lease and --heartbeat that give it less than 500ms, room for a
 new connection on a slow link: with the default --heartbeat, a --lease
@@ -243,7 +243,7 @@ func (o *execOptions) Validate() error {
 }
 
 // minHeartbeatAttempt is the least time exec lets one heartbeat attempt
-// take (Claimer.HeartbeatTimeout: a run is given up ExpiryMargin before its
+// take (Settings.HeartbeatTimeout: a run is given up ExpiryMargin before its
 // lease ends, and an attempt that hangs is abandoned in time for two more).
 // A heartbeat is one short UPDATE, but it may need a new connection first
 // (TCP, TLS, authentication), and a loaded host or link can hold that up

@@ -49,8 +49,9 @@ Commands:
 Global flags (also accepted after the command name):
   --table schema.table   runs table (default public.runclaim_runs, or $RUNCLAIM_TABLE);
                          quote a name that contains a dot: "my.schema".runs
-  --namespace ns         advisory lock namespace, used by exec (default runclaim,
-                         or $RUNCLAIM_NAMESPACE); must match the services' WithNamespace
+  --namespace ns         advisory lock namespace, used by exec and pause (default
+                         runclaim, or $RUNCLAIM_NAMESPACE); must match the services'
+                         WithNamespace, or pause does not wait for their claims in flight
   --json                 print one JSON document instead of a table (every
                          command but exec, whose output is its command's);
                          errors too, as {"command", "error", "hint"} on stderr

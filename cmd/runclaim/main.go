@@ -269,7 +269,7 @@ func (c *cli) globalFlags(fs *flag.FlagSet, withJSON bool) {
 	fs.StringVar(&c.table, "table", c.table,
 		"runs table as `schema.table` or table; quote a name with a dot: \"my.schema\".runs (default \"public.runclaim_runs\", or $RUNCLAIM_TABLE)")
 	fs.StringVar(&c.namespace, "namespace", c.namespace,
-		"advisory lock namespace, for exec (default \"runclaim\", or $RUNCLAIM_NAMESPACE)")
+		"advisory lock namespace, for exec and pause; must match the services' WithNamespace (default \"runclaim\", or $RUNCLAIM_NAMESPACE)")
 	if withJSON {
 		fs.BoolVar(&c.json, "json", c.json, "print JSON instead of a table")
 	}
