@@ -12,11 +12,11 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-// A guard decides whether this replica sweeps a source on this tick. try
-// calls fn and returns true if it did, false if another replica has the
-// tick; the error is fn's or the guard's own.
+// A guard decides whether this replica sweeps a source on this tick,
+// scheduled at tick. try calls fn and returns true if it did, false if
+// another replica has the tick; the error is fn's or the guard's own.
 type guard interface {
-	try(ctx context.Context, source string, fn func(context.Context) error) (bool, error)
+	try(ctx context.Context, source string, tick time.Time, fn func(context.Context) error) (bool, error)
 }
 
 // naiveTable is where the naive guard records sweeps in Postgres.
@@ -66,7 +66,7 @@ type naiveMemory struct {
 	running map[string]bool
 }
 
-func (g *naiveMemory) try(ctx context.Context, source string, fn func(context.Context) error) (bool, error) {
+func (g *naiveMemory) try(ctx context.Context, source string, _ time.Time, fn func(context.Context) error) (bool, error) {
 	g.mu.Lock()
 	busy := g.running[source] // check
 	g.mu.Unlock()
@@ -92,7 +92,7 @@ type naivePostgres struct {
 	tag  string
 }
 
-func (g *naivePostgres) try(ctx context.Context, source string, fn func(context.Context) error) (bool, error) {
+func (g *naivePostgres) try(ctx context.Context, source string, _ time.Time, fn func(context.Context) error) (bool, error) {
 	source = g.tag + "/" + source
 	var busy bool
 	err := g.pool.QueryRow(ctx,
@@ -112,7 +112,10 @@ func (g *naivePostgres) try(ctx context.Context, source string, fn func(context.
 	return true, errors.Join(fnErr, err)
 }
 
-// claimGuard is runclaim: Claimer.Do sweeps only if the claim wins.
+// claimGuard is runclaim: Claimer.Do sweeps only if the claim of the
+// tick wins. ForTick names the scheduled tick, so a replica whose claim
+// comes late, after the other's sweep of the tick has finished, is skipped
+// (ErrTickDone) however late it is.
 type claimGuard struct {
 	claimer *runclaim.Claimer
 	tag     string
@@ -122,9 +125,6 @@ func newClaimGuard(store runclaim.Store, replica, tag string) (*claimGuard, erro
 	claimer, err := runclaim.New(store,
 		runclaim.WithOwner(replica),
 		runclaim.WithLease(5*time.Second),
-		// A late replica whose claim comes after a fast sweep has finished
-		// would sweep the same tick again; this skips it.
-		runclaim.WithMinInterval(period/2),
 	)
 	if err != nil {
 		return nil, err
@@ -132,7 +132,7 @@ func newClaimGuard(store runclaim.Store, replica, tag string) (*claimGuard, erro
 	return &claimGuard{claimer: claimer, tag: tag}, nil
 }
 
-func (g *claimGuard) try(ctx context.Context, source string, fn func(context.Context) error) (bool, error) {
+func (g *claimGuard) try(ctx context.Context, source string, tick time.Time, fn func(context.Context) error) (bool, error) {
 	if g.tag != "" {
 		source = g.tag + "/" + source
 	}
@@ -140,7 +140,7 @@ func (g *claimGuard) try(ctx context.Context, source string, fn func(context.Con
 	err := g.claimer.Do(ctx, source, func(ctx context.Context, _ *runclaim.Run) error {
 		ran = true
 		return fn(ctx)
-	})
+	}, runclaim.ForTick(tick))
 	if errors.Is(err, runclaim.ErrNotClaimed) {
 		return false, nil
 	}
@@ -179,10 +179,9 @@ func postgresGuard(ctx context.Context, url, name, replica, tag string) (guard, 
 
 // warmUp opens n connections before the first tick, as a service that has
 // been up for a while would have them. Otherwise the new replica's first
-// claims wait for connections to be set up, tens of milliseconds: at this
-// example's 150 ms ticks they would arrive after the old replica's sweep
-// ended and after half a period, and count as the next tick. (With ticks a
-// minute apart and WithMinInterval(30*time.Second), they would not.)
+// claims wait for connections to be set up, tens of milliseconds, and the
+// naive guard's race would show less. runclaim's claims name their tick,
+// so a late claim is skipped whatever the delay.
 func warmUp(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	conns := make([]*pgxpool.Conn, 0, n)
 	defer func() {

@@ -238,7 +238,8 @@ func runReplica(ctx context.Context, w window, g guard, t0 time.Time, swept func
 	var errs []error
 	var mu sync.Mutex // protects errs
 	for tick := w.first; tick < w.last; tick++ {
-		t := time.NewTimer(time.Until(t0.Add(time.Duration(tick) * period)))
+		at := t0.Add(time.Duration(tick) * period) // the tick's scheduled time, the same on every replica
+		t := time.NewTimer(time.Until(at))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -248,7 +249,7 @@ func runReplica(ctx context.Context, w window, g guard, t0 time.Time, swept func
 		var wg sync.WaitGroup
 		for _, source := range sources {
 			wg.Go(func() {
-				_, err := g.try(ctx, source, func(ctx context.Context) error {
+				_, err := g.try(ctx, source, at, func(ctx context.Context) error {
 					swept(sweep{Replica: w.replica, Source: source, Tick: tick})
 					select { // the real work, such as scraping the site
 					case <-time.After(work):
@@ -272,17 +273,18 @@ func runReplica(ctx context.Context, w window, g guard, t0 time.Time, swept func
 // report prints the sweeps per tick of each source and says whether a tick
 // got more than one.
 //
-// A tick with no sweep can happen with runclaim when the previous tick's
-// claim was slow (a cold connection, a slow commit on a busy server) by more
-// than the gap between the sweep's end and the next tick, or by more than
-// the minimum interval: the next tick then finds the source running, or
-// too soon. It is a skipped tick, never a double one.
+// A tick with no sweep can happen with runclaim when a replica's claim of
+// it came so late (a cold connection, a slow commit on a busy server) that
+// the other replica had already served a later tick, or when the previous
+// tick's sweep still ran: the claim is then skipped (ErrTickDone, or the
+// source running). It is a skipped tick, never a double one: the claim
+// names the tick (ForTick), so a late replica never sweeps a tick again.
 func report(guardName string, got []sweep) (doubled bool) {
 	switch guardName {
 	case "naive":
 		fmt.Printf("without runclaim: naive check-then-act, %v between the check and the act\n", gap)
 	case "runclaim":
-		fmt.Println("with runclaim: Claimer.Do")
+		fmt.Println("with runclaim: Claimer.Do with ForTick")
 	}
 	counts := make(map[string][]int)
 	for _, s := range sources {
