@@ -343,7 +343,15 @@ func TestRedeploy(t *testing.T) {
 
 	mctx, stopMaintenance := context.WithCancel(t.Context())
 	var mwg sync.WaitGroup
-	mwg.Go(func() { maintenance(mctx, t, direct, store.Table()) })
+	// The maintenance session is named for the whole session, not by a SET
+	// LOCAL in each transaction: between two of them its name reverted, and
+	// the watcher, reading pg_stat_activity a moment late, once counted its
+	// wait for autovacuum as a replica's (load-test, 'rollback').
+	maintPool := db.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.RuntimeParams["application_name"] = maintenanceApp
+	})
+	mwg.Go(func() { maintenance(mctx, t, maintPool, store.Table()) })
 	var waits lockWaits
 	mwg.Go(func() { waits.watch(mctx, t, direct, store.Table()) })
 	defer func() {
