@@ -60,12 +60,6 @@ import (
 // failed with the timeout's text, joined to fn's error if fn returned one,
 // even if fn returned nil, and Do's error matches ErrRunTimeout.
 //
-// If the claim's answer comes when the run's lease is already ending by
-// this process's own clock (a stalled process, or a claim slower than the
-// lease), another replica may hold the source by then: Do does not call
-// fn, records the run as failed if it still can, and returns an error
-// matching ErrLeaseLost.
-//
 // If the claim is skipped, Do returns the ErrNotClaimed error without calling
 // fn. Otherwise it returns fn's error wrapped (errors.Is finds it and, after
 // a run lost while fn ran, ErrLeaseLost, also when a shutdown came first),
