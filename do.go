@@ -149,19 +149,6 @@ func (c *Claimer) do(ctx context.Context, run *Run, fn func(ctx context.Context,
 	stopLimit := run.limitRunTime(cancel)
 	defer stopLimit()
 
-	if lost := run.lostAtStart(); lost != nil {
-		// The claim's answer came when the lease was already ending by
-		// this process's own clock (a stalled process, a claim slower than
-		// the lease): another replica may hold the source by now, so fn
-		// does not start.
-		cancel(lost)
-		halt()
-		stopLimit()
-		finishErr := run.Finish(ctx, lost)
-		run.stopWatch()
-		return errors.Join(fmt.Errorf("runclaim: run %d of %q: fn not started: %w", run.ID, run.Source, lost), finishErr)
-	}
-
 	returned := false
 	defer func() {
 		if returned {
