@@ -271,6 +271,25 @@ func (r *Run) Lost() <-chan struct{} {
 	return r.lostCh
 }
 
+// lostAtStart returns why the run is lost if it is lost already, as Do
+// is about to call fn: it checks the local clock itself, at once, rather
+// than wait for Lost's watch, which a claim whose answer came after the
+// lease had ended by this process's clock fires only a moment later.
+func (r *Run) lostAtStart() error {
+	r.mu.Lock()
+	if r.lostErr == nil && r.finished == nil && time.Until(r.claimer.sched.lostAt(r.localExpiry)) <= 0 {
+		err := fmt.Errorf("%w: run %d's lease was ending by the local clock when the claim's answer came", ErrLeaseLost, r.ID)
+		if r.setLostLocked(err) {
+			r.mu.Unlock()
+			r.lostEvent(err)
+			return err
+		}
+	}
+	err := r.lostErr
+	r.mu.Unlock()
+	return err
+}
+
 // checkExpiry is the watch of Lost: it marks the run lost once its lease is
 // within the expiry margin of its end by the local clock, and otherwise
 // (a heartbeat moved the end) waits again.

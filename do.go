@@ -60,6 +60,12 @@ import (
 // failed with the timeout's text, joined to fn's error if fn returned one,
 // even if fn returned nil, and Do's error matches ErrRunTimeout.
 //
+// If the claim's answer comes when the run's lease is already ending by
+// this process's own clock (a stalled process, or a claim slower than the
+// lease), another replica may hold the source by then: Do does not call
+// fn, records the run as failed if it still can, and returns an error
+// matching ErrLeaseLost.
+//
 // If the claim is skipped, Do returns the ErrNotClaimed error without calling
 // fn. Otherwise it returns fn's error wrapped (errors.Is finds it and, after
 // a run lost while fn ran, ErrLeaseLost, also when a shutdown came first),
@@ -148,6 +154,19 @@ func (c *Claimer) do(ctx context.Context, run *Run, fn func(ctx context.Context,
 	defer cancel(nil)
 	stopLimit := run.limitRunTime(cancel)
 	defer stopLimit()
+
+	if lost := run.lostAtStart(); lost != nil {
+		// The claim's answer came when the lease was already ending by
+		// this process's own clock (a stalled process, a claim slower than
+		// the lease): another replica may hold the source by now, so fn
+		// does not start.
+		cancel(lost)
+		halt()
+		stopLimit()
+		finishErr := run.Finish(ctx, lost)
+		run.stopWatch()
+		return errors.Join(fmt.Errorf("runclaim: run %d of %q: fn not started: %w", run.ID, run.Source, lost), finishErr)
+	}
 
 	returned := false
 	defer func() {

@@ -63,10 +63,15 @@ var errStopped = errors.New("chaos child: stopped by SIGTERM")
 // after the server committed it would leave a run that holds the source
 // for a whole lease with nobody running it (TestPartitionCancelledClaim).
 //
-// Each run appends two records to the child's file:
+// Each run appends up to three records to the child's file:
 //
+//	C <source> <run id> <started_at>                when the claim is won
 //	S <source> <run id> <started_at>                when fn starts
 //	E <source> <run id> <started_at> <outcome> <end> when fn ends
+//
+// A run whose claim's answer came when its lease was already ending by the
+// child's clock (a stalled child on a loaded machine) has only its C
+// record: Do does not start fn for it.
 func TestCrashChild(t *testing.T) {
 	if os.Getenv(envChild) != "1" {
 		t.Skip("a helper process of TestCrash; it runs only when TestCrash starts it")
@@ -90,11 +95,6 @@ func TestCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lost sync.Map // run ID -> struct{}: runs whose lease this child lost
-	claimer, err := runclaim.New(store, runclaim.WithLease(crashLease), runclaim.WithOwner(os.Getenv(envOwner)),
-		runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(e runclaim.Event) { lost.Store(e.Run.ID, struct{}{}) }}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	f, err := os.OpenFile(os.Getenv(envOut), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +105,16 @@ func TestCrashChild(t *testing.T) {
 		if _, err := fmt.Fprintf(f, format+"\n", args...); err != nil {
 			t.Errorf("record: %v", err)
 		}
+	}
+	claimer, err := runclaim.New(store, runclaim.WithLease(crashLease), runclaim.WithOwner(os.Getenv(envOwner)),
+		runclaim.WithHooks(runclaim.Hooks{
+			Claimed: func(e runclaim.Event) {
+				record("C %s %d %s", e.Run.Source, e.Run.ID, e.Run.StartedAt.UTC().Format(time.RFC3339Nano))
+			},
+			LeaseLost: func(e runclaim.Event) { lost.Store(e.Run.ID, struct{}{}) },
+		}))
+	if err != nil {
+		t.Fatal(err)
 	}
 	fmt.Println(childReady)
 
@@ -514,13 +524,14 @@ func checkRecords(t *testing.T, c *child, all []row) {
 	for _, r := range all {
 		byID[r.ID] = r
 	}
-	recorded := map[int64]bool{}
+	claimed := map[int64]bool{} // C records
+	started := map[int64]bool{} // S records
 	if f != nil {
 		defer f.Close()
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			fields := strings.Fields(sc.Text())
-			if len(fields) < 4 || (fields[0] != "S" && fields[0] != "E") || (fields[0] == "E" && len(fields) != 6) {
+			if len(fields) < 4 || !slices.Contains([]string{"C", "S", "E"}, fields[0]) || (fields[0] == "E") != (len(fields) == 6) || (fields[0] != "E" && len(fields) != 4) {
 				t.Errorf("%s: bad record %q", c.owner, sc.Text())
 				continue
 			}
@@ -529,17 +540,22 @@ func checkRecords(t *testing.T, c *child, all []row) {
 				t.Errorf("%s: bad record %q", c.owner, sc.Text())
 				continue
 			}
-			started, err := time.Parse(time.RFC3339Nano, fields[3])
+			at, err := time.Parse(time.RFC3339Nano, fields[3])
 			if err != nil {
 				t.Errorf("%s: bad record %q", c.owner, sc.Text())
 				continue
 			}
 			r, ok := byID[id]
-			if !ok || r.Source != fields[1] || !r.StartedAt.Equal(started) || r.Owner != c.owner {
+			if !ok || r.Source != fields[1] || !r.StartedAt.Equal(at) || r.Owner != c.owner {
 				t.Errorf("%s recorded %q, but the table has %v", c.owner, sc.Text(), r)
 				continue
 			}
-			recorded[id] = true
+			switch fields[0] {
+			case "C":
+				claimed[id] = true
+			case "S":
+				started[id] = true
+			}
 			if fields[0] == "E" {
 				// "done": fn returned nil, so the run succeeded, unless its
 				// lease was lost (or it was killed) before it could finish.
@@ -556,11 +572,25 @@ func checkRecords(t *testing.T, c *child, all []row) {
 			t.Fatal(err)
 		}
 	}
+	for id := range started {
+		if !claimed[id] {
+			t.Errorf("%s started fn for run %d without recording its claim", c.owner, id)
+		}
+	}
+	for id := range claimed {
+		// A won claim whose fn never started: Do declined it (its lease was
+		// ending by the child's clock when the answer came), and finished
+		// it as failed, unless the lease ended first or the child was
+		// killed before the finish.
+		if r := byID[id]; !started[id] && r.Status == string(runclaim.StatusSucceeded) {
+			t.Errorf("%s never started fn for run %v, which succeeded", c.owner, r)
+		}
+	}
 	if c.killed {
 		return // it may have won claims it had no time to record
 	}
 	for _, r := range all {
-		if r.Owner == c.owner && !recorded[r.ID] {
+		if r.Owner == c.owner && !claimed[r.ID] {
 			t.Errorf("%s never recorded its run %v", c.owner, r)
 		}
 	}
