@@ -3,23 +3,24 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // exitOutdated is what migrate --status exits with when the runs table is
 // older than this release needs.
 const exitOutdated = 3
 
-// migrateCommand brings the runs table to this release's schema version.
-var migrateCommand = command{
-	name:    "migrate",
-	summary: "bring the runs table to this release's schema version (idempotent)",
-	usage:   "migrate [--status | --print [--down] | --sql]",
-	help: `Brings the runs table to the schema version this release needs, applying the
+// newMigrateCommand makes 'runclaim migrate', which brings the runs table to this release's schema version.
+func newMigrateCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "migrate [--status | --print [--down] | --sql]",
+		Short: "bring the runs table to this release's schema version (idempotent)",
+		Long: `Brings the runs table to the schema version this release needs, applying the
 missing steps in order, each in a short transaction of its own. It is safe
 to run again, and from several hosts at once. On a current schema it only
 reads the catalogs: it takes no lock on the table and needs no privilege
@@ -61,6 +62,8 @@ step; with --status, {"table": ..., "have": 1, "want": 7, "current": false,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
 quoted, as --table accepts it.`,
+	}, runMigrate)
+	return cmd
 }
 
 // migrateOptions are migrate's: what to do instead of migrating, if
@@ -70,7 +73,7 @@ type migrateOptions struct {
 	sql, print, down, status bool
 }
 
-func (o *migrateOptions) flags(fs *flag.FlagSet) {
+func (o *migrateOptions) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.sql, "sql", false, "print the whole schema as one idempotent script and exit, without connecting")
 	fs.BoolVar(&o.print, "print", false, "print the SQL of each step and exit, without connecting")
 	fs.BoolVar(&o.down, "down", false, "with --print: the SQL that undoes each step, newest first")

@@ -3,20 +3,19 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// resumeCommand ends a source's pause.
-var resumeCommand = command{
-	name:       "resume",
-	writes:     true,
-	summary:    "end a source's pause",
-	usage:      "resume <source>",
-	positional: 1,
-	help: `Ends the pause of a source that 'runclaim pause' paused: its next claim
+// newResumeCommand makes 'runclaim resume', which ends a source's pause.
+func newResumeCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "resume <source>",
+		Short: "end a source's pause",
+		Long: `Ends the pause of a source that 'runclaim pause' paused: its next claim
 goes ahead as usual (the minimum interval still applies; see 'runclaim
 trigger'). A source that is not paused is left as it is, and resume
 succeeds.
@@ -26,6 +25,10 @@ Examples:
   runclaim resume scraper-avito && runclaim trigger scraper-avito
 
 JSON output: {"source"}`,
+		Args:        maxArgs(1),
+		Annotations: map[string]string{annotWrites: "true"},
+	}, runResume)
+	return cmd
 }
 
 // resumeOptions are resume's: the source.
@@ -60,7 +63,7 @@ type sourceArg struct {
 	hasSource bool
 }
 
-func (o *sourceArg) flags(*flag.FlagSet) {}
+func (o *sourceArg) flags(*pflag.FlagSet) {}
 
 func (o *sourceArg) args(args []string) {
 	if len(args) == 1 {

@@ -2,20 +2,20 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// statusCommand lists the running runs.
-var statusCommand = command{
-	name:       "status",
-	summary:    "list the running runs, with owner, age and lease left",
-	usage:      "status [source] | status --overdue D",
-	positional: 1,
-	help: `Lists the running runs of every source, or of one source, with their owner,
+// newStatusCommand makes 'runclaim status', which lists the running runs.
+func newStatusCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "status [source] | status --overdue D",
+		Short: "list the running runs, with owner, age and lease left",
+		Long: `Lists the running runs of every source, or of one source, with their owner,
 age, time since the last heartbeat and lease left. Ages and leases are
 computed on the database's clock, not this host's. Then the sources that
 are paused ('runclaim pause'), with the pause's end and note, and those
@@ -44,6 +44,9 @@ where status is "paused" or "triggered", paused_until is null for a
 pause until 'runclaim resume', and triggered_at is null without a
 pending trigger. With --overdue:
 an array of check's JSON objects (see 'runclaim check --help').`,
+		Args: maxArgs(1),
+	}, runStatus)
+	return cmd
 }
 
 // statusOptions are status's: an optional source, or --overdue.
@@ -54,7 +57,7 @@ type statusOptions struct {
 	maxAge    time.Duration // --overdue, parsed by Validate
 }
 
-func (o *statusOptions) flags(fs *flag.FlagSet) {
+func (o *statusOptions) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.overdue, "overdue", "", "list the sources without a success within `D` instead (e.g. 26h or 1d)")
 }
 
