@@ -7,6 +7,7 @@ require (
 	github.com/runclaim/runclaim v0.0.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
+	golang.org/x/term v0.47.0
 )
 
 require (

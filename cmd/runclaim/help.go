@@ -112,27 +112,9 @@ Commands:
 			fmt.Fprintf(w, "  %-11s %s\n", cmd.Name(), cmd.Short)
 		}
 	}
+	fmt.Fprintf(w, "\nGlobal flags (also accepted after the command name):\n%s", root.PersistentFlags().FlagUsages())
+	fmt.Fprintf(w, "\nOther flags:\n%s", root.LocalNonPersistentFlags().FlagUsages())
 	fmt.Fprint(w, `
-Global flags (also accepted after the command name):
-  --table schema.table   runs table (default public.runclaim_runs, or $RUNCLAIM_TABLE);
-                         quote a name that contains a dot: "my.schema".runs
-  --namespace ns         advisory lock namespace, used by exec and pause (default
-                         runclaim, or $RUNCLAIM_NAMESPACE); must match the services'
-                         WithNamespace, or pause does not wait for their claims in flight
-  --json                 print one JSON document instead of a table (every
-                         command but exec, whose output is its command's);
-                         errors too, as {"command", "error", "hint"} on stderr
-  --synchronous-commit level
-                         commit the writes of exec, release, prune, pause,
-                         resume and trigger with synchronous_commit at level:
-                         remote_apply, on, remote_write, local or off (default
-                         $RUNCLAIM_SYNCHRONOUS_COMMIT, else the session's); the
-                         other commands refuse it (see Synchronous commit below)
-
-Other flags:
-  --version              print the module version and VCS revision, and exit
-  -h, --help             print this help, or a command's
-
 Shell completion: 'runclaim completion bash|zsh|fish' prints a script; see
 'runclaim completion bash --help' for where it goes.
 

@@ -288,12 +288,14 @@ const syncCommitFlag = "synchronous-commit"
 // its name.
 func (c *cli) globalFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.table, "table", c.getenv(envTable),
-		"runs table as `schema.table` or table; quote a name with a dot: \"my.schema\".runs (default \"public.runclaim_runs\", or $RUNCLAIM_TABLE)")
+		"runs table as `schema.table` or table; quote a name that contains a dot: \"my.schema\".runs (default public.runclaim_runs, or $"+envTable+")")
 	fs.StringVar(&c.namespace, "namespace", c.getenv(envNamespace),
-		"advisory lock namespace, for exec and pause; must match the services' WithNamespace (default \"runclaim\", or $RUNCLAIM_NAMESPACE)")
-	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table, and errors as JSON on stderr")
-	fs.Func(syncCommitFlag, "commit the command's writes with synchronous_commit at `level`: remote_apply, on, remote_write, local or off\n"+
-		"(default $RUNCLAIM_SYNCHRONOUS_COMMIT, else the session's; 'runclaim --help' says how to set it per role or in DATABASE_URL instead)",
+		"advisory lock `namespace`, used by exec and pause; must match the services' WithNamespace, or pause does not wait for their claims in flight (default runclaim, or $"+envNamespace+")")
+	fs.BoolVar(&c.json, "json", false,
+		"print one JSON document instead of a table (every command but exec, whose output is its command's); errors too, as {\"command\", \"error\", \"hint\"} on stderr")
+	fs.Func(syncCommitFlag, "commit the writes of exec, release, prune, pause, resume and trigger with synchronous_commit at `level`: "+
+		"remote_apply, on, remote_write, local or off (default $"+envSynchronousCommit+", else the session's); the other commands refuse it; "+
+		"'runclaim --help' says how to set it per role or in "+envDatabaseURL+" instead",
 		func(s string) error {
 			c.syncCommit, c.syncCommitGiven = s, true
 			return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/runclaim/runclaim"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
 )
 
 // newReleaseCommand makes 'runclaim release', which ends a stuck running run.
@@ -181,22 +182,12 @@ func (c *cli) confirm(question string) (bool, error) {
 }
 
 // isTerminal reports whether r can be an operator answering a question: a
-// character device other than /dev/null. A nil reader is not. A reader that is not an *os.File
-// (a program embedding run, a test) is taken as the answers it supplies.
+// terminal. A nil reader is not. A reader that is not an *os.File (a
+// program embedding run, a test) is taken as the answers it supplies.
 func isTerminal(r io.Reader) bool {
 	if r == nil {
 		return false
 	}
 	f, ok := r.(*os.File)
-	if !ok {
-		return true
-	}
-	fi, err := f.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return false
-	}
-	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
-		return false
-	}
-	return true
+	return !ok || term.IsTerminal(int(f.Fd()))
 }
