@@ -233,5 +233,8 @@ func runOverdue(ctx context.Context, c *cli, arg string, maxAge time.Duration) i
 	if err != nil {
 		return c.fail("status", err)
 	}
+	if len(overdue) > 0 {
+		return exitOverdue
+	}
 	return exitOK
 }

@@ -15,15 +15,6 @@ import (
 // The help texts: the top-level usage, each command's --help, and the
 // short message for a bad command line.
 
-// A usageError is a bad command line: exit 2.
-type usageError struct{ err error }
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-// usageErr marks err as a bad command line.
-func usageErr(err error) error { return &usageError{err} }
-
 // unknownCommand matches cobra's error for a command that does not exist.
 var unknownCommand = regexp.MustCompile(`^unknown command ("(?:[^"\\]|\\.)*") for "[^"]*"`)
 
@@ -43,18 +34,14 @@ func (c *cli) reportUsage(root, cmd *cobra.Command, err error) int {
 		}
 		return c.topError(root, fmt.Sprintf("unknown command %q", name), hint)
 	}
-	if cmd == root || cmd.Name() == "help" {
-		if errors.Is(err, errNoCommand) {
-			if c.json || c.jsonArg {
-				c.jsonError("", "no command", "run 'runclaim --help' for the commands")
-			} else {
-				c.topUsage(c.stderr, root)
-			}
-			return exitUsage
-		}
-		return c.topError(root, msg, "")
+	if cmd != root && cmd.Name() != "help" {
+		return c.usageError(cmd, "%s", msg)
 	}
-	return c.usageError(cmd, "%s", msg)
+	if errors.Is(err, errNoCommand) && !c.json && !c.jsonArg {
+		c.topUsage(c.stderr, root)
+		return exitUsage
+	}
+	return c.topError(root, msg, "")
 }
 
 // topError reports a bad command line that names no command, with the

@@ -120,7 +120,7 @@ func define[O any, P optionsPtr[O]](c *cli, cmd *cobra.Command, run func(ctx con
 		}
 		o.args(args)
 		if err := o.Validate(); err != nil {
-			return usageErr(err)
+			return err
 		}
 		c.cmd = cmd
 		c.code = run(cmd.Context(), c, o)
@@ -207,27 +207,19 @@ func (c *cli) newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		// "-limit 5", as Go's flag package took it, reads as -l -i ...
 		if m := singleDash.FindStringSubmatch(err.Error()); m != nil && cmd.Flags().Lookup(m[1]) != nil {
-			return usageErr(fmt.Errorf("-%s: a long flag takes two dashes: --%s", m[1], m[1]))
+			return fmt.Errorf("-%s: a long flag takes two dashes: --%s", m[1], m[1])
 		}
-		return usageErr(err)
+		return err
 	})
 	c.globalFlags(root.PersistentFlags())
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(c))
 	}
-	// cobra's 'completion' command, in runclaim's words.
+	// cobra's 'completion' command, listed in runclaim's words.
 	root.InitDefaultCompletionCmd()
 	if cmd, _, err := root.Find([]string{"completion"}); err == nil && cmd != root {
 		cmd.Use = "completion bash|zsh|fish|powershell"
 		cmd.Short = "print the shell completion script for bash, zsh, fish or powershell"
-		cmd.Long = `Prints a script that completes runclaim's commands and flags in a shell.
-'runclaim completion bash --help' (or zsh, fish, powershell) says where it
-goes.
-
-Examples:
-  source <(runclaim completion bash)
-  runclaim completion zsh > "${fpath[1]}/_runclaim"
-  runclaim completion fish > ~/.config/fish/completions/runclaim.fish`
 	}
 	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
 		if cmd == root {
@@ -306,13 +298,13 @@ func (c *cli) globalFlags(fs *pflag.FlagSet) {
 func (c *cli) checkGlobal(cmd *cobra.Command) error {
 	if !takesJSON(cmd) && c.json {
 		c.json, c.jsonArg = false, false // the error is about --json: not in JSON
-		return usageErr(fmt.Errorf("--json does not apply: %s prints no output of its own", cmd.Name()))
+		return fmt.Errorf("--json does not apply: %s prints no output of its own", cmd.Name())
 	}
 	if err := c.checkSynchronousCommit(cmd); err != nil {
-		return usageErr(err)
+		return err
 	}
 	if err := c.checkStoreOptions(); err != nil {
-		return usageErr(err)
+		return err
 	}
 	return nil
 }

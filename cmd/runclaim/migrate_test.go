@@ -131,7 +131,7 @@ func TestTableWithDot(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold(t, store, "held", "svc-1")
-	if r := mustRun(t, db, exitOK, "--table", flag, "status", "--json"); len(decodeObjects(t, r.stdout, statusKeys...)) != 1 {
+	if r := mustRun(t, db, exitOK, "--table", flag, "status", "--json"); len(statusRunning(t, r.stdout)) != 1 {
 		t.Errorf("status: %s", r.stdout)
 	}
 	mustRun(t, db, exitOK, "--table", flag, "exec", "--source", "x", "--", "true")

@@ -18,13 +18,15 @@ func newResumeCommand(c *cli) *cobra.Command {
 		Long: `Ends the pause of a source that 'runclaim pause' paused: its next claim
 goes ahead as usual (the minimum interval still applies; see 'runclaim
 trigger'). A source that is not paused is left as it is, and resume
-succeeds.
+succeeds, saying that it was not paused (was_paused is false in JSON): a
+mistyped source name shows.
 
 Examples:
   runclaim resume scraper-avito
   runclaim resume scraper-avito && runclaim trigger scraper-avito
 
-JSON output: {"source"}`,
+JSON output: {"source", "was_paused"}, where was_paused says whether the
+source was paused when resume read it, just before it resumed it.`,
 		Args:        maxArgs(1),
 		Annotations: map[string]string{annotWrites: "true"},
 	}, runResume)
@@ -41,15 +43,23 @@ func runResume(ctx context.Context, c *cli, o *resumeOptions) int {
 	if err != nil {
 		return c.fail("resume", err)
 	}
+	wasPaused, err := target.paused(ctx, o.source)
+	if err != nil {
+		return c.fail("resume", err)
+	}
 	if err := target.ctl.Resume(ctx, o.source); err != nil {
 		return c.fail("resume", err)
 	}
-	if c.json {
+	switch {
+	case c.json:
 		err = writeJSON(c.stdout, struct {
-			Source string `json:"source"`
-		}{o.source})
-	} else {
+			Source    string `json:"source"`
+			WasPaused bool   `json:"was_paused"`
+		}{o.source, wasPaused})
+	case wasPaused:
 		_, err = fmt.Fprintf(c.stdout, "resumed %q: it is not paused\n", o.source)
+	default:
+		_, err = fmt.Fprintf(c.stdout, "%q was not paused: nothing to resume\n", o.source)
 	}
 	if err != nil {
 		return c.fail("resume", err)
