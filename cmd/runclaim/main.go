@@ -220,6 +220,12 @@ func (c *cli) newRoot() *cobra.Command {
 	if cmd, _, err := root.Find([]string{"completion"}); err == nil && cmd != root {
 		cmd.Use = "completion bash|zsh|fish|powershell"
 		cmd.Short = "print the shell completion script for bash, zsh, fish or powershell"
+		cmd.RunE = func(_ *cobra.Command, args []string) error { // no shell, or an unknown one
+			if len(args) > 0 {
+				return fmt.Errorf("unknown shell %q: bash, zsh, fish or powershell", args[0])
+			}
+			return errors.New("give a shell: bash, zsh, fish or powershell")
+		}
 	}
 	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
 		if cmd == root {
