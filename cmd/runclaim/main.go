@@ -376,11 +376,18 @@ func (c *cli) jsonError(cmd, msg, hint string) {
 
 // describeError is err's text without the prefixes that the command's name
 // replaces: the library's "runclaim: ", then cmd's own name, so that the
-// line reads "runclaim prune: ..." and not "runclaim prune: prune: ...".
+// line reads "runclaim prune: ..." and not "runclaim prune: prune: ...";
+// and without the steps of pgx's own that say nothing of what went wrong
+// ("rewrite query failed: ", see pgxSteps).
 func describeError(cmd string, err error) string {
 	msg := strings.TrimPrefix(err.Error(), "runclaim: ")
+	msg = pgxSteps.ReplaceAllString(msg, "")
 	return causeFirst(strings.TrimPrefix(msg, cmd+": "))
 }
+
+// pgxSteps are the words pgx puts before a server's error to say which of
+// its steps met it: the step of a query, not what the operator can fix.
+var pgxSteps = regexp.MustCompile(`(rewrite query failed|failed to encode args\[\d+\]|failed to prepare statement|prepare failed): `)
 
 // causeFirst moves, in a connection error of pgx that lists one attempt a
 // line (the default sslmode "prefer" tries TLS, then plain TCP), the lines
@@ -405,11 +412,28 @@ func causeFirst(msg string) string {
 	return strings.Join(append(append(lines[:1:1], cause...), tlsRefused...), "\n")
 }
 
+// hints are the advice for the server's errors that an operator's
+// setting causes, by SQLSTATE.
+var hints = map[string]string{
+	"42P01": "run 'runclaim migrate' first, or check --table",                                                        // undefined_table
+	"42501": "the role in DATABASE_URL (or PGUSER) lacks a privilege on the runs table; see docs/least-privilege.md", // insufficient_privilege
+	"28P01": "check the password in DATABASE_URL, PGPASSWORD or ~/.pgpass",                                           // invalid_password
+	"28000": "check the user in DATABASE_URL (or PGUSER), and the server's pg_hba.conf",                              // invalid_authorization_specification
+	"3D000": "check the database name in DATABASE_URL (or PGDATABASE)",                                               // invalid_catalog_name
+	"42P05": "behind PgBouncer in transaction mode, add default_query_exec_mode=exec to DATABASE_URL",                // duplicate_prepared_statement
+	"26000": "behind PgBouncer in transaction mode, add default_query_exec_mode=exec to DATABASE_URL",                // invalid_sql_statement_name
+	"53300": "the server has no connection slot left: try again, or raise max_connections",                           // too_many_connections
+	"25006": "DATABASE_URL points at a read-only server (a standby?): point it at the primary",                       // read_only_sql_transaction
+}
+
 // hint is a line of advice for the mistakes operators make, or "".
 func hint(err error) string {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return "\n(hint: run 'runclaim migrate' first, or check --table)"
+	if errors.As(err, &pgErr) && hints[pgErr.Code] != "" {
+		return "\n(hint: " + hints[pgErr.Code] + ")"
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return "\n(hint: nothing listens there: is the server running, and are the host and port in DATABASE_URL (or PGHOST, PGPORT) right?)"
 	}
 	return ""
 }
