@@ -139,9 +139,9 @@ func TestServerErrorsExplained(t *testing.T) {
 
 func TestDescribeErrorDropsPgxSteps(t *testing.T) {
 	for in, want := range map[string]string{
-		`claim "x": rewrite query failed: ERROR: boom (SQLSTATE 42P01)`:       `claim "x": ERROR: boom (SQLSTATE 42P01)`,
+		`claim "x": rewrite query failed: ERROR: boom (SQLSTATE 42P01)`:     `claim "x": ERROR: boom (SQLSTATE 42P01)`,
 		`history of "x": failed to encode args[1]: unable to encode "\xff"`: `history of "x": unable to encode "\xff"`,
-		`status: list running runs: ERROR: x (SQLSTATE 42501)`:               `list running runs: ERROR: x (SQLSTATE 42501)`,
+		`status: list running runs: ERROR: x (SQLSTATE 42501)`:              `list running runs: ERROR: x (SQLSTATE 42501)`,
 	} {
 		if got := describeError("status", errors.New(in)); got != want {
 			t.Errorf("describeError(%q) = %q, want %q", in, got, want)
