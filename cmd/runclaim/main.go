@@ -27,7 +27,8 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Exit codes shared by every command. exec adds its own; see execHelp.
+// Exit codes shared by every command. check, migrate --status and exec add
+// their own.
 const (
 	exitOK    = 0
 	exitError = 1 // a database error, or the operation could not be done
