@@ -261,6 +261,7 @@ var errNoCommand = errors.New("no command")
 // jsonOnLine reports whether --json is among args, before a "--" and
 // before exec's command line.
 func jsonOnLine(args []string) bool {
+	command := ""
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
 		case a == "--":
@@ -269,8 +270,11 @@ func jsonOnLine(args []string) bool {
 			return true
 		case a == "--table" || a == "--namespace" || a == "--"+syncCommitFlag:
 			i++ // the flag's value
-		case a == "exec":
-			return false
+		case command == "" && !strings.HasPrefix(a, "-"):
+			command = a
+			if command == "exec" {
+				return false // the rest may be its command's
+			}
 		}
 	}
 	return false
