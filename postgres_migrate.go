@@ -340,12 +340,21 @@ const skipStepCode = "RCSKP"
 // transaction that never sits idle between round trips. ctx bounds the
 // whole migration.
 func (s *PostgresStore) Migrate(ctx context.Context) error {
+	_, err := s.MigrateApplied(ctx)
+	return err
+}
+
+// MigrateApplied is Migrate, and returns the versions of the steps that
+// this call applied (or repaired), oldest first: none when the table was
+// current, or when another Migrate applied the missing steps meanwhile.
+// On an error, applied lists the steps applied before it.
+func (s *PostgresStore) MigrateApplied(ctx context.Context) (applied []int, err error) {
 	if err := checkContext(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	st, err := s.schemaState(ctx)
 	if err != nil {
-		return s.wrap(ctx, "migrate", err)
+		return nil, s.wrap(ctx, "migrate", err)
 	}
 	have, recorded := st.version(), st.commentVersion()
 	for _, m := range s.Migrations() {
@@ -362,18 +371,23 @@ func (s *PostgresStore) Migrate(ctx context.Context) error {
 			// lower the version the table records, so it is left out.
 			up = strings.TrimSuffix(up, s.versionCommentSQL(m.Version))
 		}
-		if err := s.applyStep(ctx, m, up); err != nil {
-			return err
+		done, err := s.applyStep(ctx, m, up)
+		if err != nil {
+			return applied, err
+		}
+		if done {
+			applied = append(applied, m.Version)
 		}
 		// Applied now, or by another Migrate meanwhile.
 		s.schemaVer.set(m.Version)
 	}
-	return nil
+	return applied, nil
 }
 
 // applyStep runs one step under the migration lock, unless the table has
-// reached its version meanwhile, retrying when the table is locked.
-func (s *PostgresStore) applyStep(ctx context.Context, m Migration, up string) error {
+// reached its version meanwhile, retrying when the table is locked. It
+// reports whether it applied the step.
+func (s *PostgresStore) applyStep(ctx context.Context, m Migration, up string) (bool, error) {
 	// No arguments: pgx sends it with the simple protocol, as one
 	// transaction, whatever the pool's query mode.
 	q := fmt.Sprintf("SELECT pg_catalog.pg_advisory_xact_lock(%d);\n%s\nSELECT pg_catalog.set_config('lock_timeout', '%d', true);\n%s",
@@ -382,20 +396,22 @@ func (s *PostgresStore) applyStep(ctx context.Context, m Migration, up string) e
 	for attempt := 1; ; attempt++ {
 		_, err := s.db.Exec(ctx, q)
 		switch {
-		case err == nil, pgCode(err) == skipStepCode:
-			return nil
+		case err == nil:
+			return true, nil
+		case pgCode(err) == skipStepCode:
+			return false, nil
 		case pgCode(err) != "55P03" || attempt == migrateAttempts:
 			if pgCode(err) == "55P03" {
-				return fmt.Errorf("runclaim: %s: the runs table stayed locked by another transaction (maintenance, DDL or a long transaction) through %d attempts of %v each; claims went on meanwhile; try again later: %w",
+				return false, fmt.Errorf("runclaim: %s: the runs table stayed locked by another transaction (maintenance, DDL or a long transaction) through %d attempts of %v each; claims went on meanwhile; try again later: %w",
 					what, migrateAttempts, migrateLockTimeout, err)
 			}
-			return s.wrap(ctx, what, err)
+			return false, s.wrap(ctx, what, err)
 		}
 		t := time.NewTimer(migrateRetryDelay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("runclaim: %s: %w (after %w)", what, ctx.Err(), err)
+			return false, fmt.Errorf("runclaim: %s: %w (after %w)", what, ctx.Err(), err)
 		case <-t.C:
 		}
 	}

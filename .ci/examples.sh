@@ -16,9 +16,9 @@ cd "$(dirname "$0")/.."
 log() { printf 'examples: %s\n' "$*" >&2; }
 
 # The examples that run without a database, each bounded to a few seconds.
-no_db=(replicas ticker gocron cron redeploy)
+no_db=(quickstart replicas ticker gocron cron redeploy)
 # The examples that need a database.
-db_only=(quickstart fence)
+db_only=(fence)
 
 # Each example is built once, into bin; the runs below run the binaries.
 bin="$(mktemp -d -t runclaim-examples.XXXXXX)"

@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes of check besides exitOK and exitUsage.
@@ -16,12 +17,12 @@ const (
 	exitCannotTell = 3 // the database could not be read
 )
 
-var checkCommand = command{
-	name:       "check",
-	summary:    "exit 0 if a source succeeded within an age: a dead man's switch",
-	usage:      "check <source> --max-age D",
-	positional: 1,
-	help: `Tells whether the source's newest succeeded run started within D, by the
+// newCheckCommand makes 'runclaim check'.
+func newCheckCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "check <source> --max-age D",
+		Short: "exit 0 if a source succeeded within an age: a dead man's switch",
+		Long: `Tells whether the source's newest succeeded run started within D, by the
 database's clock, and prints one line saying why: the last success and its
 age, whether a run is running, and whether the source is failing (its newest
 finished run failed, expired or was released). For a monitoring system, a
@@ -50,6 +51,9 @@ JSON output:
    "last_finished_status", "last_finished_error", "message", "error"}
 where a value that does not apply is null, "message" is the line printed
 without --json, and "error" (else null) says why the check could not tell.`,
+		Args: maxArgs(1),
+	}, runCheck)
+	return cmd
 }
 
 // checkOptions are check's: the source and --max-age.
@@ -60,7 +64,7 @@ type checkOptions struct {
 	maxAge time.Duration // parsed by Validate
 }
 
-func (o *checkOptions) flags(fs *flag.FlagSet) {
+func (o *checkOptions) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.age, "max-age", "", "the oldest a success may be, `D` (required; e.g. 26h or 1d)")
 }
 
@@ -228,6 +232,9 @@ func runOverdue(ctx context.Context, c *cli, arg string, maxAge time.Duration) i
 	}
 	if err != nil {
 		return c.fail("status", err)
+	}
+	if len(overdue) > 0 {
+		return exitOverdue
 	}
 	return exitOK
 }

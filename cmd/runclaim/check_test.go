@@ -165,11 +165,14 @@ func TestStatusOverdue(t *testing.T) {
 		t.Errorf("empty: %q", r.stdout)
 	}
 	finished(t, store, "fresh", nil)
+	if r := mustRun(t, db, exitOK, "status", "--overdue", "1h", "--json"); strings.TrimSpace(r.stdout) != "[]" { // none overdue: exit 0
+		t.Errorf("status --overdue 1h --json with none overdue: %q", r.stdout)
+	}
 	old := finished(t, store, "stale", nil)
 	backdate(t, db, old.ID, 3*time.Hour)
 	finished(t, store, "never", fmt.Errorf("boom"))
 
-	r = mustRun(t, db, exitOK, "status", "--overdue", "1h")
+	r = mustRun(t, db, exitOverdue, "status", "--overdue", "1h") // an alarm, as check is
 	got := lines(r.stdout)
 	if len(got) != 3 || !strings.HasPrefix(got[0], "SOURCE") || !strings.HasPrefix(got[1], "never ") || !strings.HasPrefix(got[2], "stale ") {
 		t.Fatalf("want a header, never and stale:\n%s", r.stdout)
@@ -177,12 +180,12 @@ func TestStatusOverdue(t *testing.T) {
 	if !strings.Contains(got[1], " failed ") || !strings.Contains(got[2], " 3h0") {
 		t.Errorf("rows:\n%s", r.stdout)
 	}
-	objs := decodeObjects(t, mustRun(t, db, exitOK, "status", "--overdue", "1h", "--json").stdout, checkKeys...)
+	objs := decodeObjects(t, mustRun(t, db, exitOverdue, "status", "--overdue", "1h", "--json").stdout, checkKeys...)
 	if len(objs) != 2 || objs[0]["source"] != "never" || objs[1]["source"] != "stale" || objs[1]["healthy"] != false ||
 		num(t, objs[1]["last_success_run_id"]) != float64(old.ID) {
 		t.Errorf("JSON: %v", objs)
 	}
-	r = mustRun(t, db, exitOK, "status", "--overdue", "4h")
+	r = mustRun(t, db, exitOverdue, "status", "--overdue", "4h")
 	if got := lines(r.stdout); len(got) != 2 || !strings.HasPrefix(got[1], "never ") {
 		t.Errorf("4h: %q", r.stdout)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 type controlTarget struct {
 	ctl runclaim.Controller
 	now func(ctx context.Context) (time.Time, error)
+	// paused reports whether source is paused now.
+	paused func(ctx context.Context, source string) (bool, error)
 }
 
 // openControl opens the control commands' store. Tests replace it.
@@ -34,6 +37,9 @@ func (c *cli) postgresControl(ctx context.Context) (controlTarget, error) {
 		var now time.Time
 		err := c.pool.QueryRow(ctx, `SELECT pg_catalog.clock_timestamp()`).Scan(&now)
 		return now, err
+	}, paused: func(ctx context.Context, source string) (bool, error) {
+		controls, _, err := store.Controls(ctx, source)
+		return slices.ContainsFunc(controls, func(k runclaim.SourceControl) bool { return k.Paused }), err
 	}}, nil
 }
 

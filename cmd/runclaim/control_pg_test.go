@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -68,11 +69,24 @@ func TestControlOnPostgres(t *testing.T) {
 			t.Errorf("status line %d %q does not match %s", i+1, got[i+1], want)
 		}
 	}
-	objs := decodeObjects(t, mustRun(t, db, exitOK, "status", "--json").stdout, "source", "status", "paused_at", "paused_until", "note", "triggered_at", "checked_at")
-	if len(objs) != 3 || objs[0]["status"] != "paused" || objs[0]["note"] != "banned; ticket 42" || objs[0]["paused_until"] != nil || objs[0]["triggered_at"] == nil ||
-		objs[1]["status"] != "triggered" || objs[1]["paused_at"] != nil ||
-		objs[2]["status"] != "paused" || !rfc3339(t, objs[2]["paused_until"]).Equal(end) || objs[2]["triggered_at"] != nil {
-		t.Errorf("status --json: %v", objs)
+	// The runs, the pauses and the triggers, each in a list of its own.
+	busy := hold(t, store, "busy", "host-b")
+	running, paused, triggered := statusLists(t, mustRun(t, db, exitOK, "status", "--json").stdout)
+	if len(running) != 1 || running[0]["source"] != "busy" || running[0]["status"] != "running" {
+		t.Errorf("status --json: running %v", running)
+	}
+	if len(paused) != 2 || paused[0]["source"] != "avito" || paused[0]["status"] != "paused" || paused[0]["note"] != "banned; ticket 42" ||
+		paused[0]["paused_until"] != nil || paused[0]["triggered_at"] == nil ||
+		paused[1]["source"] != "sync" || !rfc3339(t, paused[1]["paused_until"]).Equal(end) || paused[1]["triggered_at"] != nil {
+		t.Errorf("status --json: paused %v", paused)
+	}
+	// avito is paused with a pending trigger: in both lists.
+	if len(triggered) != 2 || triggered[0]["source"] != "avito" || triggered[0]["status"] != "triggered" ||
+		triggered[1]["source"] != "report" || triggered[1]["status"] != "triggered" || triggered[1]["paused_at"] != nil {
+		t.Errorf("status --json: triggered %v", triggered)
+	}
+	if err := busy.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
 	}
 	r = mustRun(t, db, exitOK, "status", "report")
 	if got := lines(r.stdout); len(got) != 3 || !strings.HasPrefix(got[2], "report ") {
@@ -82,7 +96,18 @@ func TestControlOnPostgres(t *testing.T) {
 	if err := claimErr(t, store, "report", time.Hour); err != nil {
 		t.Errorf("triggered claim: %v", err)
 	}
-	mustRun(t, db, exitOK, "resume", "avito")
+	if r := mustRun(t, db, exitOK, "resume", "avito", "--json"); decodeObject(t, r.stdout, "source", "was_paused")["was_paused"] != true {
+		t.Errorf("resume of a paused source: %s, want was_paused true", r.stdout)
+	}
+	// Resuming again, or a source never paused (a typo), says so.
+	for _, source := range []string{"avito", "avitoo"} {
+		if r := mustRun(t, db, exitOK, "resume", source); r.stdout != fmt.Sprintf("%q was not paused: nothing to resume\n", source) {
+			t.Errorf("resume %s, not paused: %q", source, r.stdout)
+		}
+		if r := mustRun(t, db, exitOK, "resume", source, "--json"); decodeObject(t, r.stdout, "source", "was_paused")["was_paused"] != false {
+			t.Errorf("resume %s --json, not paused: %s, want was_paused false", source, r.stdout)
+		}
+	}
 	if err := claimErr(t, store, "avito", 0); err != nil {
 		t.Errorf("claim after resume: %v", err)
 	}

@@ -18,11 +18,39 @@ func controlOnMemory(t *testing.T) (*runclaim.MemoryStore, *testclock.Clock) {
 	clock := testclock.New(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	mem := runclaim.NewMemoryStore(runclaim.WithClock(clock.Now))
 	prev := openControl
+	pauses := &pauseLog{MemoryStore: mem, until: map[string]time.Time{}}
 	openControl = func(*cli, context.Context) (controlTarget, error) {
-		return controlTarget{ctl: mem, now: func(context.Context) (time.Time, error) { return clock.Now(), nil }}, nil
+		return controlTarget{ctl: pauses, now: func(context.Context) (time.Time, error) { return clock.Now(), nil },
+			paused: func(_ context.Context, source string) (bool, error) {
+				until, ok := pauses.until[source]
+				return ok && (until.IsZero() || clock.Now().Before(until)), nil
+			}}, nil
 	}
 	t.Cleanup(func() { openControl = prev })
 	return mem, clock
+}
+
+// pauseLog is a memory store that remembers the pauses made through it,
+// since a memory store does not list them.
+type pauseLog struct {
+	*runclaim.MemoryStore
+	until map[string]time.Time // source: the pause's end, zero for none
+}
+
+func (p *pauseLog) Pause(ctx context.Context, source string, until time.Time, note string) error {
+	err := p.MemoryStore.Pause(ctx, source, until, note)
+	if err == nil {
+		p.until[source] = until
+	}
+	return err
+}
+
+func (p *pauseLog) Resume(ctx context.Context, source string) error {
+	err := p.MemoryStore.Resume(ctx, source)
+	if err == nil {
+		delete(p.until, source)
+	}
+	return err
 }
 
 // claimErr claims source on store with a minimum interval and returns the
@@ -99,7 +127,7 @@ func TestPauseResumeTrigger(t *testing.T) {
 	if err := claimErr(t, mem, "avito", time.Hour); !errors.Is(err, runclaim.ErrTooSoon) {
 		t.Errorf("second claim after one trigger: %v, want ErrTooSoon", err)
 	}
-	if r := mustRun(t, nil, exitOK, "resume", "never-paused", "--json"); decodeObject(t, r.stdout, "source")["source"] != "never-paused" {
+	if r := mustRun(t, nil, exitOK, "resume", "never-paused", "--json"); decodeObject(t, r.stdout, "source", "was_paused")["source"] != "never-paused" {
 		t.Errorf("resume --json: %s", r.stdout)
 	}
 	if r := mustRun(t, nil, exitOK, "trigger", "avito", "--json"); decodeObject(t, r.stdout, "source")["source"] != "avito" {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"net/url"
 	"strings"
@@ -94,5 +95,56 @@ func TestNoDoubledPrefixes(t *testing.T) {
 				t.Errorf("only %d of %d commands failed: the test does not see their errors", failures, len(commandLines))
 			}
 		})
+	}
+}
+
+// TestServerErrorsExplained: the server's errors that an operator's
+// setting causes are told with what to fix, without the steps of pgx's
+// own ("rewrite query failed: ...") in the way, in text and in JSON.
+func TestServerErrorsExplained(t *testing.T) {
+	db := pgtest.New(t) // no runs table
+	u, err := url.Parse(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongPassword, wrongDB := *u, *u
+	wrongPassword.User = url.UserPassword(u.User.Username(), "wrong-password")
+	wrongDB.Path = "/no_such_database"
+	for _, tc := range []struct {
+		dsn  string
+		args []string
+		hint string
+	}{
+		{db.DSN, []string{"exec", "--source", "x", "--", "true"}, "run 'runclaim migrate' first"},
+		{db.DSN, []string{"status"}, "run 'runclaim migrate' first"},
+		{wrongPassword.String(), []string{"status"}, "check the password"},
+		{wrongDB.String(), []string{"history", "x"}, "check the database name"},
+		{closedDSN(t), []string{"status"}, "nothing listens there"},
+	} {
+		clearEnv(t)
+		t.Setenv(envDatabaseURL, tc.dsn)
+		r := runInEnv(t, nil, tc.args...)
+		if r.code == exitOK || r.code == exitUsage || !strings.Contains(r.stderr, "(hint: "+tc.hint) || strings.Contains(r.stderr, "rewrite query failed") {
+			t.Errorf("%q: exit %d, stderr %q; want a failure with the hint %q, and no pgx step", tc.args, r.code, r.stderr, tc.hint)
+		}
+		if tc.args[0] == "exec" {
+			continue // exec prints no JSON
+		}
+		r = runInEnv(t, nil, append(tc.args, "--json")...)
+		if _, msg, hint := jsonErrorOf(t, r.stderr); !strings.HasPrefix(hint, tc.hint) || strings.Contains(msg, "rewrite query failed") {
+			t.Errorf("%q --json: error %q, hint %q; want the hint %q", tc.args, msg, hint, tc.hint)
+		}
+	}
+}
+
+func TestDescribeErrorDropsPgxSteps(t *testing.T) {
+	for in, want := range map[string]string{
+		`claim "x": rewrite query failed: ERROR: boom (SQLSTATE 42P01)`:     `claim "x": ERROR: boom (SQLSTATE 42P01)`,
+		`history of "x": failed to encode args[1]: unable to encode "\xff"`: `history of "x": unable to encode "\xff"`,
+		`status: list running runs: ERROR: x (SQLSTATE 42501)`:              `list running runs: ERROR: x (SQLSTATE 42501)`,
+	} {
+		if got := describeError("status", errors.New(in)); got != want {
+			t.Errorf("describeError(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -108,8 +108,10 @@ func TestTerminalEscapes(t *testing.T) {
 		}
 		r = mustRun(t, db, exitOK, "status", "--json")
 		checkPrintable(t, "status --json", r.stdout)
-		var got []statusJSON
-		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 2 {
+		var lists struct{ Running []statusJSON }
+		err := json.Unmarshal([]byte(r.stdout), &lists)
+		got := lists.Running
+		if err != nil || len(got) != 2 {
 			t.Fatalf("status --json: %v\n%s", err, r.stdout)
 		}
 		sources := map[string]string{got[0].Source: got[0].Owner, got[1].Source: got[1].Owner}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes of exec besides the command's own. exec's own outcomes have
@@ -35,15 +36,12 @@ const (
 // none is given.
 const defaultKillGraceMax = 10 * time.Second
 
-// execCommand runs a command under a claim.
-var execCommand = command{
-	name:       "exec",
-	writes:     true,
-	summary:    "run a command only if this host claims the source (a distributed flock -n)",
-	usage:      "exec --source S [--lease D] [--min-interval D] [--tick T [--every D]] [--max-run-time D] [--owner O] [flags] -- command [args...]",
-	positional: -1,
-	noJSON:     true,
-	help: `Runs a command only if it claims the source, so that a crontab line installed
+// newExecCommand makes 'runclaim exec', which runs a command under a claim.
+func newExecCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "exec --source S [--lease D] [--min-interval D] [--tick T [--every D]] [--max-run-time D] [--owner O] [flags] -- command [args...]",
+		Short: "run a command only if this host claims the source (a distributed flock -n)",
+		Long: `Runs a command only if it claims the source, so that a crontab line installed
 on several hosts runs the job on one of them at a time: a distributed
 "flock -n". While the command runs, exec extends the lease every third of
 it (see --heartbeat). When the command ends, its exit status is recorded as
@@ -166,6 +164,11 @@ Exit codes:
   128+N   exec was stopped by signal N before the command started
 The command's own codes can collide with these; the outcome in 'runclaim
 history' is exact.`,
+		Args:        cobra.ArbitraryArgs,
+		Annotations: map[string]string{annotWrites: "true", annotNoJSON: "true"},
+	}, runExec)
+	cmd.Flags().SetInterspersed(false) // the rest of the line is the command's
+	return cmd
 }
 
 // execOptions are exec's flags and the command line it runs.
@@ -182,7 +185,7 @@ type execOptions struct {
 	argv                                          []string // the command line, argv[0] first
 }
 
-func (o *execOptions) flags(fs *flag.FlagSet) {
+func (o *execOptions) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.source, "source", "", "claim `source` (required)")
 	fs.DurationVar(&o.lease, "lease", runclaim.DefaultLease, "lease: how long the source stays held if exec dies without finishing")
 	fs.DurationVar(&o.minInterval, "min-interval", 0, "skip unless the source's last run started at least this long ago")

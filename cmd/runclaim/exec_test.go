@@ -439,7 +439,7 @@ func TestExecHelpDocumentsExitCodes(t *testing.T) {
 		"unrecorded-exit-code": exitUnrecorded,
 		"timeout-exit-code":    exitTimedOut,
 	} {
-		if !regexp.MustCompile(`(?m)^  --` + flag + ` code\n.*\(default ` + fmt.Sprint(code) + `\)$`).MatchString(r.stdout) {
+		if !regexp.MustCompile(`(?m)^ +--` + flag + ` code +.*\(default ` + fmt.Sprint(code) + `\)$`).MatchString(r.stdout) {
 			t.Errorf("--help lacks --%s with its default %d", flag, code)
 		}
 		if !regexp.MustCompile(`(?m)^  ` + fmt.Sprint(code) + `  .*\n(.*\n)*?.*--` + flag).MatchString(r.stdout) {

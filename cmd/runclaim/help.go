@@ -1,15 +1,67 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"io"
-	"slices"
+	"regexp"
+	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // The help texts: the top-level usage, each command's --help, and the
 // short message for a bad command line.
+
+// unknownCommand matches cobra's error for a command that does not exist.
+var unknownCommand = regexp.MustCompile(`^unknown command ("(?:[^"\\]|\\.)*") for "[^"]*"`)
+
+// reportUsage reports err, from parsing the command line of cmd (root's
+// if no command was recognised), and returns exitUsage: every error
+// ExecuteC returns is one, since the commands report their own failures.
+func (c *cli) reportUsage(root, cmd *cobra.Command, err error) int {
+	if cmd == nil {
+		cmd = root
+	}
+	msg := err.Error()
+	if m := unknownCommand.FindStringSubmatch(msg); m != nil {
+		name, _ := strconv.Unquote(m[1])
+		hint := ""
+		if s := root.SuggestionsFor(name); len(s) > 0 {
+			hint = "did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return c.topError(root, fmt.Sprintf("unknown command %q", name), hint)
+	}
+	if cmd != root && cmd.Name() != "help" {
+		return c.usageError(cmd, "%s", msg)
+	}
+	if errors.Is(err, errNoCommand) && !c.json && !c.jsonArg {
+		c.topUsage(c.stderr, root)
+		return exitUsage
+	}
+	return c.topError(root, msg, "")
+}
+
+// topError reports a bad command line that names no command, with the
+// top-level usage, and returns exitUsage.
+func (c *cli) topError(root *cobra.Command, msg, hint string) int {
+	if c.json || c.jsonArg {
+		if hint == "" {
+			hint = "run 'runclaim --help' for the commands"
+		}
+		c.jsonError("", msg, hint)
+		return exitUsage
+	}
+	fmt.Fprintf(c.stderr, "runclaim: %s\n", visible(msg))
+	if hint != "" {
+		fmt.Fprintf(c.stderr, "(%s)\n", visible(hint))
+	}
+	fmt.Fprintln(c.stderr)
+	c.topUsage(c.stderr, root)
+	return exitUsage
+}
 
 // badUsage reports a bad command line for the command that runs, found
 // once its options are valid, and returns exitUsage.
@@ -19,20 +71,21 @@ func (c *cli) badUsage(format string, args ...any) int {
 
 // usageError reports a bad command line for cmd and returns exitUsage. The
 // message is made printable: it may quote what the operator typed.
-func (c *cli) usageError(cmd *command, format string, args ...any) int {
+func (c *cli) usageError(cmd *cobra.Command, format string, args ...any) int {
 	// The library's "runclaim: " prefix (from ValidateSource, say) after
 	// "runclaim <command>: " would say it twice.
 	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "runclaim: ")
-	if c.json {
-		c.jsonError(cmd.name, msg, "usage: runclaim "+cmd.usage+"; run 'runclaim "+cmd.name+" --help' for details")
+	name := cmd.Name()
+	if c.json || (c.jsonArg && takesJSON(cmd)) {
+		c.jsonError(name, msg, "usage: "+usageLine(cmd)+"; run 'runclaim "+name+" --help' for details")
 		return exitUsage
 	}
-	fmt.Fprintf(c.stderr, "runclaim %s: %s\nusage: runclaim %s\nRun 'runclaim %s --help' for details.\n",
-		cmd.name, visible(msg), cmd.usage, cmd.name)
+	fmt.Fprintf(c.stderr, "runclaim %s: %s\nusage: %s\nRun 'runclaim %s --help' for details.\n",
+		name, visible(msg), usageLine(cmd), name)
 	return exitUsage
 }
 
-func (c *cli) topUsage(w io.Writer) {
+func (c *cli) topUsage(w io.Writer, root *cobra.Command) {
 	fmt.Fprint(w, `runclaim: see and fix the runs that github.com/runclaim/runclaim records in
 Postgres, and run commands under a claim.
 
@@ -41,29 +94,16 @@ Usage:
 
 Commands:
 `)
-	sorted := slices.SortedFunc(slices.Values(commands), func(a, b *command) int { return strings.Compare(a.name, b.name) })
-	for _, cmd := range sorted {
-		fmt.Fprintf(w, "  %-8s %s\n", cmd.name, cmd.summary)
+	for _, cmd := range root.Commands() { // sorted by name
+		if cmd.IsAvailableCommand() {
+			fmt.Fprintf(w, "  %-11s %s\n", cmd.Name(), cmd.Short)
+		}
 	}
+	fmt.Fprintf(w, "\nGlobal flags (also accepted after the command name):\n%s", root.PersistentFlags().FlagUsages())
+	fmt.Fprintf(w, "\nOther flags:\n%s", root.LocalNonPersistentFlags().FlagUsages())
 	fmt.Fprint(w, `
-Global flags (also accepted after the command name):
-  --table schema.table   runs table (default public.runclaim_runs, or $RUNCLAIM_TABLE);
-                         quote a name that contains a dot: "my.schema".runs
-  --namespace ns         advisory lock namespace, used by exec and pause (default
-                         runclaim, or $RUNCLAIM_NAMESPACE); must match the services'
-                         WithNamespace, or pause does not wait for their claims in flight
-  --json                 print one JSON document instead of a table (every
-                         command but exec, whose output is its command's);
-                         errors too, as {"command", "error", "hint"} on stderr
-  --synchronous-commit level
-                         commit the writes of exec, release, prune, pause,
-                         resume and trigger with synchronous_commit at level:
-                         remote_apply, on, remote_write, local or off (default
-                         $RUNCLAIM_SYNCHRONOUS_COMMIT, else the session's); the
-                         other commands refuse it (see Synchronous commit below)
-
-Other flags:
-  --version              print the module version and VCS revision, and exit
+Shell completion: 'runclaim completion bash|zsh|fish' prints a script; see
+'runclaim completion bash --help' for where it goes.
 
 Connection:
   DATABASE_URL (postgres://user:pass@host:5432/db?sslmode=... or key=value
@@ -88,64 +128,53 @@ Synchronous commit:
   parameter) unless ignore_startup_parameters lists it, and then drops it:
   behind it, use the flag or ALTER ROLE.
 
-Exit codes: 0 success, 1 error (database, or nothing to act on), 2 bad usage;
-exec has more (see 'runclaim exec --help').
+Exit codes:
+  0  success
+  1  error: the database's, or nothing to act on (release); and, for check
+     and status --overdue, a source is overdue
+  2  bad usage: an unknown command or flag, a bad value; with --json, the
+     error is a JSON object on stderr whatever it is
+  3  check cannot tell (the database could not be read); migrate --status
+     finds the table older than this release needs
+  exec exits with its command's code, or codes of its own (75 skipped,
+  69 claim failed, 70 run lost, 74 outcome unrecorded, 124 timed out,
+  126/127 command not started; see 'runclaim exec --help').
 
 Run 'runclaim <command> --help' for a command's flags and examples.
 `)
 }
 
-// commandHelp prints cmd's full help. fs, if not nil, lists its flags.
-func (c *cli) commandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
-	if fs == nil {
-		fs = c.commandFlags(cmd)
-	}
-	fmt.Fprintf(w, "usage: runclaim %s\n\n%s\n", cmd.usage, strings.TrimSpace(cmd.help))
-	isGlobal := func(f *flag.Flag) bool { return globalFlagNames[f.Name] }
-	if printFlags(w, fs, func(f *flag.Flag) bool { return !isGlobal(f) }, "\nFlags:\n") {
-		if cmd.positional < 0 {
-			fmt.Fprint(w, "\n(flags go before the command; -x and --x are the same)\n")
-		} else {
-			fmt.Fprint(w, "\n(flags may come before or after the arguments; -x and --x are the same)\n")
+// commandHelp prints cmd's full help: its synopsis, description, and
+// flags, its own then the global ones it takes.
+func (c *cli) commandHelp(w io.Writer, cmd *cobra.Command) {
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", usageLine(cmd), strings.TrimSpace(cmd.Long))
+	own := pflag.NewFlagSet(cmd.Name(), pflag.ContinueOnError)
+	cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "help" && !globalFlagNames[f.Name] {
+			own.AddFlag(f)
 		}
-	}
-	// A command that does not write refuses --synchronous-commit.
-	printFlags(w, fs, func(f *flag.Flag) bool { return isGlobal(f) && (cmd.writes || f.Name != syncCommitFlag) }, "\nGlobal flags:\n")
-}
-
-// printFlags prints the flags of fs that keep selects, under title, as
-// flag.PrintDefaults does but with two dashes. It reports whether there
-// were any.
-func printFlags(w io.Writer, fs *flag.FlagSet, keep func(*flag.Flag) bool, title string) bool {
-	found := false
-	fs.VisitAll(func(f *flag.Flag) {
-		if !keep(f) {
-			return
-		}
-		if !found {
-			fmt.Fprint(w, title)
-			found = true
-		}
-		typ, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if typ != "" {
-			line += " " + typ
-		}
-		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-			fmt.Fprintf(w, " (default %s)", f.DefValue)
-		}
-		fmt.Fprintln(w)
 	})
-	return found
+	if own.HasFlags() {
+		fmt.Fprintf(w, "\nFlags:\n%s", own.FlagUsages())
+		if !strings.Contains(cmd.Use, " -- ") { // exec: flags, then -- and a command line
+			fmt.Fprint(w, "\n(flags may come before or after the arguments; after --, everything is an argument)\n")
+		} else {
+			fmt.Fprint(w, "\n(flags go before the command, which follows --)\n")
+		}
+	}
+	global := pflag.NewFlagSet("global", pflag.ContinueOnError)
+	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) {
+		// A command that does not write refuses --synchronous-commit.
+		if globalFlagNames[f.Name] && (f.Name != syncCommitFlag || writes(cmd)) && (f.Name != "json" || takesJSON(cmd)) {
+			global.AddFlag(f)
+		}
+	})
+	if global.HasFlags() {
+		fmt.Fprintf(w, "\nGlobal flags:\n%s", global.FlagUsages())
+	}
 }
 
-// commandFlags returns the flag set of cmd: its own flags and the global
-// ones.
-func (c *cli) commandFlags(cmd *command) *flag.FlagSet {
-	fs := flag.NewFlagSet("runclaim "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c.globalFlags(fs, !cmd.noJSON)
-	cmd.bind(fs)
-	return fs
+// usageLine is cmd's synopsis: "runclaim history <source> [--limit N]".
+func usageLine(cmd *cobra.Command) string {
+	return cmd.CommandPath() + strings.TrimPrefix(cmd.Use, cmd.Name())
 }

@@ -3,22 +3,22 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // defaultHistoryLimit is how many runs history shows unless --limit says.
 const defaultHistoryLimit = 20
 
-// historyCommand lists a source's latest runs.
-var historyCommand = command{
-	name:       "history",
-	summary:    "list a source's latest runs, newest first",
-	usage:      "history <source> [--limit N]",
-	positional: 1,
-	help: `Lists the latest runs of a source, newest first: running, succeeded, failed
+// newHistoryCommand makes 'runclaim history', which lists a source's latest runs.
+func newHistoryCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "history <source> [--limit N]",
+		Short: "list a source's latest runs, newest first",
+		Long: `Lists the latest runs of a source, newest first: running, succeeded, failed
 (with the error, such as "exit status 3" from exec), expired (its holder
 stopped heartbeating and a later claim took over) or released (by an
 operator).
@@ -40,6 +40,9 @@ and error is "" when there is none. An expired run's duration runs to its
 last heartbeat (heartbeat_at), the last time its holder was known to be at
 work, not to its finished_at, when a later claim found its lease over; the
 table shows it as "≥" that.`,
+		Args: maxArgs(1),
+	}, runHistory)
+	return cmd
 }
 
 // historyOptions are history's: a source and --limit.
@@ -49,7 +52,7 @@ type historyOptions struct {
 	limit     int
 }
 
-func (o *historyOptions) flags(fs *flag.FlagSet) {
+func (o *historyOptions) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.limit, "limit", defaultHistoryLimit, "show at most `N` runs")
 }
 

@@ -10,11 +10,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -23,9 +23,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// Exit codes shared by every command. exec adds its own; see execHelp.
+// Exit codes shared by every command. check, migrate --status and exec add
+// their own.
 const (
 	exitOK    = 0
 	exitError = 1 // a database error, or the operation could not be done
@@ -50,50 +53,47 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// commands is every command of runclaim, each defined in a file of its
-// own: its help, an options type with its flags, arguments and Validate,
-// and a function that runs it. 'runclaim --help' lists them by name. To add
-// a command, add its file and its line here.
-var commands = []*command{
-	define(migrateCommand, runMigrate),
-	define(statusCommand, runStatus),
-	define(historyCommand, runHistory),
-	define(releaseCommand, runRelease),
-	define(pauseCommand, runPause),
-	define(resumeCommand, runResume),
-	define(triggerCommand, runTrigger),
-	define(pruneCommand, runPrune),
-	define(execCommand, runExec),
-	define(checkCommand, runCheck),
+// commands are runclaim's commands, each made by a constructor in a file
+// of its own: its help, an options type with its flags, arguments and
+// Validate, and a function that runs it (see define). 'runclaim --help'
+// lists them by name. To add a command, add its file and its constructor
+// here.
+var commands = []func(*cli) *cobra.Command{
+	newMigrateCommand,
+	newStatusCommand,
+	newHistoryCommand,
+	newReleaseCommand,
+	newPauseCommand,
+	newResumeCommand,
+	newTriggerCommand,
+	newPruneCommand,
+	newExecCommand,
+	newCheckCommand,
 }
 
-// A command is one subcommand of runclaim.
-type command struct {
-	name    string
-	summary string // one line, for the top-level usage
-	usage   string // the synopsis, after "runclaim"
-	help    string // description, examples and exit codes, for --help
-	// positional is how many positional arguments the command takes, at
-	// most (exec takes the rest of the line and sets it to -1).
-	positional int
-	// noJSON is set for a command whose output is not the tool's (exec).
-	noJSON bool
-	// writes is set for a command whose writes go through the store's own
+// The annotations of a command (cobra.Command.Annotations).
+const (
+	// annotWrites marks a command whose writes go through the store's own
 	// transactions, which --synchronous-commit applies to.
-	writes bool
-	// bind makes the command's options, with their flags registered on
-	// fs (the global ones are added for it), and returns them with the
-	// function that runs the command with them. define sets it.
-	bind func(fs *flag.FlagSet) (options, func(context.Context, *cli) int)
-}
+	annotWrites = "runclaim.writes"
+	// annotNoJSON marks a command whose output is not the tool's (exec):
+	// it refuses --json.
+	annotNoJSON = "runclaim.nojson"
+)
+
+// writes reports whether cmd takes --synchronous-commit.
+func writes(cmd *cobra.Command) bool { return cmd.Annotations[annotWrites] != "" }
+
+// takesJSON reports whether cmd takes --json.
+func takesJSON(cmd *cobra.Command) bool { return cmd.Annotations[annotNoJSON] == "" }
 
 // options are one command's flags and positional arguments, in a struct of
 // the command's own.
 type options interface {
 	// flags registers the flags on fs, with their defaults.
-	flags(fs *flag.FlagSet)
+	flags(fs *pflag.FlagSet)
 	// args takes the positional arguments, no more than the command's
-	// positional allows.
+	// Args allows.
 	args(positional []string)
 	// Validate checks the options once they are parsed, before anything
 	// connects. Its error is reported as bad usage.
@@ -106,24 +106,38 @@ type optionsPtr[O any] interface {
 	options
 }
 
-// define returns cmd, to be run by run with options of type *O.
-func define[O any, P optionsPtr[O]](cmd command, run func(ctx context.Context, c *cli, o P) int) *command {
-	cmd.bind = func(fs *flag.FlagSet) (options, func(context.Context, *cli) int) {
-		o := P(new(O))
-		o.flags(fs)
-		return o, func(ctx context.Context, c *cli) int { return run(ctx, c, o) }
+// define completes cmd, which runs run with options of type *O: it
+// registers their flags, and runs the command once they and the global
+// flags are valid. Without Args, cmd takes no positional argument.
+func define[O any, P optionsPtr[O]](c *cli, cmd *cobra.Command, run func(ctx context.Context, c *cli, o P) int) *cobra.Command {
+	o := P(new(O))
+	o.flags(cmd.Flags())
+	if cmd.Args == nil {
+		cmd.Args = maxArgs(0)
 	}
-	return &cmd
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := c.checkGlobal(cmd); err != nil {
+			return err
+		}
+		o.args(args)
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		c.cmd = cmd
+		c.code = run(cmd.Context(), c, o)
+		return nil
+	}
+	return cmd
 }
 
-// lookup returns the command called name, or nil.
-func lookup(name string) *command {
-	for _, cmd := range commands {
-		if cmd.name == name {
-			return cmd
+// maxArgs allows at most n positional arguments.
+func maxArgs(n int) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) > n {
+			return fmt.Errorf("unexpected argument %q", args[n])
 		}
+		return nil
 	}
-	return nil
 }
 
 // noArgs is embedded in the options of a command that takes no positional
@@ -139,13 +153,17 @@ type cli struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 
-	cmd *command // the command that runs
+	cmd  *cobra.Command // the command that runs
+	code int            // its exit code
 
 	table     string // --table: "schema.table" or "table"
 	namespace string // --namespace
 	json      bool   // --json
+	// jsonArg is set when --json is on the command line, for the errors
+	// found before the flags are parsed (an unknown command or flag).
+	jsonArg bool
 	// syncCommit is --synchronous-commit, given if syncCommitGiven; once
-	// main has checked it, the level for the store, or "".
+	// checked, the level for the store, or "".
 	syncCommit      string
 	syncCommitGiven bool
 
@@ -160,92 +178,106 @@ type cli struct {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	defer c.close()
-	return c.main(ctx, args)
+	c.jsonArg = jsonOnLine(args)
+	root := c.newRoot()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil {
+		return c.reportUsage(root, cmd, err)
+	}
+	return c.code
 }
 
-func (c *cli) main(ctx context.Context, args []string) int {
-	top := flag.NewFlagSet("runclaim", flag.ContinueOnError)
-	top.SetOutput(io.Discard)
-	c.globalFlags(top, true)
-	version := top.Bool("version", false, "print runclaim's version and exit")
-	if err := top.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			c.topUsage(c.stdout)
-			return exitOK
+// newRoot returns the command tree of runclaim, whose flags and commands
+// set c.
+func (c *cli) newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "runclaim",
+		Short:         "see and fix the runs that runclaim records in Postgres",
+		Version:       versionLine(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		RunE: func(*cobra.Command, []string) error {
+			return errNoCommand
+		},
+	}
+	root.SetIn(c.stdin)
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		// "-limit 5", as Go's flag package took it, reads as -l -i ...
+		if m := singleDash.FindStringSubmatch(err.Error()); m != nil && cmd.Flags().Lookup(m[1]) != nil {
+			return fmt.Errorf("-%s: a long flag takes two dashes: --%s", m[1], m[1])
 		}
-		fmt.Fprintf(c.stderr, "runclaim: %s\n\n", visible(err.Error()))
-		c.topUsage(c.stderr)
-		return exitUsage
+		return err
+	})
+	c.globalFlags(root.PersistentFlags())
+	for _, newCmd := range commands {
+		root.AddCommand(newCmd(c))
 	}
-	if *version {
-		fmt.Fprintln(c.stdout, versionLine())
-		return exitOK
-	}
-	rest := top.Args()
-	if len(rest) == 0 {
-		c.topUsage(c.stderr)
-		return exitUsage
-	}
-	name, rest := rest[0], rest[1:]
-	if name == "help" {
-		if len(rest) == 0 {
-			c.topUsage(c.stdout)
-			return exitOK
+	// cobra's 'completion' command, listed in runclaim's words.
+	root.InitDefaultCompletionCmd()
+	if cmd, _, err := root.Find([]string{"completion"}); err == nil && cmd != root {
+		cmd.Use = "completion bash|zsh|fish|powershell"
+		cmd.Short = "print the shell completion script for bash, zsh, fish or powershell"
+		cmd.RunE = func(_ *cobra.Command, args []string) error { // no shell, or an unknown one
+			if len(args) > 0 {
+				return fmt.Errorf("unknown shell %q: bash, zsh, fish or powershell", args[0])
+			}
+			return errors.New("give a shell: bash, zsh, fish or powershell")
 		}
-		cmd := lookup(rest[0])
-		if cmd == nil {
-			fmt.Fprintf(c.stderr, "runclaim: unknown command %q\n\n", rest[0])
-			c.topUsage(c.stderr)
-			return exitUsage
+	}
+	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
+		if cmd == root {
+			c.topUsage(cmd.OutOrStdout(), root)
+		} else {
+			c.commandHelp(cmd.OutOrStdout(), cmd)
 		}
-		c.commandHelp(c.stdout, cmd, nil)
-		return exitOK
-	}
-	cmd := lookup(name)
-	if cmd == nil {
-		fmt.Fprintf(c.stderr, "runclaim: unknown command %q\n\n", name)
-		c.topUsage(c.stderr)
-		return exitUsage
-	}
+	})
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "print a command's help",
+		RunE: func(_ *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			switch {
+			case err != nil:
+				return err
+			case len(rest) > 0:
+				return fmt.Errorf("unknown command %q for %q", rest[0], "runclaim")
+			}
+			return cmd.Help()
+		},
+	})
+	return root
+}
 
-	if cmd.noJSON && c.json {
-		c.json = false // the error is about --json: not in JSON
-		return c.usageError(cmd, "--json does not apply: %s prints no output of its own", cmd.name)
-	}
-	fs := flag.NewFlagSet("runclaim "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c.globalFlags(fs, !cmd.noJSON)
-	opts, runCmd := cmd.bind(fs)
-	var positional []string
-	var err error
-	if cmd.positional < 0 {
-		err = fs.Parse(rest)
-		positional = fs.Args()
-	} else {
-		positional, err = parseInterspersed(fs, rest)
-	}
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			c.commandHelp(c.stdout, cmd, fs)
-			return exitOK
+// singleDash matches pflag's error for a long flag written with one dash.
+var singleDash = regexp.MustCompile(`^unknown shorthand flag: '.' in -([a-z][a-z-]+)(=.*)?$`)
+
+// errNoCommand is the error of a command line without a command.
+var errNoCommand = errors.New("no command")
+
+// jsonOnLine reports whether --json is among args, before a "--" and
+// before exec's command line.
+func jsonOnLine(args []string) bool {
+	command := ""
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--":
+			return false
+		case a == "--json" || a == "--json=true":
+			return true
+		case a == "--table" || a == "--namespace" || a == "--"+syncCommitFlag:
+			i++ // the flag's value
+		case command == "" && !strings.HasPrefix(a, "-"):
+			command = a
+			if command == "exec" {
+				return false // the rest may be its command's
+			}
 		}
-		return c.usageError(cmd, "%v", err)
 	}
-	if cmd.positional >= 0 && len(positional) > cmd.positional {
-		return c.usageError(cmd, "unexpected argument %q", positional[cmd.positional])
-	}
-	if err := c.checkSynchronousCommit(cmd); err != nil {
-		return c.usageError(cmd, "%v", err)
-	}
-	if err := c.checkStoreOptions(); err != nil {
-		return c.usageError(cmd, "%v", err)
-	}
-	opts.args(positional)
-	if err := opts.Validate(); err != nil {
-		return c.usageError(cmd, "%v", err)
-	}
-	c.cmd = cmd
-	return runCmd(ctx, c)
+	return false
 }
 
 // globalFlagNames are the flags globalFlags registers.
@@ -256,29 +288,36 @@ var globalFlagNames = map[string]bool{"table": true, "namespace": true, "json": 
 const syncCommitFlag = "synchronous-commit"
 
 // globalFlags registers the flags every command accepts, before or after
-// its name (--json only if withJSON). Their defaults are the values parsed
-// so far, so that "runclaim --json status" and "runclaim status --json"
-// agree.
-func (c *cli) globalFlags(fs *flag.FlagSet, withJSON bool) {
-	if c.table == "" {
-		c.table = c.getenv(envTable)
-	}
-	if c.namespace == "" {
-		c.namespace = c.getenv(envNamespace)
-	}
-	fs.StringVar(&c.table, "table", c.table,
-		"runs table as `schema.table` or table; quote a name with a dot: \"my.schema\".runs (default \"public.runclaim_runs\", or $RUNCLAIM_TABLE)")
-	fs.StringVar(&c.namespace, "namespace", c.namespace,
-		"advisory lock namespace, for exec and pause; must match the services' WithNamespace (default \"runclaim\", or $RUNCLAIM_NAMESPACE)")
-	if withJSON {
-		fs.BoolVar(&c.json, "json", c.json, "print JSON instead of a table")
-	}
-	fs.Func(syncCommitFlag, "commit the command's writes with synchronous_commit at `level`: remote_apply, on, remote_write, local or off\n"+
-		"(default $RUNCLAIM_SYNCHRONOUS_COMMIT, else the session's; 'runclaim --help' says how to set it per role or in DATABASE_URL instead)",
+// its name.
+func (c *cli) globalFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.table, "table", c.getenv(envTable),
+		"runs table as `schema.table` or table; quote a name that contains a dot: \"my.schema\".runs (default public.runclaim_runs, or $"+envTable+")")
+	fs.StringVar(&c.namespace, "namespace", c.getenv(envNamespace),
+		"advisory lock `namespace`, used by exec and pause; must match the services' WithNamespace, or pause does not wait for their claims in flight (default runclaim, or $"+envNamespace+")")
+	fs.BoolVar(&c.json, "json", false,
+		"print one JSON document instead of a table (every command but exec, whose output is its command's); errors too, as {\"command\", \"error\", \"hint\"} on stderr")
+	fs.Func(syncCommitFlag, "commit the writes of exec, release, prune, pause, resume and trigger with synchronous_commit at `level`: "+
+		"remote_apply, on, remote_write, local or off (default $"+envSynchronousCommit+", else the session's); the other commands refuse it; "+
+		"'runclaim --help' says how to set it per role or in "+envDatabaseURL+" instead",
 		func(s string) error {
 			c.syncCommit, c.syncCommitGiven = s, true
 			return nil
 		})
+}
+
+// checkGlobal checks the global flags for cmd, before anything connects.
+func (c *cli) checkGlobal(cmd *cobra.Command) error {
+	if !takesJSON(cmd) && c.json {
+		c.json, c.jsonArg = false, false // the error is about --json: not in JSON
+		return fmt.Errorf("--json does not apply: %s prints no output of its own", cmd.Name())
+	}
+	if err := c.checkSynchronousCommit(cmd); err != nil {
+		return err
+	}
+	if err := c.checkStoreOptions(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // syncCommitLevels are the levels of --synchronous-commit, as
@@ -289,14 +328,14 @@ var syncCommitLevels = []string{"remote_apply", "on", "remote_write", "local", "
 // cmd, and leaves in c.syncCommit the level for the store, or "". A
 // command that does not write refuses the flag, and leaves the variable
 // alone: a crontab sets it for all its lines.
-func (c *cli) checkSynchronousCommit(cmd *command) error {
-	if !cmd.writes {
+func (c *cli) checkSynchronousCommit(cmd *cobra.Command) error {
+	if !writes(cmd) {
 		switch {
-		case c.syncCommitGiven && cmd.name == "migrate":
+		case c.syncCommitGiven && cmd.Name() == "migrate":
 			return fmt.Errorf("--%s does not apply to migrate: its steps commit with the session's synchronous_commit; "+
 				"set that for the role (ALTER ROLE) or in %s (options=-c synchronous_commit=...): see 'runclaim migrate --help'", syncCommitFlag, envDatabaseURL)
 		case c.syncCommitGiven:
-			return fmt.Errorf("--%s does not apply: %s only reads", syncCommitFlag, cmd.name)
+			return fmt.Errorf("--%s does not apply: %s only reads", syncCommitFlag, cmd.Name())
 		}
 		c.syncCommit = ""
 		return nil
@@ -314,27 +353,6 @@ func (c *cli) checkSynchronousCommit(cmd *command) error {
 	}
 	c.syncCommit = level
 	return nil
-}
-
-// parseInterspersed parses flags that may come before, between or after
-// positional arguments ("history nightly --limit 5"). Everything after "--"
-// is positional.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return positional, nil
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(positional, rest...), nil
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
-	}
 }
 
 // fail prints err for cmd, without secrets, printable (see visibleLines)
@@ -363,11 +381,18 @@ func (c *cli) jsonError(cmd, msg, hint string) {
 
 // describeError is err's text without the prefixes that the command's name
 // replaces: the library's "runclaim: ", then cmd's own name, so that the
-// line reads "runclaim prune: ..." and not "runclaim prune: prune: ...".
+// line reads "runclaim prune: ..." and not "runclaim prune: prune: ...";
+// and without the steps of pgx's own that say nothing of what went wrong
+// ("rewrite query failed: ", see pgxSteps).
 func describeError(cmd string, err error) string {
 	msg := strings.TrimPrefix(err.Error(), "runclaim: ")
+	msg = pgxSteps.ReplaceAllString(msg, "")
 	return causeFirst(strings.TrimPrefix(msg, cmd+": "))
 }
+
+// pgxSteps are the words pgx puts before a server's error to say which of
+// its steps met it: the step of a query, not what the operator can fix.
+var pgxSteps = regexp.MustCompile(`(rewrite query failed|failed to encode args\[\d+\]|failed to prepare statement|prepare failed): `)
 
 // causeFirst moves, in a connection error of pgx that lists one attempt a
 // line (the default sslmode "prefer" tries TLS, then plain TCP), the lines
@@ -392,11 +417,28 @@ func causeFirst(msg string) string {
 	return strings.Join(append(append(lines[:1:1], cause...), tlsRefused...), "\n")
 }
 
+// hints are the advice for the server's errors that an operator's
+// setting causes, by SQLSTATE.
+var hints = map[string]string{
+	"42P01": "run 'runclaim migrate' first, or check --table",                                                        // undefined_table
+	"42501": "the role in DATABASE_URL (or PGUSER) lacks a privilege on the runs table; see docs/least-privilege.md", // insufficient_privilege
+	"28P01": "check the password in DATABASE_URL, PGPASSWORD or ~/.pgpass",                                           // invalid_password
+	"28000": "check the user in DATABASE_URL (or PGUSER), and the server's pg_hba.conf",                              // invalid_authorization_specification
+	"3D000": "check the database name in DATABASE_URL (or PGDATABASE)",                                               // invalid_catalog_name
+	"42P05": "behind PgBouncer in transaction mode, add default_query_exec_mode=exec to DATABASE_URL",                // duplicate_prepared_statement
+	"26000": "behind PgBouncer in transaction mode, add default_query_exec_mode=exec to DATABASE_URL",                // invalid_sql_statement_name
+	"53300": "the server has no connection slot left: try again, or raise max_connections",                           // too_many_connections
+	"25006": "DATABASE_URL points at a read-only server (a standby?): point it at the primary",                       // read_only_sql_transaction
+}
+
 // hint is a line of advice for the mistakes operators make, or "".
 func hint(err error) string {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return "\n(hint: run 'runclaim migrate' first, or check --table)"
+	if errors.As(err, &pgErr) && hints[pgErr.Code] != "" {
+		return "\n(hint: " + hints[pgErr.Code] + ")"
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return "\n(hint: nothing listens there: is the server running, and are the host and port in DATABASE_URL (or PGHOST, PGPORT) right?)"
 	}
 	return ""
 }

@@ -3,23 +3,24 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // exitOutdated is what migrate --status exits with when the runs table is
 // older than this release needs.
 const exitOutdated = 3
 
-// migrateCommand brings the runs table to this release's schema version.
-var migrateCommand = command{
-	name:    "migrate",
-	summary: "bring the runs table to this release's schema version (idempotent)",
-	usage:   "migrate [--status | --print [--down] | --sql]",
-	help: `Brings the runs table to the schema version this release needs, applying the
+// newMigrateCommand makes 'runclaim migrate', which brings the runs table to this release's schema version.
+func newMigrateCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "migrate [--status | --print [--down] | --sql]",
+		Short: "bring the runs table to this release's schema version (idempotent)",
+		Long: `Brings the runs table to the schema version this release needs, applying the
 missing steps in order, each in a short transaction of its own. It is safe
 to run again, and from several hosts at once. On a current schema it only
 reads the catalogs: it takes no lock on the table and needs no privilege
@@ -56,11 +57,14 @@ Examples:
 
 JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
 "from": 0, "version": 7}, where migrated says whether this run applied a
-step; with --status, {"table": ..., "have": 1, "want": 7, "current": false,
+step (of several migrates at once, one applies them and says true; the
+others wait for it, and say false); with --status, {"table": ..., "have": 1, "want": 7, "current": false,
 "missing": [{"version": 2, "name": "..."}, ...]}; with --print,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
 quoted, as --table accepts it.`,
+	}, runMigrate)
+	return cmd
 }
 
 // migrateOptions are migrate's: what to do instead of migrating, if
@@ -70,7 +74,7 @@ type migrateOptions struct {
 	sql, print, down, status bool
 }
 
-func (o *migrateOptions) flags(fs *flag.FlagSet) {
+func (o *migrateOptions) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.sql, "sql", false, "print the whole schema as one idempotent script and exit, without connecting")
 	fs.BoolVar(&o.print, "print", false, "print the SQL of each step and exit, without connecting")
 	fs.BoolVar(&o.down, "down", false, "with --print: the SQL that undoes each step, newest first")
@@ -108,20 +112,29 @@ func runMigrate(ctx context.Context, c *cli, o *migrateOptions) int {
 	if o.status {
 		return migrateStatus(ctx, c, store)
 	}
+	// Each step is a transaction of its own: two migrates at once could
+	// each apply some. One at a time, the first applies them all, and
+	// those that waited find the table current.
+	unlock, err := c.migrateLock(ctx, store)
+	if err != nil {
+		return c.fail("migrate", err)
+	}
+	defer unlock()
 	before, _, err := store.SchemaVersion(ctx)
 	if err != nil {
 		return c.fail("migrate", err)
 	}
-	if err := store.Migrate(ctx); err != nil {
+	applied, err := store.MigrateApplied(ctx)
+	if err != nil {
 		return c.fail("migrate", err)
 	}
 	have, _, err := store.SchemaVersion(ctx)
 	if err != nil {
 		return c.fail("migrate", err)
 	}
-	// Another migrate may have applied the steps meanwhile: migrated says
-	// whether the version moved while this one ran.
-	migrated := have > before
+	// migrated says whether this migrate applied a step, not whether
+	// another (a service's Migrate at its start) did meanwhile.
+	migrated := len(applied) > 0
 	if c.json {
 		if err := writeJSON(c.stdout, struct {
 			Table    string `json:"table"`
@@ -134,6 +147,8 @@ func runMigrate(ctx context.Context, c *cli, o *migrateOptions) int {
 		return exitOK
 	}
 	switch {
+	case !migrated && before < have:
+		fmt.Fprintf(c.stdout, "%s is at schema version %d: nothing to do (another migrate applied the steps meanwhile)\n", store.Table(), have)
 	case !migrated:
 		fmt.Fprintf(c.stdout, "%s is already at schema version %d: nothing to do\n", store.Table(), have)
 	case before == 0:
@@ -142,6 +157,29 @@ func runMigrate(ctx context.Context, c *cli, o *migrateOptions) int {
 		fmt.Fprintf(c.stdout, "migrated %s from schema version %d to %d\n", store.Table(), before, have)
 	}
 	return exitOK
+}
+
+// migrateLock waits until no other 'runclaim migrate' of store's table
+// runs, and holds it off until unlock: a transaction-scoped advisory lock,
+// on a connection of its own, so that it works behind PgBouncer in
+// transaction mode too. Its key is not the one the library's steps lock.
+func (c *cli) migrateLock(ctx context.Context, store *runclaim.PostgresStore) (unlock func(), err error) {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`, "runclaim migrate "+store.Table())
+	}
+	if err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("wait for the other migrates: %w", err)
+	}
+	return func() {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		conn.Release()
+	}, nil
 }
 
 // offlineStore is a store for printing SQL: it never connects.

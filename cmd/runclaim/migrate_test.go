@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/runclaim/runclaim"
@@ -131,7 +132,7 @@ func TestTableWithDot(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold(t, store, "held", "svc-1")
-	if r := mustRun(t, db, exitOK, "--table", flag, "status", "--json"); len(decodeObjects(t, r.stdout, statusKeys...)) != 1 {
+	if r := mustRun(t, db, exitOK, "--table", flag, "status", "--json"); len(statusRunning(t, r.stdout)) != 1 {
 		t.Errorf("status: %s", r.stdout)
 	}
 	mustRun(t, db, exitOK, "--table", flag, "exec", "--source", "x", "--", "true")
@@ -228,6 +229,52 @@ func TestMigratePrint(t *testing.T) {
 	for _, args := range [][]string{{"--print", "--status"}, {"--sql", "--print"}, {"--down"}, {"--status", "--down"}} {
 		if r := runInEnv(t, nil, append([]string{"migrate"}, args...)...); r.code != exitUsage {
 			t.Errorf("migrate %v: %+v, want a usage error", args, r)
+		}
+	}
+}
+
+// TestMigrateConcurrent: of three migrate --json at once on a fresh
+// database, only the one that migrated says "migrated": true; the others
+// say the table was current, at the version it reached.
+func TestMigrateConcurrent(t *testing.T) {
+	for range 3 {
+		db := pgtest.New(t)
+		clearEnv(t)
+		t.Setenv(envDatabaseURL, db.DSN)
+		results := make([]result, 3)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Go(func() {
+				<-start
+				results[i] = runInEnv(t, nil, "migrate", "--json")
+			})
+		}
+		close(start)
+		wg.Wait()
+		migrated := 0
+		for _, r := range results {
+			if r.code != exitOK {
+				t.Fatalf("migrate --json: %+v", r)
+			}
+			obj := decodeObject(t, r.stdout, "table", "migrated", "from", "version")
+			if num(t, obj["version"]) != float64(runclaim.LatestSchemaVersion) {
+				t.Errorf("version %v, want %d", obj["version"], runclaim.LatestSchemaVersion)
+			}
+			switch obj["migrated"] {
+			case true:
+				migrated++
+				if num(t, obj["from"]) != 0 {
+					t.Errorf("the migrate that migrated says from %v, want 0", obj["from"])
+				}
+			case false:
+				if num(t, obj["from"]) != float64(runclaim.LatestSchemaVersion) {
+					t.Errorf("a migrate with nothing to do says from %v, want %d", obj["from"], runclaim.LatestSchemaVersion)
+				}
+			}
+		}
+		if migrated != 1 {
+			t.Fatalf("%d of 3 concurrent migrate --json said they migrated, want 1:\n%v", migrated, results)
 		}
 	}
 }

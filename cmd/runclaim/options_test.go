@@ -1,31 +1,43 @@
 package main
 
 import (
-	"flag"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
+// testCommand returns the command called name, as run makes it, with
+// an environment that sets nothing.
+func testCommand(t *testing.T, name string) *cobra.Command {
+	t.Helper()
+	c := &cli{getenv: func(string) string { return "" }, stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}
+	cmd, _, err := c.newRoot().Find([]string{name})
+	if err != nil || cmd.Name() != name {
+		t.Fatalf("no command %q: %v", name, err)
+	}
+	return cmd
+}
+
 // TestCommandList checks the list of commands: unique names, a summary,
-// usage and help each, and options whose flags register.
+// usage and help each.
 func TestCommandList(t *testing.T) {
 	seen := map[string]bool{}
-	for _, cmd := range commands {
-		if seen[cmd.name] {
-			t.Errorf("command %q is listed twice", cmd.name)
+	c := &cli{getenv: func(string) string { return "" }}
+	for _, newCmd := range commands {
+		cmd := newCmd(c)
+		if seen[cmd.Name()] {
+			t.Errorf("command %q is listed twice", cmd.Name())
 		}
-		seen[cmd.name] = true
-		if cmd.summary == "" || cmd.usage == "" || cmd.help == "" || cmd.bind == nil {
-			t.Errorf("command %q lacks its summary, usage, help or options", cmd.name)
-		}
-		if lookup(cmd.name) != cmd {
-			t.Errorf("lookup(%q) does not find it", cmd.name)
+		seen[cmd.Name()] = true
+		if cmd.Short == "" || cmd.Use == "" || cmd.Long == "" || cmd.RunE == nil {
+			t.Errorf("command %q lacks its summary, usage, help or run", cmd.Name())
 		}
 	}
-	if lookup("nosuch") != nil {
-		t.Error("lookup finds a command that does not exist")
+	if len(seen) != len(surface) {
+		t.Errorf("%d commands, want %d", len(seen), len(surface))
 	}
 }
 
@@ -47,7 +59,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"release", []string{"nightly", "--id", "3"}, "give exactly one of"},
 		{"release", []string{"--id", "-5"}, "a run ID must be positive, got -5"},
 		{"release", []string{"--", "0"}, "a run ID must be positive, got 0"},
-		{"release", []string{"42"}, ""},
+		{"release", []string{"42", "--yes"}, ""},
 		{"prune", nil, "give --older-than, --keep-last or both"},
 		{"prune", []string{"--older-than", "1x"}, "--older-than: invalid duration"},
 		{"prune", []string{"--older-than", "1d12h"}, ""},
@@ -73,42 +85,24 @@ func TestOptionsValidate(t *testing.T) {
 		{"exec", []string{"--source", "s", "--lease", "3s", "--heartbeat", "100ms", "--", "true"}, ""},
 	} {
 		name := tc.cmd + " " + strings.Join(tc.args, " ")
-		cmd := lookup(tc.cmd)
-		fs := flag.NewFlagSet(tc.cmd, flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		opts, _ := cmd.bind(fs)
-		var pos []string
-		var err error
-		if cmd.positional < 0 {
-			err = fs.Parse(tc.args)
-			pos = fs.Args()
-		} else {
-			pos, err = parseInterspersed(fs, tc.args)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		opts.args(pos)
-		err = opts.Validate()
+		// Without DATABASE_URL, valid options go on to fail to connect
+		// (exit 1, or exec's 69), never with a usage error.
+		r := runCLI(t, nil, nil, append([]string{tc.cmd}, tc.args...)...)
 		switch {
-		case tc.err == "" && err != nil:
-			t.Errorf("%s: %v, want valid", name, err)
-		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("%s: %v, want an error with %q", name, err, tc.err)
-		case tc.cmd == "exec" && err != nil && (strings.Contains(err.Error(), "runclaim:") || strings.Contains(err.Error(), "With")):
-			t.Errorf("%s: %v names the library or its options, not the flags", name, err)
+		case tc.err == "" && r.code == exitUsage:
+			t.Errorf("%s: %s, want valid", name, r.stderr)
+		case tc.err != "" && (r.code != exitUsage || !strings.Contains(r.stderr, tc.err)):
+			t.Errorf("%s: exit %d, %s, want a usage error with %q", name, r.code, r.stderr, tc.err)
+		case tc.cmd == "exec" && r.code == exitUsage && (strings.Contains(r.stderr, "runclaim:") || strings.Contains(r.stderr, "With")):
+			t.Errorf("%s: %v names the library or its options, not the flags", name, r.stderr)
 		}
 	}
 	// Validate parses what it checks.
-	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
-	opts, _ := lookup("prune").bind(fs)
-	if err := fs.Parse([]string{"--older-than", "1d12h"}); err != nil {
-		t.Fatal(err)
-	}
+	opts := &pruneOptions{olderThanArg: "1d12h"}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := opts.(*pruneOptions).opts.OlderThan; got != 36*time.Hour {
+	if got := opts.opts.OlderThan; got != 36*time.Hour {
 		t.Errorf("prune --older-than 1d12h: %v, want 36h", got)
 	}
 }

@@ -3,21 +3,20 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// pauseCommand pauses a source.
-var pauseCommand = command{
-	name:       "pause",
-	writes:     true,
-	summary:    "skip every claim of a source until it is resumed, or for a while",
-	usage:      "pause <source> [--until DURATION|TIME] [--note TEXT]",
-	positional: 1,
-	help: `Pauses a source on every replica at once, without a deploy: every claim of
+// newPauseCommand makes 'runclaim pause', which pauses a source.
+func newPauseCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "pause <source> [--until DURATION|TIME] [--note TEXT]",
+		Short: "skip every claim of a source until it is resumed, or for a while",
+		Long: `Pauses a source on every replica at once, without a deploy: every claim of
 it is skipped (runclaim.ErrPaused; 'runclaim exec' exits with its
 --skip-exit-code) until 'runclaim resume', or until the pause's end. The
 note is shown with every skip and in 'runclaim status'. Pausing a paused
@@ -40,6 +39,10 @@ Examples:
   runclaim pause sync --until 2026-12-27T08:00:00Z --json
 
 JSON output: {"source", "paused_until" (null: until resumed), "note"}`,
+		Args:        maxArgs(1),
+		Annotations: map[string]string{annotWrites: "true"},
+	}, runPause)
+	return cmd
 }
 
 // pauseOptions are pause's: the source, --until and --note.
@@ -52,7 +55,7 @@ type pauseOptions struct {
 	until     untilArg // parsed by Validate
 }
 
-func (o *pauseOptions) flags(fs *flag.FlagSet) {
+func (o *pauseOptions) flags(fs *pflag.FlagSet) {
 	fs.Func("until", "pause for `DURATION` (2h, 1d) or until a TIME (RFC 3339); default: until resumed", func(s string) error {
 		o.untilArg, o.untilSet = s, true
 		return nil

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -11,15 +10,16 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// pruneCommand deletes old finished runs.
-var pruneCommand = command{
-	name:    "prune",
-	writes:  true,
-	summary: "delete finished runs older than a given age, or all but the last N of each source",
-	usage:   "prune [--older-than D] [--keep-last N] [--yes]",
-	help: `Deletes finished runs (succeeded, failed, expired, released): with
+// newPruneCommand makes 'runclaim prune', which deletes old finished runs.
+func newPruneCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "prune [--older-than D] [--keep-last N] [--yes]",
+		Short: "delete finished runs older than a given age, or all but the last N of each source",
+		Long: `Deletes finished runs (succeeded, failed, expired, released): with
 --older-than D, those that finished more than D ago; with --keep-last N,
 all but the N runs of each source that started last, whatever their age;
 with both, only runs that both select. It never deletes a running run, nor
@@ -46,6 +46,9 @@ Examples:
 JSON output: {"deleted": 123, "older_than_seconds": 2592000, "keep_last": 10}
 (older_than_seconds is 0 without --older-than; keep_last is 1 without
 --keep-last, since the newest run of each source is always kept).`,
+		Annotations: map[string]string{annotWrites: "true"},
+	}, runPrune)
+	return cmd
 }
 
 // pruneOptions are prune's: --older-than and --keep-last.
@@ -61,7 +64,7 @@ type pruneOptions struct {
 // prune removes the history of runs that have only just finished.
 const pruneAskBelow = time.Hour
 
-func (o *pruneOptions) flags(fs *flag.FlagSet) {
+func (o *pruneOptions) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.olderThanArg, "older-than", "", "delete runs that finished more than `D` ago (e.g. 720h or 30d)")
 	fs.IntVar(&o.keepLast, "keep-last", 0, "keep the last `N` runs of each source, whatever their age")
 	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation when D is under an hour (or not given) and --keep-last is not above 1")

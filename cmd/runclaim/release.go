@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,16 +11,17 @@ import (
 	"strings"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
 )
 
-// releaseCommand ends a stuck running run.
-var releaseCommand = command{
-	name:       "release",
-	writes:     true,
-	summary:    "end a stuck running run so that its source can be claimed again",
-	usage:      "release <source|run-id> [--yes] | release --source S | release --id N",
-	positional: 1,
-	help: `Ends a running run as "released", so that the next claim of its source
+// newReleaseCommand makes 'runclaim release', which ends a stuck running run.
+func newReleaseCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "release <source|run-id> [--yes] | release --source S | release --id N",
+		Short: "end a stuck running run so that its source can be claimed again",
+		Long: `Ends a running run as "released", so that the next claim of its source
 succeeds without waiting for the lease to pass. Its holder, if it is still
 alive, learns at its next heartbeat that the run is no longer its own: under
 Claimer.Do (and 'runclaim exec') its work is cancelled.
@@ -43,6 +43,10 @@ Exit codes: 0 released; 1 no such running run, declined, or a database
 error; 2 bad usage, or confirmation needed but stdin is not a terminal.
 
 JSON output: an array with the released run, shaped as in 'runclaim history'.`,
+		Args:        maxArgs(1),
+		Annotations: map[string]string{annotWrites: "true"},
+	}, runRelease)
+	return cmd
 }
 
 // releaseOptions are release's: the run, by source or ID, and --yes.
@@ -54,9 +58,8 @@ type releaseOptions struct {
 	hasArg bool
 }
 
-func (o *releaseOptions) flags(fs *flag.FlagSet) {
-	fs.BoolVar(&o.yes, "yes", false, "release without asking")
-	fs.BoolVar(&o.yes, "y", false, "shorthand for --yes")
+func (o *releaseOptions) flags(fs *pflag.FlagSet) {
+	fs.BoolVarP(&o.yes, "yes", "y", false, "release without asking")
 	fs.StringVar(&o.source, "source", "", "release the running run of `source`")
 	fs.Int64Var(&o.id, "id", 0, "release the run with this `ID`")
 }
@@ -179,22 +182,12 @@ func (c *cli) confirm(question string) (bool, error) {
 }
 
 // isTerminal reports whether r can be an operator answering a question: a
-// character device other than /dev/null. A nil reader is not. A reader that is not an *os.File
-// (a program embedding run, a test) is taken as the answers it supplies.
+// terminal. A nil reader is not. A reader that is not an *os.File (a
+// program embedding run, a test) is taken as the answers it supplies.
 func isTerminal(r io.Reader) bool {
 	if r == nil {
 		return false
 	}
 	f, ok := r.(*os.File)
-	if !ok {
-		return true
-	}
-	fi, err := f.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return false
-	}
-	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
-		return false
-	}
-	return true
+	return !ok || term.IsTerminal(int(f.Fd()))
 }

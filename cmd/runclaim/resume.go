@@ -3,29 +3,34 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// resumeCommand ends a source's pause.
-var resumeCommand = command{
-	name:       "resume",
-	writes:     true,
-	summary:    "end a source's pause",
-	usage:      "resume <source>",
-	positional: 1,
-	help: `Ends the pause of a source that 'runclaim pause' paused: its next claim
+// newResumeCommand makes 'runclaim resume', which ends a source's pause.
+func newResumeCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "resume <source>",
+		Short: "end a source's pause",
+		Long: `Ends the pause of a source that 'runclaim pause' paused: its next claim
 goes ahead as usual (the minimum interval still applies; see 'runclaim
 trigger'). A source that is not paused is left as it is, and resume
-succeeds.
+succeeds, saying that it was not paused (was_paused is false in JSON): a
+mistyped source name shows.
 
 Examples:
   runclaim resume scraper-avito
   runclaim resume scraper-avito && runclaim trigger scraper-avito
 
-JSON output: {"source"}`,
+JSON output: {"source", "was_paused"}, where was_paused says whether the
+source was paused when resume read it, just before it resumed it.`,
+		Args:        maxArgs(1),
+		Annotations: map[string]string{annotWrites: "true"},
+	}, runResume)
+	return cmd
 }
 
 // resumeOptions are resume's: the source.
@@ -38,15 +43,23 @@ func runResume(ctx context.Context, c *cli, o *resumeOptions) int {
 	if err != nil {
 		return c.fail("resume", err)
 	}
+	wasPaused, err := target.paused(ctx, o.source)
+	if err != nil {
+		return c.fail("resume", err)
+	}
 	if err := target.ctl.Resume(ctx, o.source); err != nil {
 		return c.fail("resume", err)
 	}
-	if c.json {
+	switch {
+	case c.json:
 		err = writeJSON(c.stdout, struct {
-			Source string `json:"source"`
-		}{o.source})
-	} else {
+			Source    string `json:"source"`
+			WasPaused bool   `json:"was_paused"`
+		}{o.source, wasPaused})
+	case wasPaused:
 		_, err = fmt.Fprintf(c.stdout, "resumed %q: it is not paused\n", o.source)
+	default:
+		_, err = fmt.Fprintf(c.stdout, "%q was not paused: nothing to resume\n", o.source)
 	}
 	if err != nil {
 		return c.fail("resume", err)
@@ -60,7 +73,7 @@ type sourceArg struct {
 	hasSource bool
 }
 
-func (o *sourceArg) flags(*flag.FlagSet) {}
+func (o *sourceArg) flags(*pflag.FlagSet) {}
 
 func (o *sourceArg) args(args []string) {
 	if len(args) == 1 {

@@ -2,20 +2,20 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// statusCommand lists the running runs.
-var statusCommand = command{
-	name:       "status",
-	summary:    "list the running runs, with owner, age and lease left",
-	usage:      "status [source] | status --overdue D",
-	positional: 1,
-	help: `Lists the running runs of every source, or of one source, with their owner,
+// newStatusCommand makes 'runclaim status', which lists the running runs.
+func newStatusCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "status [source] | status --overdue D",
+		Short: "list the running runs, with owner, age and lease left",
+		Long: `Lists the running runs of every source, or of one source, with their owner,
 age, time since the last heartbeat and lease left. Ages and leases are
 computed on the database's clock, not this host's. Then the sources that
 are paused ('runclaim pause'), with the pause's end and note, and those
@@ -28,22 +28,36 @@ source sooner, see 'runclaim release'.
 Examples:
   runclaim status
   runclaim status nightly-report
-  runclaim status --json | jq -r '.[] | select(.expired) | .source'
+  runclaim status --json | jq -r '.running[] | select(.expired) | .source'
+  runclaim status --json | jq -r '.paused[].source'
+  runclaim status --overdue 26h || alert "some source is overdue"
 
-JSON output: an array of
+JSON output: {"running": [...], "paused": [...], "triggered": [...]}:
+running lists the running runs, each
   {"source", "run_id", "owner", "status", "started_at", "lease_until",
    "heartbeat_at", "tick", "checked_at", "age_seconds", "heartbeat_age_seconds",
    "lease_left_seconds", "expired"}
 where status is "running", tick is the scheduled tick the run serves, or
 null for a plain claim, checked_at is the database time the ages are
 measured at, and lease_left_seconds is negative once the lease has
-passed; then, for each source paused or with a pending trigger,
+passed; paused lists the paused sources and triggered the sources with a
+pending trigger (a paused source with a pending trigger is in both), each
   {"source", "status", "paused_at", "paused_until", "note",
    "triggered_at", "checked_at"}
-where status is "paused" or "triggered", paused_until is null for a
-pause until 'runclaim resume', and triggered_at is null without a
-pending trigger. With --overdue:
-an array of check's JSON objects (see 'runclaim check --help').`,
+where status is "paused" in paused and "triggered" in triggered,
+paused_until is null for a pause until 'runclaim resume', and
+triggered_at is null without a pending trigger. Every list is there,
+empty if need be.
+
+With --overdue: an array of check's JSON objects (see 'runclaim check
+--help'), and exit code 1 if a source is overdue, as check's, so that
+'runclaim status --overdue 26h' can be an alarm for every source at once.
+
+Exit codes: 0 success (with --overdue: no source is overdue); 1 a database
+error, or with --overdue a source overdue; 2 bad usage.`,
+		Args: maxArgs(1),
+	}, runStatus)
+	return cmd
 }
 
 // statusOptions are status's: an optional source, or --overdue.
@@ -54,7 +68,7 @@ type statusOptions struct {
 	maxAge    time.Duration // --overdue, parsed by Validate
 }
 
-func (o *statusOptions) flags(fs *flag.FlagSet) {
+func (o *statusOptions) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.overdue, "overdue", "", "list the sources without a success within `D` instead (e.g. 26h or 1d)")
 }
 
@@ -164,13 +178,17 @@ func (c *cli) writeControls(controls []runclaim.SourceControl, now time.Time) er
 	return t.flush()
 }
 
-// writeStatusJSON prints the runs, then the pauses and pending triggers,
-// as one JSON array.
+// writeStatusJSON prints the runs, the pauses and the pending triggers,
+// each in a list of its own.
 func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls []runclaim.SourceControl, ctlNow time.Time) error {
-	out := make([]any, 0, len(runs)+len(controls))
+	out := struct {
+		Running   []statusJSON  `json:"running"`
+		Paused    []controlJSON `json:"paused"`
+		Triggered []controlJSON `json:"triggered"`
+	}{[]statusJSON{}, []controlJSON{}, []controlJSON{}}
 	for _, r := range runs {
 		left := r.LeaseUntil.Sub(now)
-		out = append(out, statusJSON{
+		out.Running = append(out.Running, statusJSON{
 			Source:              r.Source,
 			RunID:               r.ID,
 			Owner:               r.Owner,
@@ -187,19 +205,22 @@ func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls
 		})
 	}
 	for _, k := range controls {
-		status := "triggered"
-		if k.Paused {
-			status = "paused"
-		}
-		out = append(out, controlJSON{
+		j := controlJSON{
 			Source:      k.Source,
-			Status:      status,
 			PausedAt:    jsonTime(k.PausedAt),
 			PausedUntil: jsonTime(k.PausedUntil),
 			Note:        k.Note,
 			TriggeredAt: jsonTime(k.TriggeredAt),
 			CheckedAt:   jsonTime(ctlNow),
-		})
+		}
+		if k.Paused {
+			j.Status = "paused"
+			out.Paused = append(out.Paused, j)
+		}
+		if !k.TriggeredAt.IsZero() {
+			j.Status = "triggered"
+			out.Triggered = append(out.Triggered, j)
+		}
 	}
 	return writeJSON(c.stdout, out)
 }

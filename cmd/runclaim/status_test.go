@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -11,6 +12,32 @@ import (
 var statusKeys = []string{"source", "run_id", "owner", "status", "started_at", "lease_until", "heartbeat_at", "tick",
 	"checked_at", "age_seconds", "heartbeat_age_seconds", "lease_left_seconds", "expired"}
 
+// controlKeys are the keys of a pause or a pending trigger in status --json.
+var controlKeys = []string{"source", "status", "paused_at", "paused_until", "note", "triggered_at", "checked_at"}
+
+// statusLists decodes status --json: an object with exactly the lists
+// running, paused and triggered, whose objects have the keys they should.
+func statusLists(t *testing.T, out string) (running, paused, triggered []map[string]any) {
+	t.Helper()
+	var lists map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &lists); err != nil {
+		t.Fatalf("status --json is not an object: %v\n%s", err, out)
+	}
+	if len(lists) != 3 || lists["running"] == nil || lists["paused"] == nil || lists["triggered"] == nil {
+		t.Fatalf("status --json has keys other than running, paused and triggered:\n%s", out)
+	}
+	return decodeObjects(t, string(lists["running"]), statusKeys...),
+		decodeObjects(t, string(lists["paused"]), controlKeys...),
+		decodeObjects(t, string(lists["triggered"]), controlKeys...)
+}
+
+// statusRunning is the running list of status --json.
+func statusRunning(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	running, _, _ := statusLists(t, out)
+	return running
+}
+
 func TestStatus(t *testing.T) {
 	db, store := setup(t)
 
@@ -19,7 +46,7 @@ func TestStatus(t *testing.T) {
 		t.Errorf("empty status: %q", r.stdout)
 	}
 	r = mustRun(t, db, exitOK, "status", "--json")
-	if got := decodeObjects(t, r.stdout, statusKeys...); len(got) != 0 {
+	if got := statusRunning(t, r.stdout); len(got) != 0 {
 		t.Errorf("empty status JSON: %s", r.stdout)
 	}
 	r = mustRun(t, db, exitOK, "status", "alpha")
@@ -58,7 +85,7 @@ func TestStatus(t *testing.T) {
 
 	t.Run("JSON", func(t *testing.T) {
 		r := mustRun(t, db, exitOK, "--json", "status") // the global flag before the command
-		objs := decodeObjects(t, r.stdout, statusKeys...)
+		objs := statusRunning(t, r.stdout)
 		if len(objs) != 2 {
 			t.Fatalf("want 2 runs:\n%s", r.stdout)
 		}
@@ -91,7 +118,7 @@ func TestStatus(t *testing.T) {
 
 	t.Run("one source", func(t *testing.T) {
 		r := mustRun(t, db, exitOK, "status", "beta", "--json")
-		objs := decodeObjects(t, r.stdout, statusKeys...)
+		objs := statusRunning(t, r.stdout)
 		if len(objs) != 1 || objs[0]["source"] != "beta" {
 			t.Errorf("status beta: %s", r.stdout)
 		}
@@ -105,7 +132,7 @@ func TestStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := mustRun(t, db, exitOK, "status", "--json")
-		if objs := decodeObjects(t, r.stdout, statusKeys...); len(objs) != 1 || objs[0]["source"] != "beta" {
+		if objs := statusRunning(t, r.stdout); len(objs) != 1 || objs[0]["source"] != "beta" {
 			t.Errorf("status after alpha finished: %s", r.stdout)
 		}
 	})

@@ -3,16 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+
+	"github.com/spf13/cobra"
 )
 
-// triggerCommand lets a source's next claim in.
-var triggerCommand = command{
-	name:       "trigger",
-	writes:     true,
-	summary:    "let a source's next claim win despite its minimum interval or a done tick, once",
-	usage:      "trigger <source>",
-	positional: 1,
-	help: `Starts one run of a source by hand, as soon as a replica next claims it: that
+// newTriggerCommand makes 'runclaim trigger', which lets a source's next claim in.
+func newTriggerCommand(c *cli) *cobra.Command {
+	cmd := define(c, &cobra.Command{
+		Use:   "trigger <source>",
+		Short: "let a source's next claim win despite its minimum interval or a done tick, once",
+		Long: `Starts one run of a source by hand, as soon as a replica next claims it: that
 claim wins despite the minimum interval since the last run, or a tick
 already served ('runclaim exec --tick'). The trigger is used by that one
 claim; triggering again before it changes nothing. Pauses and triggers
@@ -29,6 +29,10 @@ Examples:
   runclaim trigger scraper-avito
 
 JSON output: {"source"}`,
+		Args:        maxArgs(1),
+		Annotations: map[string]string{annotWrites: "true"},
+	}, runTrigger)
+	return cmd
 }
 
 // triggerOptions are trigger's: the source.
