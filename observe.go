@@ -21,7 +21,8 @@ type Hooks struct {
 	// Event.Source, Duration, and Err, the claim's *NotClaimedError.
 	// errors.Is on Err tells the reason (ErrAlreadyRunning, ErrTooSoon,
 	// ErrTickDone, ErrPaused); later releases may add reasons, so a
-	// listener labels an unknown one as such.
+	// listener labels an unknown one as such. A claim with Wait reports
+	// only the skip it returns, not those of its polls (see Wait).
 	Skipped func(Event)
 	// ClaimFailed is called after a claim failed with an error that is not
 	// a skip: the store's (an unreachable database, a missing table, a
