@@ -76,7 +76,8 @@ func ForTick(tick time.Time) ClaimOption {
 // waiter therefore wins within a poll of the holder's Finish or release,
 // or of the end of a dead holder's lease, and costs the database under
 // two claims a second once it has waited a second, whatever the number
-// of waiters. Waiters are not queued: whichever polls first wins. So that
+// of waiters. On a MemoryStore a waiter also claims again as soon as a
+// run of the source finishes, or the source is resumed or triggered. Waiters are not queued: whichever polls first wins. So that
 // a caller that claims again as soon as its run ends does not win every
 // time, a waiting claim of a source that a run won by a waiting claim of
 // the same Claimer finished less than a cap ago first waits for the rest

@@ -116,6 +116,17 @@ func (y *yields) holdBack(source string, now time.Time) time.Duration {
 	return 0
 }
 
+// A claimWaker is a Store that can tell a waiting claim when a claim of a
+// source may win now, so that it claims again at once rather than at its
+// next poll. MemoryStore is one; a Store that is not polls alone.
+type claimWaker interface {
+	// claimWake returns a channel that closes once a claim of source may
+	// win: taken before a claim, it closes on any change after it.
+	claimWake(source string) <-chan struct{}
+}
+
+var _ claimWaker = (*MemoryStore)(nil)
+
 // claimWaiting is Claim with Wait, for tick when it is not zero.
 func (c *Claimer) claimWaiting(ctx context.Context, source string, tick time.Time) (*Run, error) {
 	if err := checkContext(ctx); err != nil {
@@ -132,11 +143,16 @@ func (c *Claimer) claimWaiting(ctx context.Context, source string, tick time.Tim
 	sched := newPollSchedule()
 	var last *NotClaimedError // the last skip
 	if d := c.yl.holdBack(source, start); d > 0 {
-		if err := sleepCtx(ctx, d); err != nil {
+		if err := sleepCtx(ctx, d, nil); err != nil {
 			return nil, c.waitEnded(ctx, source, start, nil)
 		}
 	}
+	waker, _ := c.store.(claimWaker)
 	for {
+		var wake <-chan struct{} // nil: poll alone
+		if waker != nil {
+			wake = waker.claimWake(source)
+		}
 		sent := time.Now()
 		info, err := c.store.Claim(ctx, req)
 		took := time.Since(sent)
@@ -159,7 +175,7 @@ func (c *Claimer) claimWaiting(ctx context.Context, source string, tick time.Tim
 			c.waiting(source, nc)
 		}
 		last = nc
-		if err := sleepCtx(ctx, sched.pause(nc, time.Now())); err != nil {
+		if err := sleepCtx(ctx, sched.pause(nc, time.Now()), wake); err != nil {
 			return nil, c.waitEnded(ctx, source, start, last)
 		}
 	}
@@ -183,12 +199,15 @@ func (c *Claimer) waitEnded(ctx context.Context, source string, start time.Time,
 	return err
 }
 
-// sleepCtx waits d, or until ctx ends: then it returns ctx's error.
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// sleepCtx waits d, or until wake closes (nil: never), or until ctx ends:
+// then it returns ctx's error.
+func sleepCtx(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return nil
+	case <-wake:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

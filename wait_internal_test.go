@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -180,4 +181,92 @@ func (s skipSignal) Claim(ctx context.Context, req ClaimRequest) (RunInfo, error
 		}
 	}
 	return info, err
+}
+
+// On a MemoryStore a waiting claim wins as soon as a claim can (the
+// holder's Finish, a Resume, a Trigger), not at its next poll: in a
+// bubble, no time passes between the change and the win.
+func TestWaitMemoryWakes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		// setup makes the source unclaimable, and returns what makes it
+		// claimable again.
+		setup func(t *testing.T, s *MemoryStore, c *Claimer) (change func() error)
+	}{
+		{"finish", nil, func(t *testing.T, s *MemoryStore, c *Claimer) func() error {
+			held, err := c.Claim(t.Context(), "src")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() error { return held.Finish(t.Context(), nil) }
+		}},
+		{"resume", nil, func(t *testing.T, s *MemoryStore, c *Claimer) func() error {
+			if err := s.Pause(t.Context(), "src", time.Now().Add(time.Hour), ""); err != nil {
+				t.Fatal(err)
+			}
+			return func() error { return s.Resume(t.Context(), "src") }
+		}},
+		{"trigger", []Option{WithMinInterval(time.Hour)}, func(t *testing.T, s *MemoryStore, c *Claimer) func() error {
+			run, err := c.Claim(t.Context(), "src")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := run.Finish(t.Context(), nil); err != nil {
+				t.Fatal(err)
+			}
+			return func() error { return s.Trigger(t.Context(), "src") }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Hour)
+				defer cancel()
+				store := NewMemoryStore()
+				other, err := New(store, tc.opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				waiter, err := New(store, tc.opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				change := tc.setup(t, store, other)
+				done := make(chan *Run, 1)
+				go func() {
+					run, err := waiter.Claim(ctx, "src", Wait())
+					if err != nil {
+						t.Errorf("waiting claim: %v", err)
+					}
+					done <- run
+				}()
+				time.Sleep(10 * time.Second) // many polls, in the bubble's time
+				synctest.Wait()
+				select {
+				case run := <-done:
+					t.Fatalf("won run %v before the change", run)
+				default:
+				}
+				changed := time.Now()
+				if err := change(); err != nil {
+					t.Fatal(err)
+				}
+				synctest.Wait()
+				select {
+				case run := <-done:
+					if run == nil {
+						return
+					}
+					if d := time.Since(changed); d != 0 {
+						t.Errorf("won %v after the change; want at once", d)
+					}
+					if err := run.Finish(ctx, nil); err != nil {
+						t.Fatal(err)
+					}
+				default:
+					t.Fatal("the waiter did not win at once after the change")
+				}
+			})
+		})
+	}
 }
