@@ -142,7 +142,9 @@ func (c *Claimer) claimWaiting(ctx context.Context, source string, tick time.Tim
 	deadline, hasDeadline := ctx.Deadline()
 	sched := newPollSchedule()
 	var last *NotClaimedError // the last skip
-	if d := c.yl.holdBack(source, start); d > 0 {
+	// A claim whose ctx ends before its hold-back would end claims at
+	// once: holding back would only make it fail.
+	if d := c.yl.holdBack(source, start); d > 0 && (!hasDeadline || start.Add(d).Before(deadline)) {
 		if err := sleepCtx(ctx, d, nil); err != nil {
 			return nil, c.waitEnded(ctx, source, start, nil)
 		}

@@ -270,3 +270,55 @@ func TestWaitMemoryWakes(t *testing.T) {
 		})
 	}
 }
+
+// A waiting claim of a source that a waited run of the same Claimer just
+// finished holds back for the rest of waitPollMax, unless ctx's deadline
+// comes first; another Claimer's, and a plain claim, do not.
+func TestWaitHoldsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store := NewMemoryStore()
+		c, err := New(store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := New(store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim := func(c *Claimer, ctx context.Context, opts ...ClaimOption) time.Duration {
+			t.Helper()
+			start := time.Now()
+			run, err := c.Claim(ctx, "src", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			if err := run.Finish(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			return took
+		}
+		if d := claim(c, ctx, Wait()); d != 0 {
+			t.Errorf("first waiting claim took %v; want no wait", d)
+		}
+		if d := claim(c, ctx, Wait()); d != waitPollMax {
+			t.Errorf("waiting claim right after the Claimer's waited run ended took %v; want %v", d, waitPollMax)
+		}
+		time.Sleep(waitPollMax / 4)
+		if d := claim(c, ctx, Wait()); d != waitPollMax*3/4 {
+			t.Errorf("waiting claim a quarter cap after took %v; want %v", d, waitPollMax*3/4)
+		}
+		dctx, cancel := context.WithTimeout(ctx, waitPollMax/2)
+		defer cancel()
+		if d := claim(c, dctx, Wait()); d != 0 {
+			t.Errorf("waiting claim with a deadline before the hold-back's end took %v; want no wait", d)
+		}
+		if d := claim(other, ctx, Wait()); d != 0 {
+			t.Errorf("another Claimer's waiting claim took %v; want no wait", d)
+		}
+		if d := claim(c, ctx); d != 0 {
+			t.Errorf("plain claim took %v; want no wait", d)
+		}
+	})
+}
