@@ -77,12 +77,16 @@ func ForTick(tick time.Time) ClaimOption {
 // or of the end of a dead holder's lease, and costs the database under
 // two claims a second once it has waited a second, whatever the number
 // of waiters. On a MemoryStore a waiter also claims again as soon as a
-// run of the source finishes, or the source is resumed or triggered. Waiters are not queued: whichever polls first wins. So that
-// a caller that claims again as soon as its run ends does not win every
-// time, a waiting claim of a source that a run won by a waiting claim of
-// the same Claimer finished less than a cap ago first waits for the rest
-// of that cap, which lets every other waiter poll once. See
-// docs/waiting.md.
+// run of the source finishes, or the source is resumed or triggered.
+//
+// Waiters are not queued: whichever polls first wins, and a claim without
+// Wait that comes in the instant the source is free wins over them. So
+// that a caller that claims again as soon as its run ends does not win
+// every time, a waiting claim of a source that a run won by a waiting
+// claim of the same Claimer finished less than a cap ago first waits for
+// the rest of that cap (unless ctx's deadline comes first), which lets
+// every other waiter poll once. The run's lease counts from the claim
+// that won. See docs/waiting.md.
 //
 // A waiting call reports one event to the Hooks, however many times it
 // polled: Claimed when it wins, Skipped for the skip it returns, and
