@@ -17,6 +17,7 @@ type Claimer struct {
 	cfg   config
 	sched schedule   // derived from cfg
 	hb    heartbeats // of DoMany's runs
+	yl    yields     // of its waiting claims
 }
 
 // New returns a Claimer that claims sources in store. It returns an error,
@@ -52,13 +53,17 @@ func New(store Store, opts ...Option) (*Claimer, error) {
 // The caller must end the run with Finish, and keep it alive with Heartbeat
 // when it may last longer than the lease; Do does both.
 //
-// opts change the claim: ForTick makes it serve one scheduled tick. An
+// opts change the claim: ForTick makes it serve one scheduled tick, and
+// Wait makes it wait while the source is held instead of skipping. An
 // invalid option is an error, not a skip, and nothing is claimed.
 func (c *Claimer) Claim(ctx context.Context, source string, opts ...ClaimOption) (*Run, error) {
 	o, err := applyClaimOptions("Claim", opts)
 	if err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
+	}
+	if o.wait {
+		return c.claimWaiting(ctx, source, o.tick)
 	}
 	return c.claim(ctx, source, o.tick)
 }
@@ -127,6 +132,7 @@ type Run struct {
 
 	claimer   *Claimer
 	claimedAt time.Time // when the claim was sent, local clock
+	waited    bool      // won by a claim with Wait
 
 	finishMu sync.Mutex // serialises Finish calls, so that racing ones agree
 
@@ -369,6 +375,11 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 	}
 	r.finishMu.Lock()
 	defer r.finishMu.Unlock()
+	if r.waited {
+		// Once this Finish has returned, a waiting claim of the source by
+		// this Claimer lets the other waiters poll first (see Wait).
+		defer func() { r.claimer.yl.end(r.Source, time.Now()) }()
+	}
 	r.mu.Lock()
 	prev := r.finished
 	r.mu.Unlock()

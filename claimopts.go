@@ -16,6 +16,7 @@ type ClaimOption func(*claimOptions) error
 type claimOptions struct {
 	tick    time.Time // ForTick's, normalised; zero for a plain claim
 	tickSet bool
+	wait    bool // Wait's
 }
 
 // ForTick makes the claim serve one scheduled tick, so that a job runs at
@@ -47,6 +48,61 @@ func ForTick(tick time.Time) ClaimOption {
 			return err
 		}
 		o.tick, o.tickSet = NormalTick(tick), true
+		return nil
+	}
+}
+
+// Wait makes Claim and Do wait while the source is held, instead of
+// skipping: the call returns when its claim wins, when ctx ends (with an
+// error matching ctx's, not a skip), or at once on a skip that waiting
+// cannot end. For a job that must run once per trigger even when the
+// trigger comes while a run holds the source: a webhook, an operator's
+// button.
+//
+// A skip because another run holds the source, or another claim of it is
+// in flight (ErrAlreadyRunning), is waited on, and so is a skip for a
+// reason of a later release that names no rule below (a key's limit). A
+// paused source (ErrPaused) or a minimum interval not yet passed
+// (ErrTooSoon) is waited on only when the skip's RetryAfter comes before
+// ctx's deadline, by the local clock; without a deadline, or with a pause
+// until Resume, the skip is returned at once. A tick already served
+// (ErrTickDone) is returned at once: no wait can reopen it.
+//
+// Waiting is polling, with no session state, so it works through
+// PgBouncer in transaction mode and on every Store: the claim is sent
+// again after a pause that starts at 50 ms and doubles up to a cap of
+// 800 ms, drawn at random between half and all of it, and sooner when the
+// skip's RetryAfter (a holder's lease end, a pause's end) comes first. A
+// waiter therefore wins within a poll of the holder's Finish or release,
+// or of the end of a dead holder's lease, and costs the database under
+// two claims a second once it has waited a second, whatever the number
+// of waiters. On a MemoryStore a waiter also claims again as soon as a
+// run of the source finishes, or the source is resumed or triggered.
+//
+// Waiters are not queued: whichever polls first wins, and a claim without
+// Wait that comes in the instant the source is free wins over them. So
+// that a caller that claims again as soon as its run ends does not win
+// every time, a waiting claim of a source that a run won by a waiting
+// claim of the same Claimer finished less than a cap ago first waits for
+// the rest of that cap (unless ctx's deadline comes first), which lets
+// every other waiter poll once. The run's lease counts from the claim
+// that won. See docs/waiting.md.
+//
+// A waiting call reports one event to the Hooks, however many times it
+// polled: Claimed when it wins, Skipped for the skip it returns, and
+// ClaimFailed when ctx ends or the store fails; Event.Waited says how
+// long it waited, and Event.Duration is its last claim's. A store error
+// (an unreachable database) ends the wait, as it ends a Claim.
+//
+// ClaimMany and DoMany refuse Wait: a call that claims many sources at
+// once does not wait for some of them. Claim a source that must wait with
+// Claim or Do of its own.
+func Wait() ClaimOption {
+	return func(o *claimOptions) error {
+		if o.wait {
+			return errors.New("runclaim: Wait given twice")
+		}
+		o.wait = true
 		return nil
 	}
 }

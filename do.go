@@ -76,7 +76,9 @@ import (
 // PostgresStore.Fence.
 //
 // opts change the claim as they change Claim's: with ForTick, fn runs at
-// most once for the tick across every replica.
+// most once for the tick across every replica; with Wait, Do waits while
+// the source is held and then runs fn, and returns ctx's error, without
+// calling fn, if ctx ends first.
 func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Context, run *Run) error, opts ...ClaimOption) error {
 	if fn == nil {
 		return errors.New("runclaim: Do: nil function")
@@ -115,7 +117,8 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 // goroutine, which ends the program, as a panic on any goroutine does.
 //
 // opts change the claims as they change ClaimMany's: with ForTick, fn runs
-// at most once for the tick and each source across every replica.
+// at most once for the tick and each source across every replica. Wait is
+// refused, as ClaimMany refuses it.
 func (c *Claimer) DoMany(ctx context.Context, sources []string, fn func(ctx context.Context, run *Run) error, opts ...ClaimOption) error {
 	if fn == nil {
 		return errors.New("runclaim: DoMany: nil function")

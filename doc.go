@@ -112,6 +112,15 @@
 // tick, so on such a Store ClaimMany with ForTick of more than one source is
 // refused before anything is claimed.
 //
+// # A claim that waits
+//
+// Claim and Do skip a held source. With the Wait option they wait for the
+// holder instead, by polling with no session state (so through PgBouncer
+// too), and return when they win, when ctx ends (ctx's error), or at once
+// on a skip that waiting cannot end: a pause or a minimum interval that
+// ends after ctx's deadline, a tick already served. See Wait and
+// docs/waiting.md.
+//
 // # Timing
 //
 // A Claimer's timing follows from its lease and heartbeat interval, and its

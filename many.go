@@ -133,7 +133,9 @@ func validateHeartbeats(reqs []HeartbeatRequest) error {
 // won are finished as failed with that error: they then count for the
 // minimum interval.
 //
-// opts change every claim of the call as they change Claim's. With
+// opts change every claim of the call as they change Claim's, but Wait
+// is refused, with an error that is not a skip, before anything is sent:
+// a call of many sources does not wait for some of them. With
 // ForTick every run won serves the tick, and a source whose tick is done
 // is skipped with ErrTickDone. The tick is one for the whole call, because
 // one scheduler firing names one tick for every source it fires (the top
@@ -151,6 +153,11 @@ func validateHeartbeats(reqs []HeartbeatRequest) error {
 func (c *Claimer) ClaimMany(ctx context.Context, sources []string, opts ...ClaimOption) ([]*Run, error) {
 	o, err := applyClaimOptions("ClaimMany", opts)
 	if err != nil {
+		c.manyFailed(ctx, sources, err, 0)
+		return nil, err
+	}
+	if o.wait {
+		err := errors.New("runclaim: Wait is not supported by ClaimMany or DoMany: a call that claims many sources does not wait for some of them; claim a source that must wait with Claim or Do, on a goroutine of its own")
 		c.manyFailed(ctx, sources, err, 0)
 		return nil, err
 	}

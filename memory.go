@@ -17,11 +17,12 @@ type MemoryStore struct {
 	mu       sync.Mutex // protects the fields below
 	lastID   int64
 	runs     map[int64]*memRun
-	running  map[string]*memRun   // by source
-	latest   map[string]*memRun   // by source: the run that started last
-	served   map[string]time.Time // by source: the latest tick of a run that succeeded or failed
-	pauses   map[string]memPause  // by source
-	triggers map[string]time.Time // by source: when the pending trigger was made
+	running  map[string]*memRun       // by source
+	latest   map[string]*memRun       // by source: the run that started last
+	served   map[string]time.Time     // by source: the latest tick of a run that succeeded or failed
+	pauses   map[string]memPause      // by source
+	triggers map[string]time.Time     // by source: when the pending trigger was made
+	wakes    map[string]chan struct{} // by source: closed, and dropped, when a claim of it may win now (see claimWake)
 }
 
 // memPause is a source's pause.
@@ -57,6 +58,7 @@ func NewMemoryStore(opts ...ClockOption) *MemoryStore {
 		served:   make(map[string]time.Time),
 		pauses:   make(map[string]memPause),
 		triggers: make(map[string]time.Time),
+		wakes:    make(map[string]chan struct{}),
 	}
 	for _, o := range opts {
 		if o.now != nil {
@@ -151,6 +153,7 @@ func (s *MemoryStore) Unclaim(ctx context.Context, run RunInfo) error {
 	// skipped or expired it.
 	delete(s.runs, r.info.ID)
 	delete(s.running, r.info.Source)
+	s.wakeLocked(r.info.Source)
 	if r.prev != nil {
 		s.latest[r.info.Source] = r.prev
 	} else {
@@ -191,6 +194,7 @@ func (s *MemoryStore) Resume(ctx context.Context, source string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pauses, source)
+	s.wakeLocked(source)
 	return nil
 }
 
@@ -206,6 +210,7 @@ func (s *MemoryStore) Trigger(ctx context.Context, source string) error {
 	defer s.mu.Unlock()
 	if _, ok := s.triggers[source]; !ok {
 		s.triggers[source] = s.now()
+		s.wakeLocked(source)
 	}
 	return nil
 }
@@ -263,6 +268,7 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 		// The lease has lapsed: the run is lost, as if a claim had expired it.
 		r.status, r.finished = StatusExpired, now
 		delete(s.running, r.info.Source)
+		s.wakeLocked(r.info.Source)
 	}
 	if r == nil || r.status != StatusRunning {
 		var status, errText *string
@@ -277,8 +283,33 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	}
 	r.status, r.errText, r.finished = req.Status, req.Error, now
 	delete(s.running, r.info.Source)
+	s.wakeLocked(r.info.Source)
 	if r.info.Tick.After(s.served[r.info.Source]) {
 		s.served[r.info.Source] = r.info.Tick
 	}
 	return nil
+}
+
+// claimWake implements claimWaker: the channel closes when a claim of
+// source may win now (a run of it finished or was unclaimed, or it was
+// resumed or triggered), so that a waiting claim on a MemoryStore wins at
+// once rather than at its next poll. A channel nobody wakes stays until
+// the next such change of its source.
+func (s *MemoryStore) claimWake(source string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.wakes[source]
+	if !ok {
+		ch = make(chan struct{})
+		s.wakes[source] = ch
+	}
+	return ch
+}
+
+// wakeLocked wakes the waiting claims of source. s.mu must be held.
+func (s *MemoryStore) wakeLocked(source string) {
+	if ch, ok := s.wakes[source]; ok {
+		close(ch)
+		delete(s.wakes, source)
+	}
 }

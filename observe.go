@@ -21,7 +21,8 @@ type Hooks struct {
 	// Event.Source, Duration, and Err, the claim's *NotClaimedError.
 	// errors.Is on Err tells the reason (ErrAlreadyRunning, ErrTooSoon,
 	// ErrTickDone, ErrPaused); later releases may add reasons, so a
-	// listener labels an unknown one as such.
+	// listener labels an unknown one as such. A claim with Wait reports
+	// only the skip it returns, not those of its polls (see Wait).
 	Skipped func(Event)
 	// ClaimFailed is called after a claim failed with an error that is not
 	// a skip: the store's (an unreachable database, a missing table, a
@@ -57,6 +58,10 @@ type Event struct {
 	Err      error         // the skip, failure or cause; nil if none
 	Status   Status        // the outcome recorded (Finished)
 	Duration time.Duration // how long the claim, or the run, took
+	// Waited is, for a claim with Wait, how long it waited before its
+	// last claim was sent (Claimed, Skipped), or in all (ClaimFailed);
+	// Duration is then that last claim's. Zero for any other event.
+	Waited time.Duration
 }
 
 // WithHooks adds functions called on the events of a run's life. Given
@@ -110,13 +115,19 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-func (c *Claimer) claimed(run *Run, d time.Duration) {
+func (c *Claimer) claimed(run *Run, d time.Duration) { c.claimedAfter(run, d, 0) }
+
+// claimedAfter reports a claim that started run after waiting waited.
+func (c *Claimer) claimedAfter(run *Run, d, waited time.Duration) {
 	if l := c.cfg.logger; l != nil && l.Enabled(context.Background(), slog.LevelDebug) {
-		l.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: claimed",
-			slog.String("source", run.Source), slog.Int64("run_id", run.ID), slog.Duration("took", d))
+		attrs := []slog.Attr{slog.String("source", run.Source), slog.Int64("run_id", run.ID), slog.Duration("took", d)}
+		if waited > 0 {
+			attrs = append(attrs, slog.Duration("waited", waited))
+		}
+		l.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: claimed", attrs...)
 	}
 	if f := c.cfg.hooks.Claimed; f != nil {
-		f(Event{Source: run.Source, Run: run, Duration: d})
+		f(Event{Source: run.Source, Run: run, Duration: d, Waited: waited})
 	}
 }
 
@@ -134,6 +145,12 @@ func (c *Claimer) notClaimed(ctx context.Context, source string, err error, d ti
 		}
 		nc = wrapped
 	}
+	c.notClaimedAfter(source, nc, d, 0)
+}
+
+// notClaimedAfter reports skip nc of a claim of source, after waiting
+// waited.
+func (c *Claimer) notClaimedAfter(source string, nc *NotClaimedError, d, waited time.Duration) {
 	// The skip's text is formatted only for a logger that keeps Debug: a
 	// lost claim is what every replica but one pays on every tick.
 	if l := c.cfg.logger; l != nil && l.Enabled(context.Background(), slog.LevelDebug) {
@@ -141,11 +158,17 @@ func (c *Claimer) notClaimed(ctx context.Context, source string, err error, d ti
 			slog.String("source", source), slog.String("reason", nc.Error()))
 	}
 	if f := c.cfg.hooks.Skipped; f != nil {
-		f(Event{Source: source, Err: nc, Duration: d})
+		f(Event{Source: source, Err: nc, Duration: d, Waited: waited})
 	}
 }
 
 func (c *Claimer) claimFailed(ctx context.Context, source string, err error, d time.Duration) {
+	c.claimFailedAfter(ctx, source, err, d, 0)
+}
+
+// claimFailedAfter reports a claim of source that failed with err, after
+// waiting waited.
+func (c *Claimer) claimFailedAfter(ctx context.Context, source string, err error, d, waited time.Duration) {
 	if c.cfg.logger != nil {
 		level := slog.LevelError
 		if ctx != nil && ctx.Err() != nil {
@@ -159,7 +182,7 @@ func (c *Claimer) claimFailed(ctx context.Context, source string, err error, d t
 			slog.String("source", strings.ToValidUTF8(logged, "\uFFFD")), slog.String("error", err.Error()), slog.Duration("took", d))
 	}
 	if f := c.cfg.hooks.ClaimFailed; f != nil {
-		f(Event{Source: source, Err: err, Duration: d})
+		f(Event{Source: source, Err: err, Duration: d, Waited: waited})
 	}
 }
 

@@ -181,7 +181,7 @@ type execOptions struct {
 	owner                                         string
 	skipCode, errorCode, lostCode, unrecordedCode int
 	timeoutCode                                   int
-	noDBEnv, quiet, verbose                       bool
+	noDBEnv, quiet, verbose, wait                 bool
 	argv                                          []string // the command line, argv[0] first
 }
 
@@ -202,6 +202,7 @@ func (o *execOptions) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.timeoutCode, "timeout-exit-code", exitTimedOut, "exit `code` when the command ran longer than --max-run-time (0..255)")
 	fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE and RUNCLAIM_SYNCHRONOUS_COMMIT from the command's environment")
 	fs.BoolVar(&o.quiet, "quiet", false, "print nothing when the source is not claimed")
+	fs.BoolVar(&o.wait, "wait", false, "while another run holds the source, wait for it (polling) instead of skipping; a pause, a tick run or --min-interval still skips")
 	fs.BoolVar(&o.verbose, "verbose", false, "print the claim and the recorded outcome on stderr")
 }
 
@@ -386,11 +387,14 @@ func runExec(ctx context.Context, c *cli, o *execOptions) int {
 	defer stopForwarding()
 
 	x := &execution{c: c, o: o, path: path, fw: fw}
-	if o.tickAt.IsZero() {
-		err = claimer.Do(claimCtx, o.source, x.run)
-	} else {
-		err = claimer.Do(claimCtx, o.source, x.run, runclaim.ForTick(o.tickAt))
+	var claimOpts []runclaim.ClaimOption
+	if !o.tickAt.IsZero() {
+		claimOpts = append(claimOpts, runclaim.ForTick(o.tickAt))
 	}
+	if o.wait {
+		claimOpts = append(claimOpts, runclaim.Wait())
+	}
+	err = claimer.Do(claimCtx, o.source, x.run, claimOpts...)
 	return x.exitCode(ctx, claimCtx, err, events.lost.Load(), events.recorded.Load())
 }
 

@@ -21,7 +21,7 @@ var surface = map[string][]string{
 	"prune":   {"older-than", "keep-last", "yes"},
 	"exec": {"source", "lease", "min-interval", "tick", "every", "heartbeat", "max-run-time", "owner", "kill-grace",
 		"skip-exit-code", "error-exit-code", "lost-exit-code", "unrecorded-exit-code", "timeout-exit-code",
-		"no-db-env", "quiet", "verbose"},
+		"no-db-env", "quiet", "verbose", "wait"},
 	"check": {"max-age"},
 }
 
@@ -77,7 +77,7 @@ func TestSurface(t *testing.T) {
 		{"check", "x", "--max-age", "bogus"},
 		{"exec", "--source", "x", "--lease", "1s", "--min-interval", "1s", "--tick", "bogus", "--every", "1s", "--heartbeat", "1s",
 			"--max-run-time", "1s", "--owner", "o", "--kill-grace", "1s", "--skip-exit-code", "1", "--error-exit-code", "1",
-			"--lost-exit-code", "1", "--unrecorded-exit-code", "1", "--timeout-exit-code", "1", "--no-db-env", "--quiet", "--verbose", "--", "true"},
+			"--lost-exit-code", "1", "--unrecorded-exit-code", "1", "--timeout-exit-code", "1", "--no-db-env", "--quiet", "--verbose", "--wait", "--", "true"},
 		{"resume", "x", "--synchronous-commit", "bogus"},
 		{"trigger", "x", "--synchronous-commit", "bogus"},
 	} {
