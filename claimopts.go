@@ -16,6 +16,8 @@ type ClaimOption func(*claimOptions) error
 type claimOptions struct {
 	tick    time.Time // ForTick's, normalised; zero for a plain claim
 	tickSet bool
+	keys    []string // WithKeys's
+	keysSet bool
 }
 
 // ForTick makes the claim serve one scheduled tick, so that a job runs at

@@ -215,6 +215,9 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	if err := req.Validate(); err != nil {
 		return RunInfo{}, err
 	}
+	if len(req.Keys) > 0 {
+		return RunInfo{}, errNoKeys
+	}
 	if err := ctx.Err(); err != nil {
 		return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w", quoteForError(req.Source), err)
 	}
@@ -256,6 +259,10 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 		return RunInfo{}, fmt.Errorf("runclaim: %s: %w (%w)", what, ctxErr, err)
 	}
 }
+
+// errNoKeys refuses a claim that names keys, which this store does not
+// honour yet.
+var errNoKeys = errors.New("runclaim: PostgresStore does not honour keys yet")
 
 // graceContext returns the context a claim runs on: ctx, not cancelled
 // by ctx's end until claimGrace later (see Claim). release frees it.

@@ -43,6 +43,11 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 	if len(reqs) == 0 {
 		return nil, nil
 	}
+	for _, r := range reqs {
+		if len(r.Keys) > 0 {
+			return nil, errNoKeys
+		}
+	}
 	what := fmt.Sprintf("claim %d sources", len(reqs))
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("runclaim: %s: %w", what, err)

@@ -71,6 +71,7 @@ type ClaimRequest struct {
 	Lease       time.Duration // how long the run holds the source without a heartbeat
 	MinInterval time.Duration // shortest time between two run starts; 0 for none
 	Tick        time.Time     // the scheduled tick the run serves; zero for a plain claim
+	Keys        []string      // the keys the claim names, decided in this order; see WithKeys and Limiter
 }
 
 // Ticks are compared, and kept, at the precision of a Postgres timestamp:
@@ -103,7 +104,7 @@ func validateTick(tick time.Time) error {
 
 // Validate returns an error if the request is malformed: an invalid source
 // (wrapping ErrInvalidSource) or owner, or a lease, interval or tick out of
-// range.
+// range, or keys a claim cannot name (see WithKeys).
 func (r ClaimRequest) Validate() error {
 	if err := ValidateSource(r.Source); err != nil {
 		return err
@@ -117,7 +118,10 @@ func (r ClaimRequest) Validate() error {
 	if r.MinInterval < 0 || r.MinInterval > MaxLease {
 		return fmt.Errorf("runclaim: minimum interval must be between 0 and %v, got %v", MaxLease, r.MinInterval)
 	}
-	return validateTick(r.Tick)
+	if err := validateTick(r.Tick); err != nil {
+		return err
+	}
+	return validateKeys(r.Keys)
 }
 
 // HeartbeatRequest is what Run.Heartbeat asks of a Store.
