@@ -1,0 +1,263 @@
+ALTER TABLE "public"."runclaim_runs" ADD COLUMN IF NOT EXISTS keys text[];
+CREATE INDEX IF NOT EXISTS "runclaim_runs_keyed" ON "public"."runclaim_runs" USING gin (keys) WHERE status = 'running' AND keys IS NOT NULL;
+CREATE TABLE IF NOT EXISTS "public"."runclaim_runs_keys" (
+	key text PRIMARY KEY,
+	max_running integer NOT NULL DEFAULT 0,
+	max_starts integer NOT NULL DEFAULT 0,
+	per_us bigint NOT NULL DEFAULT 0,
+	limit_at timestamptz,
+	cooling_until timestamptz,
+	cooling_note text NOT NULL DEFAULT '',
+	cooling_at timestamptz
+);
+CREATE TABLE IF NOT EXISTS "public"."runclaim_runs_starts" (
+	key text NOT NULL,
+	started_at timestamptz NOT NULL,
+	run_id bigint NOT NULL,
+	PRIMARY KEY (key, started_at, run_id)
+);
+DO $q$
+DECLARE
+	r record;
+	who text;
+BEGIN
+	FOR r IN
+		SELECT DISTINCT a.grantee
+		  FROM pg_catalog.pg_class AS c, LATERAL pg_catalog.aclexplode(c.relacl) AS a
+		 WHERE c.oid = $n$"public"."runclaim_runs"$n$::regclass AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
+	LOOP
+		who := CASE WHEN r.grantee = 0 THEN 'PUBLIC'
+		            ELSE pg_catalog.quote_ident((SELECT o.rolname FROM pg_catalog.pg_roles AS o WHERE o.oid = r.grantee)) END;
+		EXECUTE pg_catalog.format('GRANT SELECT, INSERT (key, cooling_until, cooling_note, cooling_at), UPDATE (cooling_until, cooling_note, cooling_at) ON %s TO %s', $n$"public"."runclaim_runs_keys"$n$::text, who);
+		EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON %s TO %s', $n$"public"."runclaim_runs_starts"$n$::text, who);
+	END LOOP;
+END
+$q$;
+CREATE OR REPLACE FUNCTION "public"."runclaim_runs_claim"(
+	p_key bigint, p_source pg_catalog.text, p_owner pg_catalog.text, p_lease bigint, p_min_interval bigint, p_lock_timeout bigint,
+	p_tick pg_catalog.timestamptz, p_keys pg_catalog.text[], p_key_locks bigint[],
+	OUT locked boolean, OUT isolation pg_catalog.text, OUT db_now pg_catalog.timestamptz, OUT won boolean,
+	OUT run_id bigint, OUT run_owner pg_catalog.text, OUT run_started pg_catalog.timestamptz, OUT run_lease pg_catalog.timestamptz,
+	OUT retry_after pg_catalog.timestamptz, OUT done_tick pg_catalog.timestamptz, OUT limited_key pg_catalog.text)
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+AS $q$
+DECLARE
+	ignored pg_catalog.text;
+	paused boolean;
+	pause_end pg_catalog.timestamptz;
+	note pg_catalog.text;
+	triggered boolean;
+	served_tick pg_catalog.timestamptz := p_tick;
+	trigger_at pg_catalog.timestamptz;
+	k pg_catalog.text;
+	lk bigint;
+	lim_running integer;
+	lim_starts integer;
+	lim_per pg_catalog.interval;
+	cool_until pg_catalog.timestamptz;
+	cool_note pg_catalog.text;
+	n bigint;
+	key_retry pg_catalog.timestamptz;
+BEGIN
+	locked := false;
+	won := false;
+	-- A server that cannot write (a standby, a read-only default) would
+	-- answer a claim of a held source from what it read, which may be
+	-- stale: refuse every claim there instead (version 7).
+	IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+		RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+			MESSAGE = 'runclaim: cannot claim on a server that cannot write (a standby, or default_transaction_read_only): its answer could come from stale data';
+	END IF;
+	IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		isolation := pg_catalog.current_setting('transaction_isolation');
+		RETURN;
+	END IF;
+	IF pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.=) '0'
+	   OR pg_catalog.current_setting('lock_timeout')::interval OPERATOR(pg_catalog.>=) (p_lock_timeout OPERATOR(pg_catalog.*) interval '1 millisecond') THEN
+		ignored := pg_catalog.set_config('lock_timeout', p_lock_timeout::pg_catalog.text, true);
+	END IF;
+	-- The keys' locks, before anything is read, in the order given
+	-- (ascending: two claims never wait on each other), each wait bounded
+	-- by lock_timeout. A claim that finds a key busy waits for the claim
+	-- that holds it to commit, then counts what it committed: never more
+	-- than the limit wins, and a claim that finds room wins. The locks are
+	-- advisory, so a claim skipped writes nothing, not even a row lock.
+	IF p_key_locks IS NOT NULL THEN
+		FOREACH lk IN ARRAY p_key_locks LOOP
+			PERFORM pg_catalog.pg_advisory_xact_lock(lk);
+		END LOOP;
+	END IF;
+	-- The source's running run and its pause, read before the advisory
+	-- lock: a pause or a live holder is the answer as of this statement's
+	-- snapshot, and takes no lock. Anything else is read again under it.
+	SELECT c.id, c.owner, c.started_at, c.lease_until,
+	       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
+	       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at
+	  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at
+	  FROM (SELECT) AS one
+	  LEFT JOIN "public"."runclaim_runs" AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
+	  LEFT JOIN "public"."runclaim_runs_control" AS k ON k.source OPERATOR(pg_catalog.=) p_source;
+	db_now := pg_catalog.clock_timestamp();
+	IF NOT paused AND run_lease OPERATOR(pg_catalog.>) db_now THEN
+		RETURN;
+	END IF;
+	IF NOT paused THEN
+		locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
+		IF NOT locked THEN
+			RETURN;
+		END IF;
+		SELECT c.id, c.owner, c.started_at, c.lease_until,
+		       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
+		       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at
+		  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at
+		  FROM (SELECT) AS one
+		  LEFT JOIN "public"."runclaim_runs" AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
+		  LEFT JOIN "public"."runclaim_runs_control" AS k ON k.source OPERATOR(pg_catalog.=) p_source;
+		db_now := pg_catalog.clock_timestamp();
+	END IF;
+	IF paused THEN
+		locked := false;
+		run_id := NULL;
+		run_owner := note;
+		run_started := NULL;
+		run_lease := NULL;
+		retry_after := pause_end;
+		RETURN;
+	END IF;
+	IF run_lease OPERATOR(pg_catalog.>) db_now THEN
+		RETURN;
+	END IF;
+	IF p_tick IS NOT NULL THEN
+		SELECT d.tick INTO done_tick
+		  FROM "public"."runclaim_runs" AS d
+		 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+		   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+		   AND (run_id IS NULL OR d.id OPERATOR(pg_catalog.<>) run_id)
+		 ORDER BY d.tick DESC LIMIT 1;
+		IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
+			IF triggered IS NOT TRUE THEN
+				RETURN;
+			END IF;
+			served_tick := NULL;
+		END IF;
+	END IF;
+	SELECT l.started_at OPERATOR(pg_catalog.+) greatest(l.min_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond') INTO retry_after
+	  FROM "public"."runclaim_runs" AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1;
+	db_now := pg_catalog.clock_timestamp();
+	IF retry_after OPERATOR(pg_catalog.>) db_now AND triggered IS NOT TRUE THEN
+		RETURN;
+	END IF;
+	-- The keys, in the order named, after every other reason to skip,
+	-- each read in statements after its lock: a cooldown in force, then
+	-- MaxRunning live runs naming the key, then MaxStarts starts in the
+	-- window. A skip answers limited_key, retry_after and, for a
+	-- cooldown, its note as run_owner, and has written nothing.
+	IF p_keys IS NOT NULL THEN
+		FOREACH k IN ARRAY p_keys LOOP
+			SELECT l.max_running, l.max_starts, l.per_us OPERATOR(pg_catalog.*) interval '1 microsecond', l.cooling_until, l.cooling_note
+			  INTO lim_running, lim_starts, lim_per, cool_until, cool_note
+			  FROM "public"."runclaim_runs_keys" AS l WHERE l.key OPERATOR(pg_catalog.=) k;
+			CONTINUE WHEN NOT FOUND;
+			db_now := pg_catalog.clock_timestamp();
+			key_retry := NULL;
+			IF cool_until OPERATOR(pg_catalog.>) db_now THEN
+				key_retry := cool_until;
+			ELSE
+				cool_note := NULL;
+			END IF;
+			IF key_retry IS NULL AND lim_running OPERATOR(pg_catalog.>) 0 THEN
+				SELECT pg_catalog.count(*), pg_catalog.min(r.lease_until) INTO n, key_retry
+				  FROM "public"."runclaim_runs" AS r
+				 WHERE r.status OPERATOR(pg_catalog.=) 'running' AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k]
+				   AND r.lease_until OPERATOR(pg_catalog.>) db_now;
+				IF n OPERATOR(pg_catalog.<) lim_running THEN
+					key_retry := NULL;
+				END IF;
+			END IF;
+			IF key_retry IS NULL AND lim_starts OPERATOR(pg_catalog.>) 0 THEN
+				-- The start that must leave the window for one more: the
+				-- lim_starts-th newest in it.
+				SELECT s.started_at OPERATOR(pg_catalog.+) lim_per INTO key_retry
+				  FROM "public"."runclaim_runs_starts" AS s
+				 WHERE s.key OPERATOR(pg_catalog.=) k AND s.started_at OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) lim_per)
+				 ORDER BY s.started_at DESC OFFSET (lim_starts OPERATOR(pg_catalog.-) 1) LIMIT 1;
+			END IF;
+			IF key_retry IS NOT NULL THEN
+				limited_key := k;
+				run_id := NULL;
+				run_owner := cool_note;
+				run_started := NULL;
+				run_lease := NULL;
+				retry_after := key_retry;
+				RETURN;
+			END IF;
+		END LOOP;
+	END IF;
+	IF run_id IS NOT NULL THEN
+		UPDATE "public"."runclaim_runs" AS e SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
+		WHERE e.id OPERATOR(pg_catalog.=) ANY (
+			SELECT x.id FROM "public"."runclaim_runs" AS x
+			WHERE x.source OPERATOR(pg_catalog.=) p_source AND x.status OPERATOR(pg_catalog.=) 'running'
+			  AND x.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+			FOR UPDATE SKIP LOCKED);
+		IF NOT FOUND THEN
+			SELECT c.id, c.owner, c.started_at, c.lease_until
+			  INTO run_id, run_owner, run_started, run_lease
+			  FROM "public"."runclaim_runs" AS c WHERE c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running';
+			db_now := pg_catalog.clock_timestamp();
+			IF run_id IS NOT NULL THEN
+				RETURN;
+			END IF;
+			-- The lapsed run was not expired here but ended meanwhile: its
+			-- holder, whose Finish read the clock within the lease,
+			-- committed between the expiry and this read. A run it
+			-- recorded succeeded or failed serves its tick, which the
+			-- check above left out: check the tick again (version 7).
+			IF served_tick IS NOT NULL THEN
+				SELECT d.tick INTO done_tick
+				  FROM "public"."runclaim_runs" AS d
+				 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+				   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+				 ORDER BY d.tick DESC LIMIT 1;
+				IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
+					IF triggered IS NOT TRUE THEN
+						RETURN;
+					END IF;
+					served_tick := NULL;
+				END IF;
+			END IF;
+		END IF;
+	END IF;
+	IF triggered THEN
+		UPDATE "public"."runclaim_runs_control" AS u SET triggered_at = NULL
+		 WHERE u.source OPERATOR(pg_catalog.=) p_source AND u.triggered_at IS NOT NULL;
+	END IF;
+	db_now := pg_catalog.clock_timestamp();
+	INSERT INTO "public"."runclaim_runs" AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
+	VALUES (p_source, 'running', p_owner, db_now,
+	        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
+	        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
+	RETURNING i.id, i.started_at, i.lease_until INTO run_id, run_started, run_lease;
+	-- Each key's start, whether or not it has a limit now, so that a
+	-- limit set later counts it; and the key's starts older than the
+	-- longest window go.
+	IF p_keys IS NOT NULL THEN
+		INSERT INTO "public"."runclaim_runs_starts" (key, started_at, run_id)
+		SELECT u.k, run_started, run_id FROM pg_catalog.unnest(p_keys) AS u(k);
+		DELETE FROM "public"."runclaim_runs_starts" AS o
+		 WHERE o.key OPERATOR(pg_catalog.=) ANY (p_keys) AND o.started_at OPERATOR(pg_catalog.<) (run_started OPERATOR(pg_catalog.-) interval '31 days');
+	END IF;
+	-- A win says whether it used a trigger, and the time of it, so
+	-- that a caller that gave up on the claim can give the trigger back
+	-- when it deletes the run (version 7): run_owner 'trigger' and
+	-- retry_after the time. Releases before read neither on a win.
+	run_owner := NULL;
+	retry_after := NULL;
+	IF triggered THEN
+		run_owner := 'trigger';
+		retry_after := trigger_at;
+	END IF;
+	won := true;
+END
+$q$;
+COMMENT ON TABLE "public"."runclaim_runs" IS 'runclaim schema version 8';
