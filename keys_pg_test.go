@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
 	"github.com/runclaim/runclaim/internal/sharedtest"
@@ -263,4 +264,37 @@ func TestKeyPrivilegesAfterUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAppKeys(t, e.store(t, e.pool(t, e.app, nil)))
+}
+
+// TestKeyRoomIsPerTransaction: what a claim learns of a key's room is
+// kept for the later calls of its own transaction only (a ClaimMany's):
+// two replicas, each on one connection, take turns claiming sources of a
+// key with MaxRunning 3, and the claim after the third win is limited
+// whichever connection's earlier claims saw more room.
+func TestKeyRoomIsPerTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	var cs []*runclaim.Claimer
+	for i := range 2 {
+		s, err := runclaim.NewPostgresStore(db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := s.SetLimit(ctx, "site", runclaim.Limit{MaxRunning: 3, MaxStarts: 3, Per: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cs = append(cs, newClaimer(t, s))
+	}
+	for i, c := range []int{0, 1, 1} {
+		if _, err := cs[c].Claim(ctx, fmt.Sprintf("src-%d", i), runclaim.WithKeys("site")); err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+	if _, err := cs[0].Claim(ctx, "src-3", runclaim.WithKeys("site")); !errors.Is(err, runclaim.ErrLimited) {
+		t.Errorf("fourth claim of a key with MaxRunning 3, on the connection of the first: %v, want ErrLimited", err)
+	}
 }

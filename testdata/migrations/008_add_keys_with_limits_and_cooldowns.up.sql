@@ -51,13 +51,20 @@ DECLARE
 	trigger_at pg_catalog.timestamptz;
 	k pg_catalog.text;
 	lk bigint;
-	lim_running integer;
-	lim_starts integer;
-	lim_per pg_catalog.interval;
 	cool_until pg_catalog.timestamptz;
 	cool_note pg_catalog.text;
-	n bigint;
+	running_now bigint;
+	first_end pg_catalog.timestamptz;
 	key_retry pg_catalog.timestamptz;
+	lim_running integer;
+	starts_now bigint;
+	lim_starts integer;
+	per_us bigint;
+	room_running integer;
+	room_starts integer;
+	guc pg_catalog.text;
+	cached pg_catalog.text;
+	tag pg_catalog.text;
 BEGIN
 	locked := false;
 	won := false;
@@ -84,7 +91,7 @@ BEGIN
 	-- advisory, so a claim skipped writes nothing, not even a row lock.
 	IF p_key_locks IS NOT NULL THEN
 		FOREACH lk IN ARRAY p_key_locks LOOP
-			PERFORM pg_catalog.pg_advisory_xact_lock(lk);
+			ignored := pg_catalog.pg_advisory_xact_lock(lk)::pg_catalog.text;
 		END LOOP;
 	END IF;
 	-- The source's running run and its pause, read before the advisory
@@ -154,33 +161,74 @@ BEGIN
 	-- cooldown, its note as run_owner, and has written nothing.
 	IF p_keys IS NOT NULL THEN
 		FOREACH k IN ARRAY p_keys LOOP
-			SELECT l.max_running, l.max_starts, l.per_us OPERATOR(pg_catalog.*) interval '1 microsecond', l.cooling_until, l.cooling_note
-			  INTO lim_running, lim_starts, lim_per, cool_until, cool_note
-			  FROM "public"."runclaim_runs_keys" AS l WHERE l.key OPERATOR(pg_catalog.=) k;
-			CONTINUE WHEN NOT FOUND;
-			db_now := pg_catalog.clock_timestamp();
+			-- What an earlier call of this transaction learnt of the key
+			-- (a ClaimMany: its first call holds every key's lock to the
+			-- end, so only its own wins add to the key's runs and starts
+			-- meanwhile): the room left under each bound, -1 for none. A
+			-- key with room left is not read again; one with none left is,
+			-- so that its skip says when there is room.
+			guc := 'runclaim.key_' OPERATOR(pg_catalog.||) pg_catalog.translate(pg_catalog.hashtextextended(k, 0)::pg_catalog.text, '-', 'm');
+			-- The setting is the transaction's (set_config's is_local), and
+			-- says so too: its value ends with the transaction's start and
+			-- the key, so that neither another transaction nor another key
+			-- whose name hashes alike reads it.
+			tag := ';' OPERATOR(pg_catalog.||) pg_catalog.now()::pg_catalog.text OPERATOR(pg_catalog.||) ';' OPERATOR(pg_catalog.||) k;
+			cached := pg_catalog.current_setting(guc, true);
+			IF pg_catalog.strpos(cached, ';') OPERATOR(pg_catalog.>) 0 AND pg_catalog.substr(cached, pg_catalog.strpos(cached, ';')) OPERATOR(pg_catalog.=) tag THEN
+				room_running := pg_catalog.split_part(cached, ',', 1)::integer;
+				room_starts := pg_catalog.split_part(pg_catalog.split_part(cached, ';', 1), ',', 2)::integer;
+				CONTINUE WHEN room_running OPERATOR(pg_catalog.<>) 0 AND room_starts OPERATOR(pg_catalog.<>) 0;
+			END IF;
+			-- One query per key: its row, and only what its limit needs
+			-- counted, each against the same clock reading: the live
+			-- runs naming the key, and its starts in the window (at most
+			-- max_starts of them), with, for a bound reached, when it has
+			-- room again.
+			SELECT CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_until END,
+			       CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_note END,
+			       rr.n, rr.first_end, l.max_running,
+			       CASE WHEN l.max_starts OPERATOR(pg_catalog.>) 0 THEN (
+			           SELECT pg_catalog.count(*) FROM (
+			               SELECT FROM "public"."runclaim_runs_starts" AS s
+			                WHERE s.key OPERATOR(pg_catalog.=) k
+			                  AND s.started_at OPERATOR(pg_catalog.>) (c.now OPERATOR(pg_catalog.-) (l.per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))
+			                LIMIT l.max_starts) AS w) END,
+			       l.max_starts, l.per_us, c.now
+			  INTO cool_until, cool_note, running_now, first_end, lim_running, starts_now, lim_starts, per_us, db_now
+			  FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
+			  JOIN "public"."runclaim_runs_keys" AS l ON l.key OPERATOR(pg_catalog.=) k
+			  LEFT JOIN LATERAL (
+			       SELECT pg_catalog.count(*) AS n, pg_catalog.min(r.lease_until) AS first_end
+			         FROM "public"."runclaim_runs" AS r
+			        WHERE l.max_running OPERATOR(pg_catalog.>) 0
+			          AND r.status OPERATOR(pg_catalog.=) 'running' AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k]
+			          AND r.lease_until OPERATOR(pg_catalog.>) c.now) AS rr ON true;
 			key_retry := NULL;
-			IF cool_until OPERATOR(pg_catalog.>) db_now THEN
+			room_running := -1;
+			room_starts := -1;
+			IF NOT FOUND THEN
+				cool_note := NULL;
+			ELSIF cool_until IS NOT NULL THEN
 				key_retry := cool_until;
 			ELSE
-				cool_note := NULL;
-			END IF;
-			IF key_retry IS NULL AND lim_running OPERATOR(pg_catalog.>) 0 THEN
-				SELECT pg_catalog.count(*), pg_catalog.min(r.lease_until) INTO n, key_retry
-				  FROM "public"."runclaim_runs" AS r
-				 WHERE r.status OPERATOR(pg_catalog.=) 'running' AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k]
-				   AND r.lease_until OPERATOR(pg_catalog.>) db_now;
-				IF n OPERATOR(pg_catalog.<) lim_running THEN
-					key_retry := NULL;
+				IF lim_running OPERATOR(pg_catalog.>) 0 THEN
+					room_running := lim_running OPERATOR(pg_catalog.-) running_now;
+					IF room_running OPERATOR(pg_catalog.<=) 0 THEN
+						key_retry := first_end;
+					END IF;
 				END IF;
-			END IF;
-			IF key_retry IS NULL AND lim_starts OPERATOR(pg_catalog.>) 0 THEN
-				-- The start that must leave the window for one more: the
-				-- lim_starts-th newest in it.
-				SELECT s.started_at OPERATOR(pg_catalog.+) lim_per INTO key_retry
-				  FROM "public"."runclaim_runs_starts" AS s
-				 WHERE s.key OPERATOR(pg_catalog.=) k AND s.started_at OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) lim_per)
-				 ORDER BY s.started_at DESC OFFSET (lim_starts OPERATOR(pg_catalog.-) 1) LIMIT 1;
+				IF key_retry IS NULL AND lim_starts OPERATOR(pg_catalog.>) 0 THEN
+					room_starts := lim_starts OPERATOR(pg_catalog.-) starts_now;
+					IF room_starts OPERATOR(pg_catalog.<=) 0 THEN
+						-- The start that must leave the window for one
+						-- more: the max_starts-th newest in it.
+						SELECT s.started_at OPERATOR(pg_catalog.+) (per_us OPERATOR(pg_catalog.*) interval '1 microsecond') INTO key_retry
+						  FROM "public"."runclaim_runs_starts" AS s
+						 WHERE s.key OPERATOR(pg_catalog.=) k
+						   AND s.started_at OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) (per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))
+						 ORDER BY s.started_at DESC OFFSET (lim_starts OPERATOR(pg_catalog.-) 1) LIMIT 1;
+					END IF;
+				END IF;
 			END IF;
 			IF key_retry IS NOT NULL THEN
 				limited_key := k;
@@ -191,6 +239,7 @@ BEGIN
 				retry_after := key_retry;
 				RETURN;
 			END IF;
+			ignored := pg_catalog.set_config(guc, room_running::pg_catalog.text OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) room_starts::pg_catalog.text OPERATOR(pg_catalog.||) tag, true);
 		END LOOP;
 	END IF;
 	IF run_id IS NOT NULL THEN
@@ -242,10 +291,22 @@ BEGIN
 	-- limit set later counts it; and the key's starts older than the
 	-- longest window go.
 	IF p_keys IS NOT NULL THEN
+		WITH old AS (
+			DELETE FROM "public"."runclaim_runs_starts" AS o
+			 WHERE o.key OPERATOR(pg_catalog.=) ANY (p_keys) AND o.started_at OPERATOR(pg_catalog.<) (run_started OPERATOR(pg_catalog.-) interval '31 days')
+		)
 		INSERT INTO "public"."runclaim_runs_starts" (key, started_at, run_id)
 		SELECT u.k, run_started, run_id FROM pg_catalog.unnest(p_keys) AS u(k);
-		DELETE FROM "public"."runclaim_runs_starts" AS o
-		 WHERE o.key OPERATOR(pg_catalog.=) ANY (p_keys) AND o.started_at OPERATOR(pg_catalog.<) (run_started OPERATOR(pg_catalog.-) interval '31 days');
+		-- The win takes one of the room each key had left.
+		FOREACH k IN ARRAY p_keys LOOP
+			guc := 'runclaim.key_' OPERATOR(pg_catalog.||) pg_catalog.translate(pg_catalog.hashtextextended(k, 0)::pg_catalog.text, '-', 'm');
+			cached := pg_catalog.current_setting(guc, true);
+			room_running := pg_catalog.split_part(cached, ',', 1)::integer;
+			room_starts := pg_catalog.split_part(pg_catalog.split_part(cached, ';', 1), ',', 2)::integer;
+			ignored := pg_catalog.set_config(guc, (CASE WHEN room_running OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_running OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+				OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) (CASE WHEN room_starts OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_starts OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+				OPERATOR(pg_catalog.||) pg_catalog.substr(cached, pg_catalog.strpos(cached, ';')), true);
+		END LOOP;
 	END IF;
 	-- A win says whether it used a trigger, and the time of it, so
 	-- that a caller that gave up on the claim can give the trigger back
