@@ -177,7 +177,12 @@ BEGIN
 			IF pg_catalog.strpos(cached, ';') OPERATOR(pg_catalog.>) 0 AND pg_catalog.substr(cached, pg_catalog.strpos(cached, ';')) OPERATOR(pg_catalog.=) tag THEN
 				room_running := pg_catalog.split_part(cached, ',', 1)::integer;
 				room_starts := pg_catalog.split_part(pg_catalog.split_part(cached, ';', 1), ',', 2)::integer;
-				CONTINUE WHEN room_running OPERATOR(pg_catalog.<>) 0 AND room_starts OPERATOR(pg_catalog.<>) 0;
+				IF room_running OPERATOR(pg_catalog.<>) 0 AND room_starts OPERATOR(pg_catalog.<>) 0 THEN
+					ignored := pg_catalog.set_config(guc, (CASE WHEN room_running OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_running OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+						OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) (CASE WHEN room_starts OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_starts OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+						OPERATOR(pg_catalog.||) tag, true);
+					CONTINUE;
+				END IF;
 			END IF;
 			-- One query per key: its row, and only what its limit needs
 			-- counted, each against the same clock reading: the live
@@ -239,7 +244,12 @@ BEGIN
 				retry_after := key_retry;
 				RETURN;
 			END IF;
-			ignored := pg_catalog.set_config(guc, room_running::pg_catalog.text OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) room_starts::pg_catalog.text OPERATOR(pg_catalog.||) tag, true);
+			-- The room left after this claim's win, which comes next
+			-- unless a holder found below skips it: then one less than
+			-- there is, which only makes a later call count again.
+			ignored := pg_catalog.set_config(guc, (CASE WHEN room_running OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_running OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+				OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) (CASE WHEN room_starts OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_starts OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+				OPERATOR(pg_catalog.||) tag, true);
 		END LOOP;
 	END IF;
 	IF run_id IS NOT NULL THEN
@@ -282,32 +292,23 @@ BEGIN
 		 WHERE u.source OPERATOR(pg_catalog.=) p_source AND u.triggered_at IS NOT NULL;
 	END IF;
 	db_now := pg_catalog.clock_timestamp();
-	INSERT INTO {{table}} AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
-	VALUES (p_source, 'running', p_owner, db_now,
-	        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
-	        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
-	RETURNING i.id, i.started_at, i.lease_until INTO run_id, run_started, run_lease;
-	-- Each key's start, whether or not it has a limit now, so that a
-	-- limit set later counts it; and the key's starts older than the
-	-- longest window go.
-	IF p_keys IS NOT NULL THEN
-		WITH old AS (
-			DELETE FROM {{table_starts}} AS o
-			 WHERE o.key OPERATOR(pg_catalog.=) ANY (p_keys) AND o.started_at OPERATOR(pg_catalog.<) (run_started OPERATOR(pg_catalog.-) interval '31 days')
-		)
+	-- The run, and each key's start, whether or not the key has a limit
+	-- now, so that a limit set later counts it; the key's starts older
+	-- than the longest window go. One statement.
+	WITH ins AS (
+		INSERT INTO {{table}} AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
+		VALUES (p_source, 'running', p_owner, db_now,
+		        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
+		        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
+		RETURNING i.id, i.started_at, i.lease_until
+	), old AS (
+		DELETE FROM {{table_starts}} AS o
+		 WHERE o.key OPERATOR(pg_catalog.=) ANY (p_keys) AND o.started_at OPERATOR(pg_catalog.<) (db_now OPERATOR(pg_catalog.-) interval '31 days')
+	), st AS (
 		INSERT INTO {{table_starts}} (key, started_at, run_id)
-		SELECT u.k, run_started, run_id FROM pg_catalog.unnest(p_keys) AS u(k);
-		-- The win takes one of the room each key had left.
-		FOREACH k IN ARRAY p_keys LOOP
-			guc := 'runclaim.key_' OPERATOR(pg_catalog.||) pg_catalog.translate(pg_catalog.hashtextextended(k, 0)::pg_catalog.text, '-', 'm');
-			cached := pg_catalog.current_setting(guc, true);
-			room_running := pg_catalog.split_part(cached, ',', 1)::integer;
-			room_starts := pg_catalog.split_part(pg_catalog.split_part(cached, ';', 1), ',', 2)::integer;
-			ignored := pg_catalog.set_config(guc, (CASE WHEN room_running OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_running OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
-				OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) (CASE WHEN room_starts OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_starts OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
-				OPERATOR(pg_catalog.||) pg_catalog.substr(cached, pg_catalog.strpos(cached, ';')), true);
-		END LOOP;
-	END IF;
+		SELECT u.k, ins.started_at, ins.id FROM ins, pg_catalog.unnest(p_keys) AS u(k)
+	)
+	SELECT ins.id, ins.started_at, ins.lease_until INTO run_id, run_started, run_lease FROM ins;
 	-- A win says whether it used a trigger, and the time of it, so
 	-- that a caller that gave up on the claim can give the trigger back
 	-- when it deletes the run (version 7): run_owner 'trigger' and
