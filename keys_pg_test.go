@@ -298,3 +298,43 @@ func TestKeyRoomIsPerTransaction(t *testing.T) {
 		t.Errorf("fourth claim of a key with MaxRunning 3, on the connection of the first: %v, want ErrLimited", err)
 	}
 }
+
+// TestKeys: Keys reports each key with a limit or a cooldown in force,
+// with its live runs, its starts in the window and its cooldown.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	store := migratedStore(t, pgtest.New(t).Pool)
+	if err := store.SetLimit(ctx, "site:a", runclaim.Limit{MaxRunning: 2, MaxStarts: 5, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	if err := store.Cooldown(ctx, "site:b", until, "HTTP 429"); err != nil {
+		t.Fatal(err)
+	}
+	c := newClaimer(t, store)
+	run, err := c.Claim(ctx, "a1", runclaim.WithKeys("site:a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "a2", func(context.Context, *runclaim.Run) error { return nil }, runclaim.WithKeys("site:a")); err != nil {
+		t.Fatal(err)
+	}
+	keys, now, err := store.Keys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.IsZero() || len(keys) != 2 {
+		t.Fatalf("Keys = %+v at %v, want 2 keys", keys, now)
+	}
+	a, b := keys[0], keys[1]
+	if a.Key != "site:a" || a.Limit != (runclaim.Limit{MaxRunning: 2, MaxStarts: 5, Per: time.Hour}) || a.Running != 1 || a.Starts != 2 || !a.CoolingUntil.IsZero() {
+		t.Errorf("site:a: %+v, want its limit, 1 running, 2 starts, no cooldown", a)
+	}
+	if b.Key != "site:b" || !b.CoolingUntil.Equal(until) || b.Note != "HTTP 429" || b.Limit != (runclaim.Limit{}) {
+		t.Errorf("site:b: %+v, want the cooldown until %v with its note", b, until)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}

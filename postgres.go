@@ -118,7 +118,7 @@ type PostgresStore struct {
 		pause, resume, trigger, controls                                         string
 		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
 		callKeys, callManyKeys, unclaimStarts                                    string // claims that name keys
-		setLimit, deleteLimit, cooldown, endCooldown                             string // Limiter's
+		setLimit, deleteLimit, cooldown, endCooldown, keysState                  string // Limiter's, and Keys
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
@@ -204,6 +204,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.deleteLimit = s.statement("delete_limit")
 	s.sql.cooldown = s.statement("cooldown")
 	s.sql.endCooldown = s.statement("end_cooldown")
+	s.sql.keysState = s.statement("keys_state")
 	s.sql.sourceStateOne = fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL)
 	s.sql.sourceStateAll = fmt.Sprintf(sourceStateSQL, s.Table(), fmt.Sprintf(sourceStateAllSQL, s.Table()))
 	return s, nil

@@ -219,3 +219,71 @@ func (s *PostgresStore) keyError(ctx context.Context, what string, err error) er
 	}
 	return s.wrap(ctx, what, err)
 }
+
+// KeyState is what Keys reports of one key.
+type KeyState struct {
+	Key   string
+	Limit Limit // zero when the key has none
+	// Running is how many runs that named the key are running with a
+	// live lease.
+	Running int
+	// Starts is how many runs that named the key started within the
+	// limit's window, counted up to Limit.MaxStarts; 0 without MaxStarts.
+	Starts int
+	// CoolingUntil is the end of the key's cooldown, zero when none is in
+	// force, and Note its note.
+	CoolingUntil time.Time
+	Note         string
+}
+
+// MaxKeyStates is the most keys Keys reports.
+const MaxKeyStates = 10000
+
+// Keys returns every key that has a limit or a cooldown in force, by
+// name, with its live runs and its starts in the window, and the database
+// clock when it read them. It returns an error rather than more than
+// MaxKeyStates keys. It needs schema version 8, and SELECT on the runs,
+// keys and starts tables.
+func (s *PostgresStore) Keys(ctx context.Context) ([]KeyState, time.Time, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	rows, err := s.db.Query(ctx, s.sql.keysState, MaxKeyStates+1)
+	if err != nil {
+		return nil, time.Time{}, s.keyError(ctx, "keys", err)
+	}
+	defer rows.Close()
+	var (
+		out []KeyState
+		now time.Time
+	)
+	for rows.Next() {
+		var (
+			k                    KeyState
+			maxRunning, maxStart int32
+			perUS, running, n    int64
+			until                pgtype.Timestamptz
+		)
+		if err := rows.Scan(&k.Key, &maxRunning, &maxStart, &perUS, &running, &n, &until, &k.Note, &now); err != nil {
+			return nil, time.Time{}, s.keyError(ctx, "keys", err)
+		}
+		k.Limit = Limit{MaxRunning: int(maxRunning), MaxStarts: int(maxStart), Per: time.Duration(perUS) * time.Microsecond}
+		k.Running, k.Starts = int(running), int(n)
+		if until.Valid {
+			k.CoolingUntil = until.Time
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, s.keyError(ctx, "keys", err)
+	}
+	if len(out) > MaxKeyStates {
+		return nil, time.Time{}, fmt.Errorf("runclaim: keys: more than MaxKeyStates (%d) keys have a limit or a cooldown", MaxKeyStates)
+	}
+	if now.IsZero() {
+		if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {
+			return nil, time.Time{}, s.wrap(ctx, "keys", err)
+		}
+	}
+	return out, now, nil
+}

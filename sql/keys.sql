@@ -64,3 +64,23 @@ SELECT e.now, e.until FROM e
 -- name: end_cooldown
 -- Ends the cooldown of key $1, if any.
 UPDATE {{table_keys}} SET cooling_until = NULL, cooling_note = '', cooling_at = NULL WHERE key = $1 AND cooling_until IS NOT NULL
+
+-- name: keys_state
+-- Every key with a limit or a cooldown, by name: its limit, its live runs
+-- and its starts in the window (at most max_starts of them counted), its
+-- cooldown if in force, and the database clock. At most $1 rows.
+SELECT k.key, k.max_running, k.max_starts, k.per_us,
+	(SELECT pg_catalog.count(*) FROM {{table}} AS r
+	  WHERE r.status = 'running' AND r.keys @> ARRAY[k.key] AND r.lease_until > c.now),
+	CASE WHEN k.max_starts > 0 THEN (
+		SELECT pg_catalog.count(*) FROM (
+			SELECT FROM {{table_starts}} AS s
+			 WHERE s.key = k.key AND s.started_at > c.now - k.per_us * interval '1 microsecond'
+			 LIMIT k.max_starts) AS w) ELSE 0 END,
+	CASE WHEN k.cooling_until > c.now THEN k.cooling_until END,
+	CASE WHEN k.cooling_until > c.now THEN k.cooling_note ELSE '' END,
+	c.now
+FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c, {{table_keys}} AS k
+WHERE k.max_running > 0 OR k.max_starts > 0 OR k.cooling_until > c.now
+ORDER BY k.key
+LIMIT $1

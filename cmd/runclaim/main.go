@@ -65,6 +65,9 @@ var commands = []*command{
 	define(pruneCommand, runPrune),
 	define(execCommand, runExec),
 	define(checkCommand, runCheck),
+	define(limitCommand, runLimit),
+	define(limitsCommand, runLimits),
+	define(cooldownCommand, runCooldown),
 }
 
 // A command is one subcommand of runclaim.

@@ -55,8 +55,8 @@ Examples:
   runclaim migrate --print > migrations/runclaim.sql
 
 JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
-"from": 0, "version": 7}, where migrated says whether this run applied a
-step; with --status, {"table": ..., "have": 1, "want": 7, "current": false,
+"from": 0, "version": 8}, where migrated says whether this run applied a
+step; with --status, {"table": ..., "have": 1, "want": 8, "current": false,
 "missing": [{"version": 2, "name": "..."}, ...]}; with --print,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed

@@ -42,7 +42,10 @@ passed; then, for each source paused or with a pending trigger,
    "triggered_at", "checked_at"}
 where status is "paused" or "triggered", paused_until is null for a
 pause until 'runclaim resume', and triggered_at is null without a
-pending trigger. With --overdue:
+pending trigger; then, without a source, for each key cooling down
+('runclaim cooldown'),
+  {"key", "status": "cooling", "cooling_until", "note", "checked_at"}.
+With --overdue:
 an array of check's JSON objects (see 'runclaim check --help').`,
 }
 
@@ -114,12 +117,22 @@ func runStatus(ctx context.Context, c *cli, o *statusOptions) int {
 	if err != nil {
 		return c.fail("status", err)
 	}
+	var cools []runclaim.KeyState
+	var coolNow time.Time
+	if source == "" {
+		if cools, coolNow, err = coolingKeys(ctx, store); err != nil {
+			return c.fail("status", err)
+		}
+	}
 	if c.json {
-		err = c.writeStatusJSON(runs, now, controls, ctlNow)
+		err = c.writeStatusJSON(runs, now, controls, ctlNow, cools, coolNow)
 	} else {
 		err = c.writeStatus(runs, now, source)
 		if err == nil {
 			err = c.writeControls(controls, ctlNow)
+		}
+		if err == nil {
+			err = c.writeCooldowns(cools, coolNow)
 		}
 	}
 	if err != nil {
@@ -164,9 +177,52 @@ func (c *cli) writeControls(controls []runclaim.SourceControl, now time.Time) er
 	return t.flush()
 }
 
+// coolingKeys returns the keys cooling down, and the database clock; none
+// on a table before keys (schema version 8).
+func coolingKeys(ctx context.Context, store *runclaim.PostgresStore) ([]runclaim.KeyState, time.Time, error) {
+	keys, now, err := store.Keys(ctx)
+	if err != nil {
+		if have, _, verr := store.SchemaVersion(ctx); verr == nil && have < 8 {
+			return nil, time.Time{}, nil
+		}
+		return nil, time.Time{}, err
+	}
+	out := keys[:0]
+	for _, k := range keys {
+		if !k.CoolingUntil.IsZero() {
+			out = append(out, k)
+		}
+	}
+	return out, now, nil
+}
+
+// writeCooldowns prints the keys cooling down, after the pauses.
+func (c *cli) writeCooldowns(keys []runclaim.KeyState, now time.Time) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(c.stdout); err != nil {
+		return err
+	}
+	t := newTable(c.stdout, "KEY", "COOLDOWN", "NOTE")
+	for _, k := range keys {
+		t.row(k.Key, "until "+formatTime(k.CoolingUntil)+" ("+formatDuration(k.CoolingUntil.Sub(now))+" left)", k.Note)
+	}
+	return t.flush()
+}
+
+// cooldownJSON is status --json's object of a key cooling down.
+type cooldownJSON struct {
+	Key          string     `json:"key"`
+	Status       string     `json:"status"`
+	CoolingUntil *time.Time `json:"cooling_until"`
+	Note         string     `json:"note"`
+	CheckedAt    *time.Time `json:"checked_at"`
+}
+
 // writeStatusJSON prints the runs, then the pauses and pending triggers,
-// as one JSON array.
-func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls []runclaim.SourceControl, ctlNow time.Time) error {
+// then the keys cooling down, as one JSON array.
+func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls []runclaim.SourceControl, ctlNow time.Time, cools []runclaim.KeyState, coolNow time.Time) error {
 	out := make([]any, 0, len(runs)+len(controls))
 	for _, r := range runs {
 		left := r.LeaseUntil.Sub(now)
@@ -200,6 +256,9 @@ func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls
 			TriggeredAt: jsonTime(k.TriggeredAt),
 			CheckedAt:   jsonTime(ctlNow),
 		})
+	}
+	for _, k := range cools {
+		out = append(out, cooldownJSON{Key: k.Key, Status: "cooling", CoolingUntil: jsonTime(k.CoolingUntil), Note: k.Note, CheckedAt: jsonTime(coolNow)})
 	}
 	return writeJSON(c.stdout, out)
 }
