@@ -338,3 +338,47 @@ func TestKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNoKeySamePath: a claim and a ClaimMany that name no key send the
+// statements they sent before keys, one each (the function with a tick,
+// without the keys' arguments); a claim that names one sends one
+// statement too, the overload with keys.
+func TestNoKeySamePath(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	rec := &sqlRecorder{}
+	store, err := runclaim.NewPostgresStore(db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = rec }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClaimer(t, store)
+	run, err := c.Claim(ctx, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ClaimMany(ctx, []string{"m1", "m2"}); err != nil {
+		t.Fatal(err)
+	}
+	batches, queries := rec.take()
+	if len(batches) != 0 || len(queries) != 2 {
+		t.Fatalf("a claim and a ClaimMany naming no key sent %d batches and %d queries, want 0 and 2: %q", len(batches), len(queries), queries)
+	}
+	for _, q := range queries {
+		if !strings.Contains(q, "$7::timestamptz") || strings.Contains(q, "$9::bigint[]") || strings.Contains(q, "$10::text[]") {
+			t.Errorf("a claim naming no key sent %q, not the statement of version 7", q)
+		}
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	if _, err := c.Claim(ctx, "keyed", runclaim.WithKeys("site")); err != nil {
+		t.Fatal(err)
+	}
+	batches, queries = rec.take()
+	if len(batches) != 0 || len(queries) != 1 || !strings.Contains(queries[0], "$9::bigint[]") {
+		t.Errorf("a claim naming a key sent %d batches and %q, want one call of the overload with keys", len(batches), queries)
+	}
+}
