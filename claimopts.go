@@ -3,6 +3,7 @@ package runclaim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -49,6 +50,29 @@ func ForTick(tick time.Time) ClaimOption {
 			return err
 		}
 		o.tick, o.tickSet = NormalTick(tick), true
+		return nil
+	}
+}
+
+// WithKeys makes the claim name keys: the claim is skipped with ErrLimited
+// when one of them is cooling down or its Limit has no room, and the run
+// it starts counts against the limit of each. With ClaimMany and DoMany
+// the keys are named by every source, and each key is honoured across the
+// batch, in the order asked. The keys join those WithSourceKeys gives the
+// source. No keys, an invalid key, a key listed twice or more than MaxKeys
+// are an error, and nothing is sent to the store.
+func WithKeys(keys ...string) ClaimOption {
+	return func(o *claimOptions) error {
+		if o.keysSet {
+			return errors.New("runclaim: WithKeys given twice")
+		}
+		if len(keys) == 0 {
+			return errors.New("runclaim: WithKeys: no keys")
+		}
+		if err := validateKeys(keys); err != nil {
+			return fmt.Errorf("runclaim: WithKeys: %w", err)
+		}
+		o.keys, o.keysSet = slices.Clone(keys), true
 		return nil
 	}
 }

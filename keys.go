@@ -172,29 +172,6 @@ func pastCooldown(key string, until, now time.Time) error {
 	return fmt.Errorf("runclaim: cooldown %s: until %s is not after the store's clock, %s", quoteForError(key), until.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
 }
 
-// WithKeys makes the claim name keys: the claim is skipped with ErrLimited
-// when one of them is cooling down or its Limit has no room, and the run
-// it starts counts against the limit of each. With ClaimMany and DoMany
-// the keys are named by every source, and each key is honoured across the
-// batch, in the order asked. The keys join those WithSourceKeys gives the
-// source. No keys, an invalid key, a key listed twice or more than MaxKeys
-// are an error, and nothing is sent to the store.
-func WithKeys(keys ...string) ClaimOption {
-	return func(o *claimOptions) error {
-		if o.keysSet {
-			return errors.New("runclaim: WithKeys given twice")
-		}
-		if len(keys) == 0 {
-			return errors.New("runclaim: WithKeys: no keys")
-		}
-		if err := validateKeys(keys); err != nil {
-			return fmt.Errorf("runclaim: WithKeys: %w", err)
-		}
-		o.keys, o.keysSet = slices.Clone(keys), true
-		return nil
-	}
-}
-
 // WithSourceKeys gives every claim of a source the keys keysOf returns for
 // it, so that code that claims through an adapter (gocronlock, cronlock,
 // runclaim exec) names keys without a change at each call site. keysOf
@@ -238,7 +215,8 @@ func (c *Claimer) keysFor(source string, call []string) ([]string, error) {
 }
 
 // Cooldown makes every claim that names key wait d from now, by the
-// store's clock, with note: for instance on an HTTP 429 answer, for its
+// store's clock (PostgresStore's and MemoryStore's; another Limiter is
+// given this process's clock plus d), with note: for instance on an HTTP 429 answer, for its
 // Retry-After. A cooldown never shortens one already in force. The run
 // need not have named key, nor still hold its lease. It returns an error
 // if the Claimer's store is not a Limiter, for an invalid key or note, and

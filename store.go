@@ -25,6 +25,11 @@ type Store interface {
 	// skip returns a *NotClaimedError, with req.Tick, and writes nothing.
 	// The new run's ID is greater than every ID the store issued before.
 	//
+	// A Store that is a Limiter decides req.Keys too, after every other
+	// reason and in the order named: a key cooling down, or at its
+	// MaxRunning or MaxStarts, skips the claim with ErrLimited and writes
+	// nothing (see Limiter). A Store that is not one is never sent keys.
+	//
 	// A tick is served once a run of the source with that tick (compared
 	// at microsecond precision) or a later one is running with a live
 	// lease, succeeded or failed; the claim is then skipped with
