@@ -42,7 +42,7 @@ func New(store Store, opts ...Option) (*Claimer, error) {
 
 // Claim starts a run of source if no other run holds it. It never waits for
 // another holder: when the source is taken it returns an error matching
-// ErrNotClaimed (and ErrAlreadyRunning, ErrTooSoon, ErrTickDone or ErrPaused) at once. Any other
+// ErrNotClaimed (and ErrAlreadyRunning, ErrTooSoon, ErrTickDone, ErrPaused or ErrLimited) at once. Any other
 // error is a real failure, such as an invalid source (ErrInvalidSource) or an
 // unreachable database; the store's error is wrapped. ctx bounds the claim
 // only, not the run; if ctx ends first, its error is returned, wrapped. (The
@@ -53,9 +53,10 @@ func New(store Store, opts ...Option) (*Claimer, error) {
 // The caller must end the run with Finish, and keep it alive with Heartbeat
 // when it may last longer than the lease; Do does both.
 //
-// opts change the claim: ForTick makes it serve one scheduled tick, and
-// Wait makes it wait while the source is held instead of skipping. An
-// invalid option is an error, not a skip, and nothing is claimed.
+// opts change the claim: ForTick makes it serve one scheduled tick,
+// WithKeys makes it name keys (ErrLimited), and Wait makes it wait while
+// the source is held instead of skipping. An invalid option is an error,
+// not a skip, and nothing is claimed.
 func (c *Claimer) Claim(ctx context.Context, source string, opts ...ClaimOption) (*Run, error) {
 	o, err := applyClaimOptions("Claim", opts)
 	if err != nil {
@@ -63,18 +64,23 @@ func (c *Claimer) Claim(ctx context.Context, source string, opts ...ClaimOption)
 		return nil, err
 	}
 	if o.wait {
-		return c.claimWaiting(ctx, source, o.tick)
+		return c.claimWaiting(ctx, source, o)
 	}
-	return c.claim(ctx, source, o.tick)
+	return c.claim(ctx, source, o)
 }
 
-// claim is Claim, for tick when it is not zero.
-func (c *Claimer) claim(ctx context.Context, source string, tick time.Time) (*Run, error) {
+// claim is Claim, with the options o.
+func (c *Claimer) claim(ctx context.Context, source string, o claimOptions) (*Run, error) {
 	if err := checkContext(ctx); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
-	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: tick}
+	keys, err := c.keysFor(source, o.keys)
+	if err != nil {
+		c.claimFailed(ctx, source, err, 0)
+		return nil, err
+	}
+	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: o.tick, Keys: keys}
 	if err := req.Validate(); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err

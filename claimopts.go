@@ -3,6 +3,7 @@ package runclaim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -16,7 +17,9 @@ type ClaimOption func(*claimOptions) error
 type claimOptions struct {
 	tick    time.Time // ForTick's, normalised; zero for a plain claim
 	tickSet bool
-	wait    bool // Wait's
+	wait    bool     // Wait's
+	keys    []string // WithKeys's
+	keysSet bool
 }
 
 // ForTick makes the claim serve one scheduled tick, so that a job runs at
@@ -61,7 +64,8 @@ func ForTick(tick time.Time) ClaimOption {
 //
 // A skip because another run holds the source, or another claim of it is
 // in flight (ErrAlreadyRunning), is waited on, and so is a skip for a
-// reason of a later release that names no rule below (a key's limit). A
+// key (ErrLimited: no room under its Limit, or a cooldown; see WithKeys)
+// and a skip for a reason of a later release that names no rule below. A
 // paused source (ErrPaused) or a minimum interval not yet passed
 // (ErrTooSoon) is waited on only when the skip's RetryAfter comes before
 // ctx's deadline, by the local clock; without a deadline, or with a pause
@@ -103,6 +107,29 @@ func Wait() ClaimOption {
 			return errors.New("runclaim: Wait given twice")
 		}
 		o.wait = true
+		return nil
+	}
+}
+
+// WithKeys makes the claim name keys: the claim is skipped with ErrLimited
+// when one of them is cooling down or its Limit has no room, and the run
+// it starts counts against the limit of each. With ClaimMany and DoMany
+// the keys are named by every source, and each key is honoured across the
+// batch, in the order asked. The keys join those WithSourceKeys gives the
+// source. No keys, an invalid key, a key listed twice or more than MaxKeys
+// are an error, and nothing is sent to the store.
+func WithKeys(keys ...string) ClaimOption {
+	return func(o *claimOptions) error {
+		if o.keysSet {
+			return errors.New("runclaim: WithKeys given twice")
+		}
+		if len(keys) == 0 {
+			return errors.New("runclaim: WithKeys: no keys")
+		}
+		if err := validateKeys(keys); err != nil {
+			return fmt.Errorf("runclaim: WithKeys: %w", err)
+		}
+		o.keys, o.keysSet = slices.Clone(keys), true
 		return nil
 	}
 }

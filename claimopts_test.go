@@ -27,6 +27,11 @@ func TestClaimOptionsRefused(t *testing.T) {
 		{"ForTick twice, other ticks", []runclaim.ClaimOption{runclaim.ForTick(tick), runclaim.ForTick(tick.Add(time.Minute))}},
 		{"nil option", []runclaim.ClaimOption{nil}},
 		{"zero tick", []runclaim.ClaimOption{runclaim.ForTick(time.Time{})}},
+		{"WithKeys twice", []runclaim.ClaimOption{runclaim.WithKeys("a"), runclaim.WithKeys("b")}},
+		{"WithKeys without keys", []runclaim.ClaimOption{runclaim.WithKeys()}},
+		{"WithKeys empty key", []runclaim.ClaimOption{runclaim.WithKeys("")}},
+		{"WithKeys NUL", []runclaim.ClaimOption{runclaim.WithKeys("a\x00b")}},
+		{"WithKeys key twice", []runclaim.ClaimOption{runclaim.WithKeys("a", "a")}},
 	} {
 		notSkip := func(what string, err error) {
 			t.Helper()

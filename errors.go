@@ -13,7 +13,7 @@ var (
 	// ErrNotClaimed matches, with errors.Is, every error that means "this tick was
 	// skipped": the source is held by another run, another claim for it is in
 	// flight, the minimum interval has not passed, the tick claimed was served
-	// already, or the source is paused. Nothing was written and no lock is
+	// already, the source is paused, or a key the claim names is limited. Nothing was written and no lock is
 	// held. Use errors.Is(err, ErrAlreadyRunning), ErrTooSoon, ErrTickDone or
 	// ErrPaused to tell which, and errors.As with *NotClaimedError for details.
 	ErrNotClaimed = errors.New("runclaim: not claimed")
@@ -84,15 +84,20 @@ func (e *skipError) Error() string        { return e.msg }
 func (e *skipError) Is(target error) bool { return target == ErrNotClaimed }
 
 // NotClaimedError carries the details of a skipped claim. It matches
-// ErrNotClaimed and its Reason (ErrAlreadyRunning, ErrTooSoon, ErrTickDone
-// or ErrPaused) with errors.Is; use errors.As to read it. All times are the
+// ErrNotClaimed and its Reason (ErrAlreadyRunning, ErrTooSoon, ErrTickDone,
+// ErrPaused or ErrLimited) with errors.Is; use errors.As to read it. All times are the
 // database's, except the ticks, which are the claimers'. A paused skip's
 // text includes the pause's note, quoted.
 type NotClaimedError struct {
 	// Source is the source that was not claimed.
 	Source string
-	// Reason is ErrAlreadyRunning, ErrTooSoon, ErrTickDone or ErrPaused.
+	// Reason is ErrAlreadyRunning, ErrTooSoon, ErrTickDone, ErrPaused or
+	// ErrLimited.
 	Reason error
+	// Key is, for ErrLimited, the key that had no room: the first of the
+	// claim's keys, in the order named, that is cooling down or at its
+	// limit.
+	Key string
 	// Holder is the run that holds the source, when Reason is
 	// ErrAlreadyRunning and the holder is known. It is nil when another claim
 	// for the source is in flight and has not committed yet.
@@ -101,14 +106,18 @@ type NotClaimedError struct {
 	// succeed (the last start plus the minimum interval); for
 	// ErrAlreadyRunning with a known holder, the end of the holder's lease;
 	// for ErrPaused, the end of the pause, or zero for a pause that lasts
-	// until Resume.
+	// until Resume; for ErrLimited, the end of the key's cooldown, or for
+	// its MaxRunning the earliest lease end of the key's running runs, or
+	// for its MaxStarts the start in the window that must leave it plus
+	// Per.
 	RetryAfter time.Time
 	// Tick is the tick the claim named; zero for a plain Claim.
 	Tick time.Time
 	// DoneTick is, for ErrTickDone, the latest tick that a run of the
 	// source has served: Tick or a later one.
 	DoneTick time.Time
-	// Note is, for ErrPaused, the note the operator gave with the pause.
+	// Note is, for ErrPaused, the note the operator gave with the pause;
+	// for ErrLimited by a cooldown, the cooldown's note.
 	Note string
 }
 
@@ -134,6 +143,11 @@ func (e *NotClaimedError) Error() string {
 		} else {
 			fmt.Fprintf(&b, "until %s", e.RetryAfter.Format(time.RFC3339Nano))
 		}
+		if e.Note != "" {
+			fmt.Fprintf(&b, ": %q", e.Note)
+		}
+	case e.Reason == ErrLimited:
+		fmt.Fprintf(&b, "key %q is limited until %s", e.Key, e.RetryAfter.Format(time.RFC3339Nano))
 		if e.Note != "" {
 			fmt.Fprintf(&b, ": %q", e.Note)
 		}

@@ -161,11 +161,12 @@ func (c *Claimer) ClaimMany(ctx context.Context, sources []string, opts ...Claim
 		c.manyFailed(ctx, sources, err, 0)
 		return nil, err
 	}
-	return c.claimMany(ctx, sources, o.tick)
+	return c.claimMany(ctx, sources, o)
 }
 
-// claimMany is ClaimMany, for tick when it is not zero.
-func (c *Claimer) claimMany(ctx context.Context, sources []string, tick time.Time) ([]*Run, error) {
+// claimMany is ClaimMany, with the options o.
+func (c *Claimer) claimMany(ctx context.Context, sources []string, o claimOptions) ([]*Run, error) {
+	tick := o.tick
 	if err := checkContext(ctx); err != nil {
 		c.manyFailed(ctx, sources, err, 0)
 		return nil, err
@@ -180,7 +181,12 @@ func (c *Claimer) claimMany(ctx context.Context, sources []string, tick time.Tim
 	}
 	reqs := make([]ClaimRequest, len(sources))
 	for i, s := range sources {
-		reqs[i] = ClaimRequest{Source: s, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: tick}
+		keys, err := c.keysFor(s, o.keys)
+		if err != nil {
+			c.manyFailed(ctx, sources, err, 0)
+			return nil, err
+		}
+		reqs[i] = ClaimRequest{Source: s, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: tick, Keys: keys}
 	}
 	if err := ValidateClaims(reqs); err != nil {
 		c.manyFailed(ctx, sources, err, 0)

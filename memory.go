@@ -3,6 +3,7 @@ package runclaim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -23,6 +24,21 @@ type MemoryStore struct {
 	pauses   map[string]memPause      // by source
 	triggers map[string]time.Time     // by source: when the pending trigger was made
 	wakes    map[string]chan struct{} // by source: closed, and dropped, when a claim of it may win now (see claimWake)
+	limits   map[string]Limit         // by key
+	cools    map[string]memCooldown   // by key
+	starts   map[string][]memStart    // by key: the starts of runs that named it, oldest first
+}
+
+// memCooldown is a key's cooldown.
+type memCooldown struct {
+	until time.Time
+	note  string
+}
+
+// memStart is the start of a run that named a key.
+type memStart struct {
+	at time.Time
+	id int64
 }
 
 // memPause is a source's pause.
@@ -40,6 +56,7 @@ type memRun struct {
 	minInterval time.Duration // the interval its claim asked for
 	prev        *memRun       // the run of the source that started last before it, for Unclaim
 	trigger     time.Time     // when the trigger its claim used up was made; zero if none
+	keys        []string      // the keys its claim named
 	status      Status
 	errText     string
 	finished    time.Time
@@ -59,6 +76,9 @@ func NewMemoryStore(opts ...ClockOption) *MemoryStore {
 		pauses:   make(map[string]memPause),
 		triggers: make(map[string]time.Time),
 		wakes:    make(map[string]chan struct{}),
+		limits:   make(map[string]Limit),
+		cools:    make(map[string]memCooldown),
+		starts:   make(map[string][]memStart),
 	}
 	for _, o := range opts {
 		if o.now != nil {
@@ -111,6 +131,11 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTooSoon, RetryAfter: next, Tick: tick}
 		}
 	}
+	// Keys come after every other reason, and a skip for one writes
+	// nothing.
+	if nc := s.keysLocked(req, now, tick); nc != nil {
+		return RunInfo{}, nc
+	}
 	if cur != nil {
 		cur.status, cur.finished = StatusExpired, now
 		delete(s.running, req.Source)
@@ -121,7 +146,16 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 		minInterval: req.MinInterval,
 		prev:        s.latest[req.Source],
 		trigger:     triggerAt,
+		keys:        slices.Clone(req.Keys),
 		status:      StatusRunning,
+	}
+	for _, k := range req.Keys {
+		st := s.starts[k]
+		i := 0
+		for i < len(st) && !st[i].at.After(now.Add(-MaxLimitPer)) {
+			i++
+		}
+		s.starts[k] = append(st[i:], memStart{at: now, id: s.lastID})
 	}
 	s.runs[r.info.ID] = r
 	s.running[req.Source] = r
@@ -162,6 +196,138 @@ func (s *MemoryStore) Unclaim(ctx context.Context, run RunInfo) error {
 	if _, pending := s.triggers[r.info.Source]; !r.trigger.IsZero() && !pending {
 		s.triggers[r.info.Source] = r.trigger
 	}
+	for _, k := range r.keys {
+		s.starts[k] = slices.DeleteFunc(s.starts[k], func(st memStart) bool { return st.id == r.info.ID })
+	}
+	return nil
+}
+
+// keysLocked decides req's keys at now, in the order named, with s.mu
+// held: the skip of the first key with no room, or nil.
+func (s *MemoryStore) keysLocked(req ClaimRequest, now, tick time.Time) *NotClaimedError {
+	for _, k := range req.Keys {
+		limited := func(retry time.Time, note string) *NotClaimedError {
+			return &NotClaimedError{Source: req.Source, Reason: ErrLimited, Key: k, RetryAfter: retry, Note: note, Tick: tick}
+		}
+		if c, ok := s.cools[k]; ok && c.until.After(now) {
+			return limited(c.until, c.note)
+		}
+		l := s.limits[k]
+		if l.MaxRunning > 0 {
+			n, first := 0, time.Time{}
+			for _, r := range s.running {
+				if r.info.LeaseUntil.After(now) && slices.Contains(r.keys, k) {
+					n++
+					if first.IsZero() || r.info.LeaseUntil.Before(first) {
+						first = r.info.LeaseUntil
+					}
+				}
+			}
+			if n >= l.MaxRunning {
+				return limited(first, "")
+			}
+		}
+		if l.MaxStarts > 0 {
+			var in []time.Time
+			for _, st := range s.starts[k] {
+				if st.at.After(now.Add(-l.Per)) {
+					in = append(in, st.at)
+				}
+			}
+			if len(in) >= l.MaxStarts {
+				slices.SortFunc(in, func(a, b time.Time) int { return a.Compare(b) })
+				return limited(in[len(in)-l.MaxStarts].Add(l.Per), "")
+			}
+		}
+	}
+	return nil
+}
+
+var _ Limiter = (*MemoryStore)(nil)
+
+// SetLimit implements Limiter.
+func (s *MemoryStore) SetLimit(ctx context.Context, key string, l Limit) error {
+	if err := checkKeyCall(ctx, key); err != nil {
+		return err
+	}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: set limit %s: %w", quoteForError(key), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits[key] = l
+	return nil
+}
+
+// DeleteLimit implements Limiter.
+func (s *MemoryStore) DeleteLimit(ctx context.Context, key string) error {
+	if err := checkKeyCall(ctx, key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: delete limit %s: %w", quoteForError(key), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.limits, key)
+	return nil
+}
+
+// Cooldown implements Limiter.
+func (s *MemoryStore) Cooldown(ctx context.Context, key string, until time.Time, note string) error {
+	if err := checkCooldown(ctx, key, until, note); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: cooldown %s: %w", quoteForError(key), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if !until.After(now) {
+		return pastCooldown(key, until, now)
+	}
+	s.coolLocked(key, until, note)
+	return nil
+}
+
+// cooldownFor is Run.Cooldown's: a cooldown of d from the store's clock.
+func (s *MemoryStore) cooldownFor(ctx context.Context, key string, d time.Duration, note string) error {
+	if err := checkCooldownFor(ctx, key, d, note); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: cooldown %s: %w", quoteForError(key), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.coolLocked(key, s.now().Add(d), note)
+	return nil
+}
+
+// coolLocked records a cooldown of key until until, unless one in force
+// ends later. s.mu must be held.
+func (s *MemoryStore) coolLocked(key string, until time.Time, note string) {
+	if c, ok := s.cools[key]; ok && !until.After(c.until) {
+		return
+	}
+	s.cools[key] = memCooldown{until: until, note: note}
+}
+
+// EndCooldown implements Limiter.
+func (s *MemoryStore) EndCooldown(ctx context.Context, key string) error {
+	if err := checkKeyCall(ctx, key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: end cooldown %s: %w", quoteForError(key), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cools, key)
 	return nil
 }
 

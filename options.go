@@ -23,6 +23,7 @@ type config struct {
 	owner       string
 	hooks       Hooks
 	logger      *slog.Logger
+	keysOf      func(source string) []string // WithSourceKeys's; nil: none
 }
 
 // WithLease sets how long a claim holds its source without a heartbeat

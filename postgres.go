@@ -117,6 +117,8 @@ type PostgresStore struct {
 		runningTick, historyTick, releaseTick, pruneTick                         string
 		pause, resume, trigger, controls                                         string
 		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
+		callKeys, callManyKeys, unclaimStarts                                    string // claims that name keys
+		setLimit, deleteLimit, cooldown, endCooldown, keysState                  string // Limiter's, and Keys
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
@@ -195,6 +197,14 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.resume = s.statement("resume")
 	s.sql.trigger = s.statement("trigger")
 	s.sql.controls = s.statement("controls")
+	s.sql.callKeys = s.statement("call_keys")
+	s.sql.callManyKeys = s.statement("call_many_keys")
+	s.sql.unclaimStarts = s.statement("unclaim_starts")
+	s.sql.setLimit = s.statement("set_limit")
+	s.sql.deleteLimit = s.statement("delete_limit")
+	s.sql.cooldown = s.statement("cooldown")
+	s.sql.endCooldown = s.statement("end_cooldown")
+	s.sql.keysState = s.statement("keys_state")
 	s.sql.sourceStateOne = fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL)
 	s.sql.sourceStateAll = fmt.Sprintf(sourceStateSQL, s.Table(), fmt.Sprintf(sourceStateAllSQL, s.Table()))
 	return s, nil
@@ -248,6 +258,9 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 		var gone int64
 		if derr := s.queryRow(cctx, sql, args, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {
 			return RunInfo{}, fmt.Errorf("runclaim: %s: %w; and run %d, won meanwhile, could not be deleted: %w", what, ctxErr, info.ID, derr)
+		}
+		if derr := s.unclaimStarts(cctx, []ClaimRequest{req}, []RunInfo{info}); derr != nil {
+			return RunInfo{}, fmt.Errorf("runclaim: %s: %w; and the starts of run %d, won meanwhile, could not be deleted: %w", what, ctxErr, info.ID, derr)
 		}
 		return RunInfo{}, fmt.Errorf("runclaim: %s: %w", what, ctxErr)
 	case errors.Is(err, ctxErr):

@@ -86,6 +86,7 @@ type funcClaim struct {
 	runOwner             pgtype.Text
 	runStarted, runLease pgtype.Timestamptz
 	tick                 pgtype.Timestamptz // the tick sent to the function of version 4
+	limitedKey           pgtype.Text        // the key that had no room (version 8)
 	args                 [7]any
 	dest                 [10]any
 }
@@ -121,6 +122,9 @@ func (r *funcClaim) settle() {
 		r.isolation = r.isolationText.String
 	}
 	switch {
+	case r.limitedKey.Valid:
+		// A key with no room (version 8): its name, the cooldown's note.
+		r.limited, r.key, r.note = true, r.limitedKey.String, r.runOwner.String
 	case r.won:
 		r.insID, r.insStarted, r.insLease = r.runID, r.runStarted, r.runLease
 		if r.runOwner.Valid && r.runOwner.String == usedTriggerMark {

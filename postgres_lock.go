@@ -80,6 +80,8 @@ type claimDecision struct {
 	paused               bool               // the source is paused: retryAfter is its end (version 5)
 	note                 string             // the pause's note
 	usedTrigger          pgtype.Timestamptz // a win's trigger, used up by it: its time (version 7)
+	limited              bool               // a key had no room: retryAfter is when it has, note a cooldown's (version 8)
+	key                  string             // the key
 }
 
 // claim runs the claim protocol once, in the implicit form or, with
@@ -91,6 +93,9 @@ type claimDecision struct {
 // table at version 7 says; an older one never does), so that a caller
 // that gives the run up can give the trigger back.
 func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, time.Time, error) {
+	if len(req.Keys) > 0 {
+		return s.claimKeyed(ctx, req, explicit)
+	}
 	if !req.Tick.IsZero() || s.schemaVer.useTickFunc() {
 		// A tick claim calls the function of version 4 whatever the store
 		// knows of the schema: on an older table it is missing, and the
@@ -172,7 +177,8 @@ func (r *claimDecision) result(req ClaimRequest, explicit bool) (RunInfo, time.T
 
 // outcome turns what a claim returned into its answer. The reasons are
 // decided here, in the same order for both forms: a pause (the function
-// of version 5 only), a live holder, then too soon, then a lapsed holder
+// of version 5 only), a key with no room (version 8, which decides it
+// after every other reason), a live holder, then too soon, then a lapsed holder
 // that could not be expired, then a claim in flight.
 func (r *claimDecision) outcome(req ClaimRequest, explicit bool) (RunInfo, error) {
 	if !r.locked && r.isolation != "read committed" {
@@ -188,6 +194,9 @@ func (r *claimDecision) outcome(req ClaimRequest, explicit bool) (RunInfo, error
 			end = r.retryAfter.Time
 		}
 		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrPaused, RetryAfter: end, Note: r.note, Tick: tick}
+	}
+	if r.limited {
+		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrLimited, Key: r.key, RetryAfter: r.retryAfter.Time, Note: r.note, Tick: tick}
 	}
 	if r.insID.Valid {
 		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time, Tick: tick}, nil

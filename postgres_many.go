@@ -67,6 +67,9 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 		if derr := s.unclaimMany(cctx, res, triggers); derr != nil {
 			return nil, fmt.Errorf("runclaim: %s: %w; and the runs won meanwhile could not be deleted: %w", what, ctxErr, derr)
 		}
+		if derr := s.unclaimStarts(cctx, reqs, resultRuns(res)); derr != nil {
+			return nil, fmt.Errorf("runclaim: %s: %w; and the starts of the runs won meanwhile could not be deleted: %w", what, ctxErr, derr)
+		}
 		return nil, fmt.Errorf("runclaim: %s: %w", what, ctxErr)
 	case errors.Is(err, ctxErr):
 		return nil, err
@@ -81,9 +84,23 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 // knows the table to be without it. Beside the results it returns the
 // time of the trigger each win used up (zero if none), for unclaimMany.
 func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, []time.Time, error) {
-	ticks := false
+	ticks, keys := false, false
 	for _, r := range reqs {
 		ticks = ticks || !r.Tick.IsZero()
+		keys = keys || len(r.Keys) > 0
+	}
+	if keys {
+		// The overload with keys, whatever the store knows of the schema,
+		// as for a single claim that names keys.
+		res, triggers, err := s.callMany(ctx, reqs, explicit, true)
+		switch {
+		case err == nil || err == errNeedExplicit:
+			return res, triggers, err
+		case missingFunc(err):
+			return nil, nil, fmt.Errorf("runclaim: claim %d sources with keys: the runs table %s is at a schema version older than %d, which keys need; run Migrate (or apply the Migrations): %w",
+				len(reqs), s.Table(), keysVersion, err)
+		}
+		return nil, nil, s.claimManyError(ctx, reqs, err, true)
 	}
 	if ticks || s.schemaVer.useTickFunc() {
 		res, triggers, err := s.callMany(ctx, reqs, explicit, true)
@@ -120,6 +137,8 @@ type manyArgs struct {
 	sources, owners         []string
 	leases, intervals       []int64
 	ticks                   []pgtype.Timestamptz
+	keyOffsets, keyCounts   []int32  // each request's keys in keyNames
+	keyNames                []string // every request's keys, one after the other
 	results                 []funcClaim
 	ord                     int64
 	lockTimeoutMilliseconds int64
@@ -136,10 +155,22 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		leases: make([]int64, n), intervals: make([]int64, n), results: make([]funcClaim, n),
 		lockTimeoutMilliseconds: claimLockTimeout.Milliseconds(),
 	}
+	keyed := false
+	for _, r := range reqs {
+		keyed = keyed || len(r.Keys) > 0
+	}
+	ticks = ticks || keyed
 	if ticks {
 		a.ticks = make([]pgtype.Timestamptz, n)
 	}
+	if keyed {
+		a.keyOffsets, a.keyCounts = make([]int32, n), make([]int32, n)
+	}
 	for i, r := range reqs {
+		if keyed {
+			a.keyOffsets[i], a.keyCounts[i] = int32(len(a.keyNames)), int32(len(r.Keys))
+			a.keyNames = append(a.keyNames, r.Keys...)
+		}
 		a.keys[i], a.sources[i], a.owners[i] = AdvisoryKey(s.namespace, r.Source), r.Source, r.Owner
 		a.leases[i], a.intervals[i] = r.Lease.Microseconds(), r.MinInterval.Microseconds()
 		if ticks {
@@ -150,6 +181,9 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 	if ticks {
 		sql, args = s.sql.callManyTick, append(args, a.ticks)
 	}
+	if keyed {
+		sql, args = s.sql.callManyKeys, append(args, a.keyOffsets, a.keyCounts, a.keyNames, s.keyLocks(nil, a.keyNames))
+	}
 	rowsRead := 0
 	read := func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -157,7 +191,11 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 				return fmt.Errorf("runclaim: claim %d sources: more rows than sources", n)
 			}
 			r := &a.results[rowsRead]
-			if err := rows.Scan(&a.ord, &r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick); err != nil {
+			dest := []any{&a.ord, &r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey}
+			if !keyed {
+				dest = dest[:len(dest)-1]
+			}
+			if err := rows.Scan(dest...); err != nil {
 				return err
 			}
 			if a.ord != int64(rowsRead+1) {
@@ -205,9 +243,24 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		if derr := s.unclaimMany(ctx, out, triggers); derr != nil {
 			return nil, nil, fmt.Errorf("%w; and the runs it won could not be deleted: %w", failed, derr)
 		}
+		if derr := s.unclaimStarts(ctx, reqs, resultRuns(out)); derr != nil {
+			return nil, nil, fmt.Errorf("%w; and the starts of the runs it won could not be deleted: %w", failed, derr)
+		}
 		return nil, nil, failed
 	}
 	return out, triggers, nil
+}
+
+// resultRuns returns the runs res won, pairwise; a zero RunInfo for a
+// skip.
+func resultRuns(res []ClaimResult) []RunInfo {
+	out := make([]RunInfo, len(res))
+	for i, r := range res {
+		if r.Err == nil {
+			out[i] = r.Run
+		}
+	}
+	return out
 }
 
 // claimEach claims reqs one at a time, for a table without the claim

@@ -45,7 +45,16 @@ import (
 //     was finished meanwhile, so that the race answers ErrTickDone (never
 //     a unique violation, never a win for an older tick); and a win says
 //     whether it used a trigger, so that a claim given up gives it back.
-const LatestSchemaVersion = 7
+//   - Version 8: keys (WithKeys, Limiter): a keys column on the runs table
+//     and a GIN index of the running runs' keys named after the table
+//     with the suffix "_keyed", a table of keys' limits and cooldowns
+//     ("_keys") and one of keys' starts ("_starts"), and the claim
+//     function's overload that takes keys. Roles that may insert into the
+//     runs table are granted what claims need on the new tables. Claims
+//     that name no key go on as before, on this table and an older one;
+//     a claim that names keys on an older table fails with an error that
+//     says to run Migrate.
+const LatestSchemaVersion = 8
 
 // A Migration is one step of the runs table's schema, for users of goose,
 // atlas or golang-migrate who apply schema changes with their own tool
@@ -115,6 +124,12 @@ var migrations = []struct {
 	// signature and results; the one without a tick calls it. No lock on
 	// the runs table but the comment's.
 	{7, "007_claim_races", "close the races of a claim"},
+	// A column without a default (a change of the catalog only), a
+	// partial index that holds no row of an older release's, two new
+	// tables with grants copied from the claimers of the runs table, and
+	// a new overload of the claim function; the functions before it stay
+	// for the previous release.
+	{8, "008_keys", "add keys with limits and cooldowns"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -201,12 +216,12 @@ type schemaState struct {
 	schemaExists, tableExists                           bool
 	comment                                             string
 	indexes, column, function, ticks, control, lostPath bool
-	claimRaces                                          bool
+	claimRaces, keys                                    bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -223,7 +238,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -234,7 +249,8 @@ func (st *schemaState) version() int {
 // schemaStateArgs are schemaStateSQL's arguments for s's table.
 func (s *PostgresStore) schemaStateArgs() []any {
 	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs,
-		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc(), claimRacesMarker}
+		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc(), claimRacesMarker,
+		s.keysTable(), s.startsTable(), s.indexName(keyedSuffix), s.claimFunc() + keyFuncArgs}
 }
 
 // Suffixes of the indexes' names.
@@ -453,6 +469,11 @@ func (s *PostgresStore) stepGuard(v int) string {
 		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%s) AND p.proconfig IS NULL"+
 			" AND pg_catalog.strpos(p.prosrc, %s) > 0)",
 			dollarQuote(s.claimFunc()+tickFuncArgs), dollarQuote(claimRacesMarker))
+	case 8:
+		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'keys' AND NOT a.attisdropped)"+
+			" AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regclass(%s) IS NOT NULL"+
+			" AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
+			dollarQuote(s.Table()), dollarQuote(s.keysTable()), dollarQuote(s.startsTable()), dollarQuote(s.indexName(keyedSuffix)), dollarQuote(s.claimFunc()+keyFuncArgs))
 	default:
 		objects = "true"
 	}

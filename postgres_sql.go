@@ -30,9 +30,14 @@ import (
 //     {{schema_table_tick}}, the same schema-qualified;
 //   - {{table_control}}: the table of pauses and triggers (version 5),
 //     quoted and schema-qualified;
-//   - {{table_literal}}, {{table_control_literal}}: the runs table's and
-//     the control table's quoted, schema-qualified names as dollar-quoted
-//     string literals, with tags ($n$) that a body's $q$ does not end.
+//   - {{table_keys}}, {{table_starts}}: the tables of keys' limits and
+//     cooldowns and of keys' starts (version 8), quoted and
+//     schema-qualified; {{table_keyed}}, the index of running runs'
+//     keys, quoted, and {{schema_table_keyed}}, the same schema-qualified;
+//   - {{table_literal}}, {{table_control_literal}}, {{table_keys_literal}},
+//     {{table_starts_literal}}: the runs table's and the other tables'
+//     quoted, schema-qualified names as dollar-quoted string literals,
+//     with tags ($n$) that a body's $q$ does not end.
 //
 //go:embed sql/*.sql
 var sqlFiles embed.FS
@@ -157,5 +162,11 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_control}}", s.controlTable(),
 		"{{table_literal}}", dollarQuoteWith("n", s.Table()),
 		"{{table_control_literal}}", dollarQuoteWith("n", s.controlTable()),
+		"{{table_keys}}", s.keysTable(),
+		"{{table_starts}}", s.startsTable(),
+		"{{table_keyed}}", pgx.Identifier{s.table + keyedSuffix}.Sanitize(),
+		"{{schema_table_keyed}}", s.indexName(keyedSuffix),
+		"{{table_keys_literal}}", dollarQuoteWith("n", s.keysTable()),
+		"{{table_starts_literal}}", dollarQuoteWith("n", s.startsTable()),
 	).Replace(q)
 }

@@ -406,17 +406,20 @@ func wantSchema(table string) schemaDesc {
 			{Name: "error", Type: "text", Nullable: true},
 			{Name: "min_interval", Type: "interval"},
 			{Name: "tick", Type: "timestamp with time zone", Nullable: true},
+			{Name: "keys", Type: "ARRAY", Nullable: true},
 		},
 		Indexes: []string{
 			"CREATE INDEX USING btree (source, started_at DESC)",
+			"CREATE INDEX USING gin (keys) WHERE ((status = 'running'::text) AND (keys IS NOT NULL))",
 			"CREATE UNIQUE INDEX USING btree (id)",
 			"CREATE UNIQUE INDEX USING btree (source) WHERE (status = 'running'::text)",
 			"CREATE UNIQUE INDEX USING btree (source, tick DESC) WHERE ((tick IS NOT NULL) AND (status = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text])))",
 		},
-		Names: []string{table + "_history", table + "_pkey", table + "_running", table + "_tick"},
+		Names: []string{table + "_history", table + "_keyed", table + "_pkey", table + "_running", table + "_tick"},
 		Functions: []string{
 			table + "_claim(bigint, text, text, bigint, bigint, bigint)",
 			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone)",
+			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[])",
 		},
 	}
 }

@@ -49,12 +49,15 @@ func randomSuffix(t *testing.T) string {
 }
 
 // appGrants are the statements docs/least-privilege.md tells the owner to run, with
-// %[1]s the schema, %[2]s the table, %[4]s the control table (all quoted)
-// and %[3]s the application's role.
+// %[1]s the schema, %[2]s the table, %[4]s the control table, %[5]s the
+// keys table and %[6]s the starts table (all quoted) and %[3]s the
+// application's role.
 var appGrants = []string{
 	`GRANT USAGE ON SCHEMA %[1]s TO %[3]s`,
 	`GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.%[2]s TO %[3]s`,
 	`GRANT SELECT, UPDATE (triggered_at) ON %[1]s.%[4]s TO %[3]s`,
+	`GRANT SELECT, INSERT (key, cooling_until, cooling_note, cooling_at), UPDATE (cooling_until, cooling_note, cooling_at) ON %[1]s.%[5]s TO %[3]s`,
+	`GRANT SELECT, INSERT, DELETE ON %[1]s.%[6]s TO %[3]s`,
 }
 
 // newPrivEnv creates the roles (dropped when the test ends: roles are
@@ -84,8 +87,9 @@ func newPrivEnv(t *testing.T) *privEnv {
 	ownerPool := e.pool(t, e.owner, nil)
 	schemaID, tableID := pgx.Identifier{e.schema}.Sanitize(), pgx.Identifier{runclaim.DefaultTable}.Sanitize()
 	controlID := pgx.Identifier{runclaim.DefaultTable + "_control"}.Sanitize()
+	keysID, startsID := pgx.Identifier{runclaim.DefaultTable + "_keys"}.Sanitize(), pgx.Identifier{runclaim.DefaultTable + "_starts"}.Sanitize()
 	for _, g := range appGrants {
-		if _, err := ownerPool.Exec(ctx, fmt.Sprintf(g, schemaID, tableID, e.app.name, controlID)); err != nil {
+		if _, err := ownerPool.Exec(ctx, fmt.Sprintf(g, schemaID, tableID, e.app.name, controlID, keysID, startsID)); err != nil {
 			t.Fatalf("grant as the owner: %v", err)
 		}
 	}

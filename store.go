@@ -25,6 +25,11 @@ type Store interface {
 	// skip returns a *NotClaimedError, with req.Tick, and writes nothing.
 	// The new run's ID is greater than every ID the store issued before.
 	//
+	// A Store that is a Limiter decides req.Keys too, after every other
+	// reason and in the order named: a key cooling down, or at its
+	// MaxRunning or MaxStarts, skips the claim with ErrLimited and writes
+	// nothing (see Limiter). A Store that is not one is never sent keys.
+	//
 	// A tick is served once a run of the source with that tick (compared
 	// at microsecond precision) or a later one is running with a live
 	// lease, succeeded or failed; the claim is then skipped with
@@ -71,6 +76,7 @@ type ClaimRequest struct {
 	Lease       time.Duration // how long the run holds the source without a heartbeat
 	MinInterval time.Duration // shortest time between two run starts; 0 for none
 	Tick        time.Time     // the scheduled tick the run serves; zero for a plain claim
+	Keys        []string      // the keys the claim names, decided in this order; see WithKeys and Limiter
 }
 
 // Ticks are compared, and kept, at the precision of a Postgres timestamp:
@@ -103,7 +109,7 @@ func validateTick(tick time.Time) error {
 
 // Validate returns an error if the request is malformed: an invalid source
 // (wrapping ErrInvalidSource) or owner, or a lease, interval or tick out of
-// range.
+// range, or keys a claim cannot name (see WithKeys).
 func (r ClaimRequest) Validate() error {
 	if err := ValidateSource(r.Source); err != nil {
 		return err
@@ -117,7 +123,10 @@ func (r ClaimRequest) Validate() error {
 	if r.MinInterval < 0 || r.MinInterval > MaxLease {
 		return fmt.Errorf("runclaim: minimum interval must be between 0 and %v, got %v", MaxLease, r.MinInterval)
 	}
-	return validateTick(r.Tick)
+	if err := validateTick(r.Tick); err != nil {
+		return err
+	}
+	return validateKeys(r.Keys)
 }
 
 // HeartbeatRequest is what Run.Heartbeat asks of a Store.

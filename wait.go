@@ -64,8 +64,9 @@ func waitable(nc *NotClaimedError, deadline time.Time, hasDeadline bool) bool {
 	case errors.Is(nc, ErrPaused), errors.Is(nc, ErrTooSoon):
 		return !nc.RetryAfter.IsZero() && hasDeadline && nc.RetryAfter.Before(deadline)
 	}
-	// ErrAlreadyRunning, and a reason of a later release (a key's limit):
-	// a holder's Finish, or a limit's, can end it at any time.
+	// ErrAlreadyRunning, ErrLimited and a reason of a later release: a
+	// holder's Finish, or the Finish of a run that counts against a key,
+	// can end it at any time.
 	return true
 }
 
@@ -127,13 +128,18 @@ type claimWaker interface {
 
 var _ claimWaker = (*MemoryStore)(nil)
 
-// claimWaiting is Claim with Wait, for tick when it is not zero.
-func (c *Claimer) claimWaiting(ctx context.Context, source string, tick time.Time) (*Run, error) {
+// claimWaiting is Claim with Wait, with the options o.
+func (c *Claimer) claimWaiting(ctx context.Context, source string, o claimOptions) (*Run, error) {
 	if err := checkContext(ctx); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
-	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: tick}
+	keys, err := c.keysFor(source, o.keys)
+	if err != nil {
+		c.claimFailed(ctx, source, err, 0)
+		return nil, err
+	}
+	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: o.tick, Keys: keys}
 	if err := req.Validate(); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err

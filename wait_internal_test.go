@@ -63,6 +63,8 @@ func TestWaitable(t *testing.T) {
 		{"held", NotClaimedError{Reason: ErrAlreadyRunning, RetryAfter: after}, false, true},
 		{"in flight", NotClaimedError{Reason: ErrAlreadyRunning}, true, true},
 		{"a later reason", NotClaimedError{Reason: errLater, RetryAfter: after}, true, true},
+		{"a key's limit", NotClaimedError{Reason: ErrLimited, Key: "site:a", RetryAfter: after}, false, true},
+		{"a key cooling down", NotClaimedError{Reason: ErrLimited, Key: "site:a", RetryAfter: after, Note: "429"}, true, true},
 		{"tick done", NotClaimedError{Reason: ErrTickDone}, true, false},
 		{"paused until Resume", NotClaimedError{Reason: ErrPaused}, true, false},
 		{"paused, ends before the deadline", NotClaimedError{Reason: ErrPaused, RetryAfter: before}, true, true},

@@ -30,7 +30,7 @@
 //
 // All durations are in seconds, as OpenTelemetry's conventions ask.
 //
-//	runclaim.claims                          Counter    {claim}  runclaim.source, runclaim.claim.outcome, runclaim.skip.reason (skips), error.type (failures)
+//	runclaim.claims                          Counter    {claim}  runclaim.source, runclaim.claim.outcome, runclaim.skip.reason (skips), runclaim.key (limited skips), error.type (failures)
 //	runclaim.claim.duration                  Histogram  s        runclaim.source, runclaim.claim.outcome
 //	runclaim.run.duration                    Histogram  s        runclaim.source, runclaim.run.status
 //	runclaim.active_runs                     UpDownCounter {run} runclaim.source
@@ -68,7 +68,7 @@
 // service.instance.id describes a resource, not a run), runclaim.run.status
 // (succeeded, failed or lost), runclaim.claim.outcome (claimed, skipped or
 // failed) and runclaim.skip.reason (already_running, too_soon, tick_done,
-// paused, or other for a reason this version does not know). The FaaS
+// paused, limited, with runclaim.key the key that had no room, or other for a reason this version does not know). The FaaS
 // metrics (faas.invocations, faas.invoke_duration) describe a platform's
 // invocations and have no place for a skip, a lost lease or a claim that
 // found the source taken, so the metrics are runclaim's own too:

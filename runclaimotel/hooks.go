@@ -30,6 +30,7 @@ const (
 	RunStatusKey    = attribute.Key("runclaim.run.status")
 	ClaimOutcomeKey = attribute.Key("runclaim.claim.outcome")
 	SkipReasonKey   = attribute.Key("runclaim.skip.reason")
+	KeyKey          = attribute.Key("runclaim.key") // the key of a limited skip
 )
 
 // Values of RunStatusKey, ClaimOutcomeKey and SkipReasonKey, and of
@@ -47,7 +48,8 @@ const (
 	ReasonTooSoon        = "too_soon"
 	ReasonTickDone       = "tick_done"
 	ReasonPaused         = "paused"
-	ReasonOther          = "other" // a reason this package does not know
+	ReasonLimited        = "limited" // a key the claim named had no room; KeyKey names it
+	ReasonOther          = "other"   // a reason this package does not know
 
 	ErrorTypePanic         = "panic"
 	ErrorTypeLeaseLost     = "runclaim.lease_lost"
@@ -272,9 +274,16 @@ func (t *Telemetry) skipped(e runclaim.Event) {
 	outcome := ClaimOutcomeKey.String(OutcomeSkipped)
 	reason := SkipReasonKey.String(skipReason(e.Err))
 	attrs := []attribute.KeyValue{source, outcome, reason}
-	if nc := (*runclaim.NotClaimedError)(nil); errors.As(e.Err, &nc) && nc.Holder != nil {
-		h := nc.Holder
-		attrs = append(attrs, RunIDKey.Int64(h.ID), RunOwnerKey.String(h.Owner))
+	metricAttrs := attrs
+	if nc := (*runclaim.NotClaimedError)(nil); errors.As(e.Err, &nc) {
+		if nc.Holder != nil {
+			attrs = append(attrs, RunIDKey.Int64(nc.Holder.ID), RunOwnerKey.String(nc.Holder.Owner))
+		}
+		if errors.Is(e.Err, runclaim.ErrLimited) && nc.Key != "" {
+			key := KeyKey.String(nc.Key)
+			attrs = append(attrs, key)
+			metricAttrs = []attribute.KeyValue{source, outcome, reason, key}
+		}
 	}
 	_, span := t.tracer.Start(context.Background(), "skip "+e.Source,
 		trace.WithSpanKind(trace.SpanKindInternal),
@@ -283,7 +292,7 @@ func (t *Telemetry) skipped(e runclaim.Event) {
 	span.End(trace.WithTimestamp(now))
 
 	ctx := context.Background()
-	t.claims.Add(ctx, 1, metric.WithAttributes(source, outcome, reason))
+	t.claims.Add(ctx, 1, metric.WithAttributes(metricAttrs...))
 	t.claimDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(source, outcome))
 }
 
@@ -419,6 +428,7 @@ var skipReasons = []struct {
 	{runclaim.ErrTooSoon, ReasonTooSoon},
 	{runclaim.ErrTickDone, ReasonTickDone},
 	{runclaim.ErrPaused, ReasonPaused},
+	{runclaim.ErrLimited, ReasonLimited},
 }
 
 // skipReason is the value of SkipReasonKey for a skip with err: the

@@ -546,6 +546,24 @@ func TestSkipReasonPaused(t *testing.T) {
 		"map[runclaim.claim.outcome:skipped runclaim.skip.reason:paused runclaim.source:nightly]=1")
 }
 
+// TestSkipReasonLimited: a claim skipped for a key is a skip whose reason
+// is limited, with the key, in its span and its metric.
+func TestSkipReasonLimited(t *testing.T) {
+	b := setup(t)
+	store := runclaim.NewMemoryStore()
+	if err := store.Cooldown(t.Context(), "site:avito", time.Now().Add(time.Hour), "HTTP 429"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.claimer(t, store, "pod-a").Claim(t.Context(), "nightly", runclaim.WithKeys("site:avito")); !errors.Is(err, runclaim.ErrLimited) {
+		t.Fatalf("claim of a cooling key: %v, want ErrLimited", err)
+	}
+	skip := spanNamed(t, b.spans.Ended(), "skip nightly")
+	equalAttrs(t, "skip nightly", skip.Attributes(), map[string]string{
+		"runclaim.source": "nightly", "runclaim.claim.outcome": "skipped", "runclaim.skip.reason": "limited", "runclaim.key": "site:avito"})
+	wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
+		"map[runclaim.claim.outcome:skipped runclaim.key:site:avito runclaim.skip.reason:limited runclaim.source:nightly]=1")
+}
+
 // TestSkipReasonTickDone: a claim of a tick already served is a skip whose
 // reason is tick_done, in its span and its metric.
 func TestSkipReasonTickDone(t *testing.T) {
@@ -579,6 +597,7 @@ func TestSkipReasons(t *testing.T) {
 		runclaim.ErrTooSoon:                  runclaimotel.ReasonTooSoon,
 		runclaim.ErrTickDone:                 runclaimotel.ReasonTickDone,
 		runclaim.ErrPaused:                   runclaimotel.ReasonPaused,
+		runclaim.ErrLimited:                  runclaimotel.ReasonLimited,
 		errors.New("runclaim: rate limited"): runclaimotel.ReasonOther,
 	} {
 		b := setup(t)

@@ -12,7 +12,8 @@
 // Metrics' hooks count what a Claimer does:
 //
 //	runclaim_claims_total{source,outcome}              claimed, skipped or failed
-//	runclaim_skips_total{source,reason}                already_running, too_soon, tick_done, paused or other
+//	runclaim_skips_total{source,reason}                already_running, too_soon, tick_done, paused, limited or other
+//	runclaim_limited_total{source,key}                 the limited skips, by the key that had no room
 //	runclaim_claim_duration_seconds{outcome}           how long a claim took
 //	runclaim_run_duration_seconds{source,status}       from the claim to the recorded outcome
 //	runclaim_heartbeat_failures_total{source}          heartbeats that failed without losing the lease

@@ -23,7 +23,8 @@ const (
 	ReasonTooSoon        = "too_soon"
 	ReasonTickDone       = "tick_done"
 	ReasonPaused         = "paused"
-	ReasonOther          = "other" // a reason this package does not know
+	ReasonLimited        = "limited" // a key the claim named had no room; runclaim_limited_total names it
+	ReasonOther          = "other"   // a reason this package does not know
 )
 
 // InvalidSource is the source label of a failed claim of a source that
@@ -36,7 +37,8 @@ const InvalidSource = "(invalid)"
 // for concurrent use; one Metrics may serve several Claimers.
 type Metrics struct {
 	claims          *prometheus.CounterVec   // source, outcome: claimed | skipped | failed
-	skips           *prometheus.CounterVec   // source, reason: already_running | too_soon | tick_done | paused | other
+	skips           *prometheus.CounterVec   // source, reason: already_running | too_soon | tick_done | paused | limited | other
+	limited         *prometheus.CounterVec   // source, key
 	claimLatency    *prometheus.HistogramVec // outcome
 	runDuration     *prometheus.HistogramVec // source, status: succeeded | failed
 	heartbeatErrors *prometheus.CounterVec   // source
@@ -59,8 +61,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"source", "outcome"}),
 		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runclaim_skips_total",
-			Help: "Skipped claims by reason: already_running (another run holds the source), too_soon (minimum interval), tick_done (the tick was served), paused (an operator paused the source), or other (a reason this version does not know).",
+			Help: "Skipped claims by reason: already_running (another run holds the source), too_soon (minimum interval), tick_done (the tick was served), paused (an operator paused the source), limited (a key the claim named had no room: see runclaim_limited_total), or other (a reason this version does not know).",
 		}, []string{"source", "reason"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runclaim_limited_total",
+			Help: "Claims skipped because a key they named had no room (a cooldown, MaxRunning or MaxStarts), by source and key.",
+		}, []string{"source", "key"}),
 		claimLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "runclaim_claim_duration_seconds",
 			Help:    "How long a claim took, by outcome.",
@@ -84,7 +90,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "When a run was last lost, as a Unix time; 0 if never. Alert on changes().",
 		}),
 	}
-	cs := []prometheus.Collector{m.claims, m.skips, m.claimLatency, m.runDuration, m.heartbeatErrors, m.leasesLost, m.lastLeaseLost}
+	cs := []prometheus.Collector{m.claims, m.skips, m.limited, m.claimLatency, m.runDuration, m.heartbeatErrors, m.leasesLost, m.lastLeaseLost}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -108,6 +114,9 @@ func (m *Metrics) Hooks() runclaim.Hooks {
 		Skipped: func(e runclaim.Event) {
 			m.claims.WithLabelValues(e.Source, OutcomeSkipped).Inc()
 			m.skips.WithLabelValues(e.Source, skipReason(e.Err)).Inc()
+			if nc := (*runclaim.NotClaimedError)(nil); errors.As(e.Err, &nc) && errors.Is(e.Err, runclaim.ErrLimited) {
+				m.limited.WithLabelValues(e.Source, nc.Key).Inc()
+			}
 			m.claimLatency.WithLabelValues(OutcomeSkipped).Observe(e.Duration.Seconds())
 		},
 		ClaimFailed: func(e runclaim.Event) {
@@ -143,6 +152,7 @@ var skipReasons = []struct {
 	{runclaim.ErrTooSoon, ReasonTooSoon},
 	{runclaim.ErrTickDone, ReasonTickDone},
 	{runclaim.ErrPaused, ReasonPaused},
+	{runclaim.ErrLimited, ReasonLimited},
 }
 
 // skipReason is the reason label of a skip with err: the reason's own, or

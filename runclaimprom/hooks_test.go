@@ -104,13 +104,20 @@ func TestClaimFailuresCounted(t *testing.T) {
 // lines, sorted.
 func skips(t *testing.T, reg *prometheus.Registry) []string {
 	t.Helper()
+	return series(t, reg, "runclaim_skips_total", "source", "reason")
+}
+
+// series returns the series of the counter name as "a b=value" lines,
+// with a and b the values of the labels la and lb, sorted.
+func series(t *testing.T, reg *prometheus.Registry, name, la, lb string) []string {
+	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for _, mf := range families {
-		if mf.GetName() != "runclaim_skips_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -118,7 +125,7 @@ func skips(t *testing.T, reg *prometheus.Registry) []string {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			out = append(out, fmt.Sprintf("%s %s=%v", labels["source"], labels["reason"], m.GetCounter().GetValue()))
+			out = append(out, fmt.Sprintf("%s %s=%v", labels[la], labels[lb], m.GetCounter().GetValue()))
 		}
 	}
 	sort.Strings(out)
@@ -163,11 +170,20 @@ func TestSkipReasons(t *testing.T) {
 	if _, err := c.Claim(ctx, "held"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
 		t.Fatalf("claim of a held source: %v, want ErrAlreadyRunning", err)
 	}
+	if err := store.Cooldown(ctx, "site:a", time.Now().Add(time.Hour), "HTTP 429"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(ctx, "keyed", runclaim.WithKeys("site:a")); !errors.Is(err, runclaim.ErrLimited) {
+		t.Fatalf("claim of a cooling key: %v, want ErrLimited", err)
+	}
 	m.Hooks().Skipped(runclaim.Event{Source: "limited",
 		Err: &runclaim.NotClaimedError{Source: "limited", Reason: errors.New("runclaim: rate limited")}})
-	want := []string{"held already_running=1", "limited other=1", "paused paused=1", "ticked tick_done=1", "ticked too_soon=1"}
+	want := []string{"held already_running=1", "keyed limited=1", "limited other=1", "paused paused=1", "ticked tick_done=1", "ticked too_soon=1"}
 	if got := skips(t, reg); !slices.Equal(got, want) {
 		t.Errorf("runclaim_skips_total:\n got %q\nwant %q", got, want)
+	}
+	if got, want := series(t, reg, "runclaim_limited_total", "source", "key"), []string{"keyed site:a=1"}; !slices.Equal(got, want) {
+		t.Errorf("runclaim_limited_total:\n got %q\nwant %q", got, want)
 	}
 }
 

@@ -8,7 +8,9 @@
 -- function's name, quoted and qualified.
 -- Version 6's bodies of both functions have no SET clause (proconfig is
 -- NULL), and the one with a tick names its operators qualified. $10 is a
--- text that version 7's body of the one with a tick holds.
+-- text that version 7's body of the one with a tick holds. $11 and $12
+-- are version 8's tables of keys and of starts, $13 its index of running
+-- runs' keys, $14 the signature of its overload with keys.
 SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), ''),
 	-- Version 1's indexes, version 2's column, version 3's function,
 	-- version 4's column, index and function, version 5's table and the
@@ -26,7 +28,10 @@ SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description
 	        AND pg_catalog.strpos(p.prosrc, 'OPERATOR(pg_catalog.=)') > 0)
 	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($5) AND p.proconfig IS NULL),
 	EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($7) AND p.proconfig IS NULL
-	        AND pg_catalog.strpos(p.prosrc, $10) > 0)
+	        AND pg_catalog.strpos(p.prosrc, $10) > 0),
+	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'keys' AND NOT a.attisdropped)
+	AND pg_catalog.to_regclass($11) IS NOT NULL AND pg_catalog.to_regclass($12) IS NOT NULL
+	AND pg_catalog.to_regclass($13) IS NOT NULL AND pg_catalog.to_regprocedure($14) IS NOT NULL
 FROM (SELECT) AS one
 LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = $1
 LEFT JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = $2 AND c.relkind IN ('r', 'p')

@@ -71,6 +71,14 @@ var cases = []suiteCase{
 	{name: "TriggerUnderContention", replicas: testTriggerUnderContention},
 	{name: "ManyControl", store: testManyControl},
 	{name: "ControlBadInput", store: testControlBadInput},
+	{name: "KeyMaxRunning", store: testKeyMaxRunning},
+	{name: "KeyMaxStarts", store: testKeyMaxStarts},
+	{name: "KeyCooldown", store: testKeyCooldown},
+	{name: "KeyOrder", store: testKeyOrder},
+	{name: "ManyKeys", store: testManyKeys},
+	{name: "KeyBadInput", store: testKeyBadInput},
+	{name: "KeyRoomForBoth", replicas: testKeyRoomForBoth},
+	{name: "KeyReplicas", replicas: testKeyReplicas},
 }
 
 // RunReplicas runs the whole suite, each check as a subtest of t, the cases

@@ -126,6 +126,19 @@ const (
 	// Unclaim records the run as failed, as a Store without it would
 	// finish it: the run serves its tick and counts for the interval.
 	bugUnclaimFinishes
+	// A key's running runs are counted in one critical section and the
+	// run inserted in the next, as a count taken without the key's lock:
+	// N+1 runs win under contention.
+	bugKeyCountOutside
+	// A key's starts are counted for succeeded runs only.
+	bugKeyStartsSucceededOnly
+	// A shorter cooldown replaces a longer one in force.
+	bugCooldownShortened
+	// Keys are checked before every other reason to skip.
+	bugKeyFirst
+	// ClaimMany counts each key as it was before the batch, not counting
+	// the runs the batch itself started.
+	bugManyKeysBefore
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -148,6 +161,7 @@ type memBackend struct {
 	pauses    map[string]time.Time // by source: the pause's end, zero for until Resume
 	notes     map[string]string    // by source: the pause's note
 	triggers  map[string]bool      // by source: a trigger waits
+	keys      keyBackend
 }
 
 // lastRun is the start of a source's latest run and the interval its
@@ -164,11 +178,12 @@ type memRun struct {
 	errText   string
 	prevStart lastRun // the source's latest start that counted before this run, for Unclaim
 	hadPrev   bool    // whether there was one
+	keys      []string
 }
 
 func newMemBackend() *memBackend {
 	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun), served: make(map[string]time.Time),
-		pauses: make(map[string]time.Time), notes: make(map[string]string), triggers: make(map[string]bool)}
+		pauses: make(map[string]time.Time), notes: make(map[string]string), triggers: make(map[string]bool), keys: newKeyBackend()}
 }
 
 // copyStore is one Store value on a memBackend.
@@ -216,6 +231,23 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		lapsed, err := b.check(req, true, s.bug)
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		return b.act(req, lapsed, s.bug), nil
+	case bugKeyCountOutside:
+		b.mu.Lock()
+		_, err := b.check(req, true, s.bug)
+		b.mu.Unlock()
+		if err != nil {
+			return runclaim.RunInfo{}, err
+		}
+		gap()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		noKeys := req
+		noKeys.Keys = nil
+		lapsed, err := b.check(noKeys, true, s.bug)
 		if err != nil {
 			return runclaim.RunInfo{}, err
 		}
@@ -290,6 +322,10 @@ func (s *copyStore) ClaimMany(ctx context.Context, reqs []runclaim.ClaimRequest)
 	out := make([]runclaim.ClaimResult, len(reqs))
 	lapsed := make([]*memRun, len(reqs))
 	b.mu.Lock()
+	var before *keyBackend
+	if s.bug == bugManyKeysBefore {
+		before = b.keys.clone()
+	}
 	for i, req := range reqs {
 		if s.bug == bugManyValidateLate {
 			if err := req.Validate(); err != nil {
@@ -302,7 +338,14 @@ func (s *copyStore) ClaimMany(ctx context.Context, reqs []runclaim.ClaimRequest)
 			req.Tick = time.Time{}
 		}
 		reqs[i] = req
-		lapsed[i], out[i].Err = b.check(req, s.bug != bugManyNoInterval, s.bug)
+		if before != nil {
+			keys := b.keys
+			b.keys = *before
+			lapsed[i], out[i].Err = b.check(req, s.bug != bugManyNoInterval, s.bug)
+			b.keys = keys
+		} else {
+			lapsed[i], out[i].Err = b.check(req, s.bug != bugManyNoInterval, s.bug)
+		}
 		if s.bug == bugManyNoTakeover && out[i].Err == nil && lapsed[i] != nil {
 			holder := lapsed[i].info
 			out[i].Err = &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil}
@@ -360,6 +403,11 @@ func resultSource(r runclaim.ClaimResult) string {
 // lapsed (nil if the source is free). It checks the interval if interval.
 func (b *memBackend) check(req runclaim.ClaimRequest, interval bool, bug bug) (lapsed *memRun, err error) {
 	now := time.Now()
+	if bug == bugKeyFirst {
+		if err := b.keys.check(req, now, b.running); err != nil {
+			return nil, err
+		}
+	}
 	triggered := b.triggers[req.Source]
 	if until, ok := b.pauses[req.Source]; ok && bug != bugPauseIgnored && !(triggered && bug == bugTriggerOverPause) &&
 		(until.IsZero() || until.After(now) || bug == bugPauseUntilIgnored) {
@@ -392,6 +440,11 @@ func (b *memBackend) check(req runclaim.ClaimRequest, interval bool, bug bug) (l
 	if interval && !triggered && (bug != bugTickNoInterval || req.Tick.IsZero()) {
 		last, ok := b.lastStart[req.Source]
 		if err := tooSoon(req, last, ok, now); err != nil {
+			return nil, err
+		}
+	}
+	if bug != bugKeyFirst {
+		if err := b.keys.check(req, now, b.running); err != nil {
 			return nil, err
 		}
 	}
@@ -437,6 +490,10 @@ func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) run
 		info:     runclaim.RunInfo{ID: b.lastID, Source: req.Source, Owner: req.Owner, StartedAt: now, LeaseUntil: now.Add(req.Lease), Tick: req.Tick},
 		interval: req.MinInterval,
 		status:   runclaim.StatusRunning,
+		keys:     slices.Clone(req.Keys),
+	}
+	if bug != bugKeyStartsSucceededOnly {
+		b.keys.started(r.keys, now, r.info.ID)
 	}
 	r.prevStart, r.hadPrev = b.lastStart[req.Source]
 	b.runs[r.info.ID] = r
@@ -527,6 +584,9 @@ func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) erro
 	if s.bug == bugIntervalSucceededOnly && req.Status == runclaim.StatusSucceeded {
 		s.b.lastStart[r.info.Source] = lastRun{r.info.StartedAt, r.interval}
 	}
+	if s.bug == bugKeyStartsSucceededOnly && req.Status == runclaim.StatusSucceeded {
+		s.b.keys.started(r.keys, r.info.StartedAt, r.info.ID)
+	}
 	delete(s.b.running, r.info.Source)
 	if (req.Status == runclaim.StatusSucceeded || s.bug != bugTickFailedReopens) && r.info.Tick.After(s.b.served[r.info.Source]) {
 		s.b.served[r.info.Source] = r.info.Tick
@@ -554,6 +614,7 @@ func (s *copyStore) Unclaim(ctx context.Context, run runclaim.RunInfo) error {
 		return fmt.Errorf("unclaim run %d: %w", run.ID, runclaim.ErrLeaseLost)
 	}
 	delete(s.b.running, r.info.Source)
+	s.b.keys.unstarted(r.keys, r.info.ID)
 	if s.bug == bugUnclaimFinishes {
 		r.status, r.errText = runclaim.StatusFailed, "taken back"
 		if r.info.Tick.After(s.b.served[r.info.Source]) {
@@ -843,6 +904,16 @@ var wrongStores = []wrongStore{
 		"ControlBadInput", copyBackend(bugFarUntilAccepted)},
 	{"unclaim-finishes", "Unclaim records the run as failed: it serves its tick and counts for the interval",
 		"Unclaim", copyBackend(bugUnclaimFinishes)},
+	{"key-count-outside", "a key's running runs counted without the key's lock: N+1 win under contention",
+		"KeyReplicas", copyBackend(bugKeyCountOutside)},
+	{"key-starts-succeeded-only", "a key's starts counted for succeeded runs only",
+		"KeyMaxStarts", copyBackend(bugKeyStartsSucceededOnly)},
+	{"cooldown-shortened", "a shorter cooldown replaces a longer one in force",
+		"KeyCooldown", copyBackend(bugCooldownShortened)},
+	{"key-first", "keys checked before every other reason to skip",
+		"KeyOrder", copyBackend(bugKeyFirst)},
+	{"many-keys-before", "ClaimMany counts each key as before the batch, not its own runs",
+		"ManyKeys", copyBackend(bugManyKeysBefore)},
 	{"case-insensitive", "sources compared without regard to case",
 		"LookalikeSources", func() func() runclaim.Store {
 			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)

@@ -182,6 +182,7 @@ type execOptions struct {
 	skipCode, errorCode, lostCode, unrecordedCode int
 	timeoutCode                                   int
 	noDBEnv, quiet, verbose, wait                 bool
+	keys                                          []string // --key, in the order given
 	argv                                          []string // the command line, argv[0] first
 }
 
@@ -194,6 +195,10 @@ func (o *execOptions) flags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "extend the lease this often (default a third of --lease)")
 	fs.DurationVar(&o.maxRunTime, "max-run-time", 0, "stop the command (SIGTERM, then SIGKILL after --kill-grace) once it has run this long (default 0: no limit)")
 	fs.StringVar(&o.owner, "owner", "", "holder name recorded with the run (default host-pid-random)")
+	fs.Func("key", "name `KEY` (a target many sources share, such as site:avito): skip while it is limited or cooling down (repeatable; see 'runclaim limit')", func(k string) error {
+		o.keys = append(o.keys, k)
+		return nil
+	})
 	fs.DurationVar(&o.killGrace, "kill-grace", 0, "when the command's group must stop (run lost, SIGINT/SIGTERM, processes left after the command exits),\nwait this long between SIGTERM and SIGKILL (at most (lease - 2*heartbeat)/8; default that, or 10s if less)")
 	fs.IntVar(&o.skipCode, "skip-exit-code", exitSkipped, "exit `code` when the source is not claimed, as flock's --conflict-exit-code (0..255)")
 	fs.IntVar(&o.errorCode, "error-exit-code", exitClaimFailed, "exit `code` when the source could not be claimed (0..255)")
@@ -220,6 +225,17 @@ func (o *execOptions) Validate() error {
 		return fmt.Errorf("--kill-grace must not be negative, got %v", o.killGrace)
 	case o.maxRunTime < 0:
 		return fmt.Errorf("--max-run-time must not be negative, got %v", o.maxRunTime)
+	}
+	if len(o.keys) > runclaim.MaxKeys {
+		return fmt.Errorf("--key given %d times, more than %d", len(o.keys), runclaim.MaxKeys)
+	}
+	for i, k := range o.keys {
+		if err := runclaim.ValidateKey(k); err != nil {
+			return fmt.Errorf("--key: %w", err)
+		}
+		if slices.Contains(o.keys[:i], k) {
+			return fmt.Errorf("--key %s given twice", visible(k))
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -390,6 +406,9 @@ func runExec(ctx context.Context, c *cli, o *execOptions) int {
 	var claimOpts []runclaim.ClaimOption
 	if !o.tickAt.IsZero() {
 		claimOpts = append(claimOpts, runclaim.ForTick(o.tickAt))
+	}
+	if len(o.keys) > 0 {
+		claimOpts = append(claimOpts, runclaim.WithKeys(o.keys...))
 	}
 	if o.wait {
 		claimOpts = append(claimOpts, runclaim.Wait())
@@ -651,6 +670,12 @@ func skipReason(nc *runclaim.NotClaimedError, minInterval time.Duration) string 
 			until += ": " + visible(nc.Note)
 		}
 		return fmt.Sprintf("%q is paused %s", nc.Source, until)
+	case errors.Is(nc, runclaim.ErrLimited):
+		why := "is limited"
+		if nc.Note != "" {
+			why = "is cooling down: " + visible(nc.Note)
+		}
+		return fmt.Sprintf("key %s of %q %s; a claim can succeed after %s (see 'runclaim limits')", visible(nc.Key), nc.Source, why, formatTime(nc.RetryAfter))
 	case errors.Is(nc, runclaim.ErrTickDone):
 		return fmt.Sprintf("tick %s of %q was run already (the latest tick run is %s)",
 			formatTime(nc.Tick), nc.Source, formatTime(nc.DoneTick))

@@ -69,6 +69,9 @@ var commands = []func(*cli) *cobra.Command{
 	newPruneCommand,
 	newExecCommand,
 	newCheckCommand,
+	newLimitCommand,
+	newLimitsCommand,
+	newCooldownCommand,
 }
 
 // The annotations of a command (cobra.Command.Annotations).

@@ -46,8 +46,10 @@ pending trigger (a paused source with a pending trigger is in both), each
    "triggered_at", "checked_at"}
 where status is "paused" in paused and "triggered" in triggered,
 paused_until is null for a pause until 'runclaim resume', and
-triggered_at is null without a pending trigger. Every list is there,
-empty if need be.
+triggered_at is null without a pending trigger; and, without a source,
+cooling lists the keys cooling down ('runclaim cooldown'), each
+  {"key", "status": "cooling", "cooling_until", "note", "checked_at"}
+Every list is there, empty if need be.
 
 With --overdue: an array of check's JSON objects (see 'runclaim check
 --help'), and exit code 1 if a source is overdue, as check's, so that
@@ -128,12 +130,22 @@ func runStatus(ctx context.Context, c *cli, o *statusOptions) int {
 	if err != nil {
 		return c.fail("status", err)
 	}
+	var cools []runclaim.KeyState
+	var coolNow time.Time
+	if source == "" {
+		if cools, coolNow, err = coolingKeys(ctx, store); err != nil {
+			return c.fail("status", err)
+		}
+	}
 	if c.json {
-		err = c.writeStatusJSON(runs, now, controls, ctlNow)
+		err = c.writeStatusJSON(runs, now, controls, ctlNow, cools, coolNow)
 	} else {
 		err = c.writeStatus(runs, now, source)
 		if err == nil {
 			err = c.writeControls(controls, ctlNow)
+		}
+		if err == nil {
+			err = c.writeCooldowns(cools, coolNow)
 		}
 	}
 	if err != nil {
@@ -178,14 +190,58 @@ func (c *cli) writeControls(controls []runclaim.SourceControl, now time.Time) er
 	return t.flush()
 }
 
-// writeStatusJSON prints the runs, the pauses and the pending triggers,
-// each in a list of its own.
-func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls []runclaim.SourceControl, ctlNow time.Time) error {
+// coolingKeys returns the keys cooling down, and the database clock; none
+// on a table before keys (schema version 8).
+func coolingKeys(ctx context.Context, store *runclaim.PostgresStore) ([]runclaim.KeyState, time.Time, error) {
+	keys, now, err := store.Keys(ctx)
+	if err != nil {
+		if have, _, verr := store.SchemaVersion(ctx); verr == nil && have < 8 {
+			return nil, time.Time{}, nil
+		}
+		return nil, time.Time{}, err
+	}
+	out := keys[:0]
+	for _, k := range keys {
+		if !k.CoolingUntil.IsZero() {
+			out = append(out, k)
+		}
+	}
+	return out, now, nil
+}
+
+// writeCooldowns prints the keys cooling down, after the pauses.
+func (c *cli) writeCooldowns(keys []runclaim.KeyState, now time.Time) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(c.stdout); err != nil {
+		return err
+	}
+	t := newTable(c.stdout, "KEY", "COOLDOWN", "NOTE")
+	for _, k := range keys {
+		t.row(k.Key, "until "+formatTime(k.CoolingUntil)+" ("+formatDuration(k.CoolingUntil.Sub(now))+" left)", k.Note)
+	}
+	return t.flush()
+}
+
+// cooldownJSON is status --json's object of a key cooling down.
+type cooldownJSON struct {
+	Key          string     `json:"key"`
+	Status       string     `json:"status"`
+	CoolingUntil *time.Time `json:"cooling_until"`
+	Note         string     `json:"note"`
+	CheckedAt    *time.Time `json:"checked_at"`
+}
+
+// writeStatusJSON prints the runs, the pauses, the pending triggers and
+// the keys cooling down, each in a list of its own.
+func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls []runclaim.SourceControl, ctlNow time.Time, cools []runclaim.KeyState, coolNow time.Time) error {
 	out := struct {
-		Running   []statusJSON  `json:"running"`
-		Paused    []controlJSON `json:"paused"`
-		Triggered []controlJSON `json:"triggered"`
-	}{[]statusJSON{}, []controlJSON{}, []controlJSON{}}
+		Running   []statusJSON   `json:"running"`
+		Paused    []controlJSON  `json:"paused"`
+		Triggered []controlJSON  `json:"triggered"`
+		Cooling   []cooldownJSON `json:"cooling"`
+	}{[]statusJSON{}, []controlJSON{}, []controlJSON{}, []cooldownJSON{}}
 	for _, r := range runs {
 		left := r.LeaseUntil.Sub(now)
 		out.Running = append(out.Running, statusJSON{
@@ -221,6 +277,9 @@ func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls
 			j.Status = "triggered"
 			out.Triggered = append(out.Triggered, j)
 		}
+	}
+	for _, k := range cools {
+		out.Cooling = append(out.Cooling, cooldownJSON{Key: k.Key, Status: "cooling", CoolingUntil: jsonTime(k.CoolingUntil), Note: k.Note, CheckedAt: jsonTime(coolNow)})
 	}
 	return writeJSON(c.stdout, out)
 }

@@ -15,20 +15,37 @@ var statusKeys = []string{"source", "run_id", "owner", "status", "started_at", "
 // controlKeys are the keys of a pause or a pending trigger in status --json.
 var controlKeys = []string{"source", "status", "paused_at", "paused_until", "note", "triggered_at", "checked_at"}
 
+// coolingJSONKeys are the keys of a key cooling down in status --json.
+var coolingJSONKeys = []string{"key", "status", "cooling_until", "note", "checked_at"}
+
 // statusLists decodes status --json: an object with exactly the lists
-// running, paused and triggered, whose objects have the keys they should.
+// running, paused, triggered and cooling, whose objects have the keys they
+// should.
 func statusLists(t *testing.T, out string) (running, paused, triggered []map[string]any) {
+	t.Helper()
+	lists := statusObject(t, out)
+	return decodeObjects(t, string(lists["running"]), statusKeys...),
+		decodeObjects(t, string(lists["paused"]), controlKeys...),
+		decodeObjects(t, string(lists["triggered"]), controlKeys...)
+}
+
+// statusCooling is the cooling list of status --json.
+func statusCooling(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	return decodeObjects(t, string(statusObject(t, out)["cooling"]), coolingJSONKeys...)
+}
+
+// statusObject decodes status --json into its four lists, undecoded.
+func statusObject(t *testing.T, out string) map[string]json.RawMessage {
 	t.Helper()
 	var lists map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(out), &lists); err != nil {
 		t.Fatalf("status --json is not an object: %v\n%s", err, out)
 	}
-	if len(lists) != 3 || lists["running"] == nil || lists["paused"] == nil || lists["triggered"] == nil {
-		t.Fatalf("status --json has keys other than running, paused and triggered:\n%s", out)
+	if len(lists) != 4 || lists["running"] == nil || lists["paused"] == nil || lists["triggered"] == nil || lists["cooling"] == nil {
+		t.Fatalf("status --json has keys other than running, paused, triggered and cooling:\n%s", out)
 	}
-	return decodeObjects(t, string(lists["running"]), statusKeys...),
-		decodeObjects(t, string(lists["paused"]), controlKeys...),
-		decodeObjects(t, string(lists["triggered"]), controlKeys...)
+	return lists
 }
 
 // statusRunning is the running list of status --json.

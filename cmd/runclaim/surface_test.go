@@ -21,12 +21,15 @@ var surface = map[string][]string{
 	"prune":   {"older-than", "keep-last", "yes"},
 	"exec": {"source", "lease", "min-interval", "tick", "every", "heartbeat", "max-run-time", "owner", "kill-grace",
 		"skip-exit-code", "error-exit-code", "lost-exit-code", "unrecorded-exit-code", "timeout-exit-code",
-		"no-db-env", "quiet", "verbose", "wait"},
-	"check": {"max-age"},
+		"no-db-env", "quiet", "verbose", "wait", "key"},
+	"check":    {"max-age"},
+	"limit":    {"running", "starts", "per"},
+	"limits":   {},
+	"cooldown": {"for", "note", "end"},
 }
 
 // writers are the commands that take --synchronous-commit.
-var writers = []string{"exec", "release", "prune", "pause", "resume", "trigger"}
+var writers = []string{"exec", "release", "prune", "pause", "resume", "trigger", "limit", "cooldown"}
 
 // TestSurface pins the commands and their flags: each command's help
 // lists every flag it takes, and every flag is accepted (a flag the
@@ -77,7 +80,10 @@ func TestSurface(t *testing.T) {
 		{"check", "x", "--max-age", "bogus"},
 		{"exec", "--source", "x", "--lease", "1s", "--min-interval", "1s", "--tick", "bogus", "--every", "1s", "--heartbeat", "1s",
 			"--max-run-time", "1s", "--owner", "o", "--kill-grace", "1s", "--skip-exit-code", "1", "--error-exit-code", "1",
-			"--lost-exit-code", "1", "--unrecorded-exit-code", "1", "--timeout-exit-code", "1", "--no-db-env", "--quiet", "--verbose", "--wait", "--", "true"},
+			"--lost-exit-code", "1", "--unrecorded-exit-code", "1", "--timeout-exit-code", "1", "--no-db-env", "--quiet", "--verbose", "--wait", "--key", "site:a", "--", "true"},
+		{"limit", "set", "site:a", "--running", "1", "--starts", "1", "--per", "bogus"},
+		{"cooldown", "site:a", "--for", "bogus", "--note", "n"},
+		{"cooldown", "site:a", "--end", "--for", "1h"},
 		{"resume", "x", "--synchronous-commit", "bogus"},
 		{"trigger", "x", "--synchronous-commit", "bogus"},
 	} {

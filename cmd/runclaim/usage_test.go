@@ -42,7 +42,10 @@ func TestUsage(t *testing.T) {
 			}
 		})
 	}
-	names := []string{"migrate", "status", "history", "release", "pause", "resume", "trigger", "prune", "exec", "check"}
+	names := []string{"migrate", "status", "history", "release", "pause", "resume", "trigger", "prune", "exec", "check", "limit", "limits", "cooldown"}
+	if len(commands) != len(names) {
+		t.Errorf("%d commands, want %v", len(commands), names)
+	}
 	for _, name := range names {
 		t.Run(name+" --help", func(t *testing.T) {
 			for _, args := range [][]string{{name, "--help"}, {name, "-h"}, {"help", name}} {

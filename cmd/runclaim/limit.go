@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/runclaim/runclaim"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// The commands of keys' limits: 'limit set', 'limit rm' and 'limits'. A
+// key names a target that many sources share (see docs/protect-a-target.md).
+
+// newLimitCommand makes 'runclaim limit': sets or removes the limit of a key.
+func newLimitCommand(c *cli) *cobra.Command {
+	return define(c, &cobra.Command{
+		Use:   "limit set <key> [--running N] [--starts M --per DURATION] | limit rm <key>",
+		Short: "set or remove the limit of a key that many sources share",
+		Long: `Sets (or replaces) the limit of a key, for every replica at once: at most
+--running runs of the sources whose claims name the key at once, and at
+most --starts runs started in any window of --per, whatever their outcome.
+0 (the default) is no bound. 'limit rm' removes the limit; a cooldown of
+the key stays (see 'runclaim cooldown'). The limit binds the next claim
+that names the key; runs already running and started count.
+
+Claims name keys with runclaim.WithKeys or WithSourceKeys, or
+'runclaim exec --key'. Keys need the runs table at schema version 8
+('runclaim migrate').
+
+Examples:
+  runclaim limit set site:avito --running 3 --starts 20 --per 1h
+  runclaim limit rm site:avito
+
+JSON output: {"key", "max_running", "max_starts", "per_seconds"} for set,
+{"key", "removed": true} for rm`,
+		Args:        maxArgs(2),
+		Annotations: map[string]string{annotWrites: "true"},
+	}, runLimit)
+}
+
+// limitOptions are limit's: the action, the key and the bounds.
+type limitOptions struct {
+	action, key string
+	nargs       int
+	running     int
+	starts      int
+	per         string
+	limit       runclaim.Limit // made by Validate
+}
+
+func (o *limitOptions) flags(fs *pflag.FlagSet) {
+	fs.IntVar(&o.running, "running", 0, "at most `N` runs of the key running at once (0: no bound)")
+	fs.IntVar(&o.starts, "starts", 0, "at most `M` runs of the key started in any window of --per (0: no bound)")
+	fs.StringVar(&o.per, "per", "", "the window of --starts (`DURATION`: 90s, 1h, 1d)")
+}
+
+func (o *limitOptions) args(args []string) {
+	o.nargs = len(args)
+	if len(args) > 0 {
+		o.action = args[0]
+	}
+	if len(args) > 1 {
+		o.key = args[1]
+	}
+}
+
+// Validate checks the action, the key and the limit.
+func (o *limitOptions) Validate() error {
+	if o.nargs != 2 || (o.action != "set" && o.action != "rm") {
+		return errors.New("give 'set <key>' or 'rm <key>'")
+	}
+	if err := runclaim.ValidateKey(o.key); err != nil {
+		return err
+	}
+	if o.action == "rm" {
+		if o.running != 0 || o.starts != 0 || o.per != "" {
+			return errors.New("'limit rm' takes no --running, --starts or --per")
+		}
+		return nil
+	}
+	var per time.Duration
+	if o.per != "" {
+		d, err := parseAge(o.per)
+		if err != nil {
+			return fmt.Errorf("--per: %w", err)
+		}
+		per = d
+	}
+	o.limit = runclaim.Limit{MaxRunning: o.running, MaxStarts: o.starts, Per: per}
+	if o.limit == (runclaim.Limit{}) {
+		return errors.New("give --running, or --starts and --per (to remove the limit, use 'limit rm')")
+	}
+	if err := o.limit.Validate(); err != nil {
+		return fmt.Errorf("%w (--running, --starts, --per)", err)
+	}
+	return nil
+}
+
+func runLimit(ctx context.Context, c *cli, o *limitOptions) int {
+	store, err := c.store(ctx)
+	if err != nil {
+		return c.fail("limit", err)
+	}
+	if o.action == "rm" {
+		if err := store.DeleteLimit(ctx, o.key); err != nil {
+			return c.fail("limit", err)
+		}
+		if c.json {
+			err = writeJSON(c.stdout, struct {
+				Key     string `json:"key"`
+				Removed bool   `json:"removed"`
+			}{o.key, true})
+		} else {
+			_, err = fmt.Fprintf(c.stdout, "removed the limit of key %q; its cooldown, if any, stays\n", o.key)
+		}
+		if err != nil {
+			return c.fail("limit", err)
+		}
+		return exitOK
+	}
+	if err := store.SetLimit(ctx, o.key, o.limit); err != nil {
+		return c.fail("limit", err)
+	}
+	if c.json {
+		err = writeJSON(c.stdout, struct {
+			Key        string  `json:"key"`
+			MaxRunning int     `json:"max_running"`
+			MaxStarts  int     `json:"max_starts"`
+			PerSeconds float64 `json:"per_seconds"`
+		}{o.key, o.limit.MaxRunning, o.limit.MaxStarts, seconds(o.limit.Per)})
+	} else {
+		_, err = fmt.Fprintf(c.stdout, "key %q: %s\n", o.key, describeLimit(o.limit))
+	}
+	if err != nil {
+		return c.fail("limit", err)
+	}
+	return exitOK
+}
+
+// describeLimit says a limit in words.
+func describeLimit(l runclaim.Limit) string {
+	running, starts := "no bound on running runs", "no bound on starts"
+	if l.MaxRunning > 0 {
+		running = "at most " + strconv.Itoa(l.MaxRunning) + " running"
+	}
+	if l.MaxStarts > 0 {
+		starts = "at most " + strconv.Itoa(l.MaxStarts) + " starts per " + formatDuration(l.Per)
+	}
+	return running + ", " + starts
+}
+
+// newLimitsCommand makes 'runclaim limits': lists the keys' limits and cooldowns.
+func newLimitsCommand(c *cli) *cobra.Command {
+	return define(c, &cobra.Command{
+		Use:   "limits",
+		Short: "list the keys with a limit or a cooldown: running runs, starts, cooldown",
+		Long: `Lists every key that has a limit or a cooldown in force: its limit, how
+many runs that named it are running now, how many started in the limit's
+window (counted up to the limit), and its cooldown's end and note.
+
+Examples:
+  runclaim limits
+  runclaim limits --json | jq '.[] | select(.cooling_until)'
+
+JSON output: an array of {"key", "max_running", "max_starts",
+"per_seconds", "running", "starts", "cooling_until" (null: none), "note",
+"checked_at"}`,
+		Args: maxArgs(0),
+	}, runLimits)
+}
+
+// limitsOptions are limits': none.
+type limitsOptions struct{ noArgs }
+
+func (*limitsOptions) flags(*pflag.FlagSet) {}
+
+// Validate has nothing to check.
+func (*limitsOptions) Validate() error { return nil }
+
+func runLimits(ctx context.Context, c *cli, _ *limitsOptions) int {
+	store, err := c.store(ctx)
+	if err != nil {
+		return c.fail("limits", err)
+	}
+	keys, now, err := store.Keys(ctx)
+	if err != nil {
+		return c.fail("limits", err)
+	}
+	if c.json {
+		type keyJSON struct {
+			Key          string     `json:"key"`
+			MaxRunning   int        `json:"max_running"`
+			MaxStarts    int        `json:"max_starts"`
+			PerSeconds   float64    `json:"per_seconds"`
+			Running      int        `json:"running"`
+			Starts       int        `json:"starts"`
+			CoolingUntil *time.Time `json:"cooling_until"`
+			Note         string     `json:"note"`
+			CheckedAt    *time.Time `json:"checked_at"`
+		}
+		out := make([]keyJSON, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, keyJSON{k.Key, k.Limit.MaxRunning, k.Limit.MaxStarts, seconds(k.Limit.Per), k.Running, k.Starts, jsonTime(k.CoolingUntil), k.Note, jsonTime(now)})
+		}
+		err = writeJSON(c.stdout, out)
+	} else if len(keys) == 0 {
+		_, err = fmt.Fprintln(c.stdout, "no key has a limit or a cooldown")
+	} else {
+		t := newTable(c.stdout, "KEY", "RUNNING", "STARTS", "COOLDOWN", "NOTE")
+		for _, k := range keys {
+			running, starts, cool := strconv.Itoa(k.Running), "-", "-"
+			if k.Limit.MaxRunning > 0 {
+				running += "/" + strconv.Itoa(k.Limit.MaxRunning)
+			}
+			if k.Limit.MaxStarts > 0 {
+				starts = strconv.Itoa(k.Starts) + "/" + strconv.Itoa(k.Limit.MaxStarts) + " per " + formatDuration(k.Limit.Per)
+			}
+			if !k.CoolingUntil.IsZero() {
+				cool = "until " + formatTime(k.CoolingUntil) + " (" + formatDuration(k.CoolingUntil.Sub(now)) + " left)"
+			}
+			t.row(k.Key, running, starts, cool, k.Note)
+		}
+		err = t.flush()
+	}
+	if err != nil {
+		return c.fail("limits", err)
+	}
+	return exitOK
+}

@@ -1,0 +1,235 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Keys: a key names a target that many sources share ("site:avito"). A
+// claim names zero or more keys (WithKeys, WithSourceKeys); a key may have
+// a Limit and may be cooling down (see Limiter). Every store decides a
+// claim's keys inside the claim, under the key's lock and by its own clock,
+// so that a limit binds every replica of every version that names the key.
+
+// Bounds of keys and their limits. Every input beyond them is refused with
+// an error, before anything is sent to the store.
+const (
+	// MaxKeyLen is the longest key, in bytes.
+	MaxKeyLen = 512
+	// MaxKeys is the most keys one claim names.
+	MaxKeys = 16
+	// MaxLimitPer is the longest window a Limit's MaxStarts counts in.
+	MaxLimitPer = 31 * 24 * time.Hour
+	// MaxLimitCount bounds MaxRunning and MaxStarts.
+	MaxLimitCount = 1_000_000
+	// MaxCooldownNoteLen is the longest note a cooldown takes, in bytes.
+	MaxCooldownNoteLen = MaxPauseNoteLen
+)
+
+// Limit bounds the runs of every source whose claims name one key,
+// across every replica. Zero means no bound; a key whose limit is zero in
+// both counts, and that is not cooling down, constrains nothing.
+type Limit struct {
+	MaxRunning int           // at most this many running runs of the key at once; 0: no bound
+	MaxStarts  int           // at most this many starts in any window of Per; 0: no bound
+	Per        time.Duration // the window of MaxStarts
+}
+
+// Validate returns an error, naming the field, if l is out of range:
+// negative counts, counts above MaxLimitCount, MaxStarts without a Per (or
+// a Per without MaxStarts), or a Per that is not whole microseconds or is
+// longer than MaxLimitPer.
+func (l Limit) Validate() error {
+	switch {
+	case l.MaxRunning < 0 || l.MaxRunning > MaxLimitCount:
+		return fmt.Errorf("runclaim: Limit.MaxRunning must be between 0 and %d, got %d", MaxLimitCount, l.MaxRunning)
+	case l.MaxStarts < 0 || l.MaxStarts > MaxLimitCount:
+		return fmt.Errorf("runclaim: Limit.MaxStarts must be between 0 and %d, got %d", MaxLimitCount, l.MaxStarts)
+	case l.MaxStarts > 0 && l.Per <= 0:
+		return fmt.Errorf("runclaim: Limit.Per must be positive with MaxStarts %d, got %v", l.MaxStarts, l.Per)
+	case l.MaxStarts == 0 && l.Per != 0:
+		return fmt.Errorf("runclaim: Limit.Per is %v but MaxStarts is 0: give both or neither", l.Per)
+	case l.Per > MaxLimitPer:
+		return fmt.Errorf("runclaim: Limit.Per must be at most %v, got %v", MaxLimitPer, l.Per)
+	case l.Per%time.Microsecond != 0:
+		return fmt.Errorf("runclaim: Limit.Per must be whole microseconds, got %v", l.Per)
+	}
+	return nil
+}
+
+// ErrLimited means a key the claim named is limited: it is cooling down,
+// it has MaxRunning runs running, or it had MaxStarts starts within its
+// window. It matches ErrNotClaimed too; the *NotClaimedError names the Key,
+// and RetryAfter says when the key has room again by the store's clock.
+var ErrLimited = newSkip("runclaim: a key the claim names is limited")
+
+// A Limiter is a Store that honours keys: it decides every key a claim
+// names inside the claim. PostgresStore and MemoryStore implement it.
+// Claimer refuses a claim that names keys on a Store that is not one, so
+// that a key is never silently ignored.
+type Limiter interface {
+	Store
+	// SetLimit creates or replaces the limit of key. It takes effect for
+	// the next claim that names key; runs already started count.
+	SetLimit(ctx context.Context, key string, l Limit) error
+	// DeleteLimit removes the limit of key, if any; a cooldown stays.
+	DeleteLimit(ctx context.Context, key string) error
+	// Cooldown skips every claim that names key until until, by the
+	// store's clock, with note (at most MaxCooldownNoteLen bytes). It
+	// never shortens a cooldown already in force: the later end, with its
+	// note, stays. until must be after the store's clock.
+	Cooldown(ctx context.Context, key string, until time.Time, note string) error
+	// EndCooldown ends key's cooldown, if any.
+	EndCooldown(ctx context.Context, key string) error
+}
+
+// cooldownForer is a Limiter that can start a cooldown of d from its own
+// clock, as Run.Cooldown asks.
+type cooldownForer interface {
+	cooldownFor(ctx context.Context, key string, d time.Duration, note string) error
+}
+
+// ValidateKey returns an error if key cannot be named by a claim: the
+// rules of ValidateSource, with MaxKeyLen.
+func ValidateKey(key string) error {
+	if err := validateName(key, MaxKeyLen); err != nil {
+		return fmt.Errorf("runclaim: invalid key: %w", err)
+	}
+	for i, r := range key {
+		if invisible(r) {
+			return fmt.Errorf("runclaim: invalid key: invisible or format character %U at offset %d", r, i)
+		}
+	}
+	return nil
+}
+
+// validateKeys returns an error for a list of keys a claim cannot name:
+// more than MaxKeys, an invalid key, or a key listed twice.
+func validateKeys(keys []string) error {
+	if len(keys) > MaxKeys {
+		return fmt.Errorf("runclaim: %d keys, more than MaxKeys (%d)", len(keys), MaxKeys)
+	}
+	for i, k := range keys {
+		if err := ValidateKey(k); err != nil {
+			return err
+		}
+		if slices.Contains(keys[:i], k) {
+			return fmt.Errorf("runclaim: key %s is listed twice", quoteForError(k))
+		}
+	}
+	return nil
+}
+
+// ValidateCooldownNote returns an error if note cannot be stored with a
+// cooldown: longer than MaxCooldownNoteLen bytes, not valid UTF-8, or with
+// a NUL byte. An empty note is valid.
+func ValidateCooldownNote(note string) error {
+	if err := ValidatePauseNote(note); err != nil {
+		return fmt.Errorf("runclaim: cooldown note: %w", err)
+	}
+	return nil
+}
+
+// checkKeyCall validates the arguments of a Limiter call that names one key.
+func checkKeyCall(ctx context.Context, key string) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	return ValidateKey(key)
+}
+
+// checkCooldown validates a Cooldown's arguments, all but until's place
+// against the store's clock.
+func checkCooldown(ctx context.Context, key string, until time.Time, note string) error {
+	if err := checkKeyCall(ctx, key); err != nil {
+		return err
+	}
+	if until.IsZero() {
+		return fmt.Errorf("runclaim: cooldown %s: zero end; a cooldown ends at a time (EndCooldown ends it early)", quoteForError(key))
+	}
+	if until.After(maxPauseUntil) {
+		return fmt.Errorf("runclaim: cooldown %s: until %s is after year 9999", quoteForError(key), until.Format(time.RFC3339))
+	}
+	return ValidateCooldownNote(note)
+}
+
+// checkCooldownFor validates a cooldown of d from now.
+func checkCooldownFor(ctx context.Context, key string, d time.Duration, note string) error {
+	if err := checkKeyCall(ctx, key); err != nil {
+		return err
+	}
+	if d <= 0 || d > MaxLease {
+		return fmt.Errorf("runclaim: cooldown %s: duration must be between 0 (excluded) and %v, got %v", quoteForError(key), MaxLease, d)
+	}
+	return ValidateCooldownNote(note)
+}
+
+// pastCooldown is the error for a cooldown that would have ended already.
+func pastCooldown(key string, until, now time.Time) error {
+	return fmt.Errorf("runclaim: cooldown %s: until %s is not after the store's clock, %s", quoteForError(key), until.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+}
+
+// WithSourceKeys gives every claim of a source the keys keysOf returns for
+// it, so that code that claims through an adapter (gocronlock, cronlock,
+// runclaim exec) names keys without a change at each call site. keysOf
+// must be safe for concurrent use and quick; it may return nil for a
+// source that names no key. Keys it returns that are invalid make the
+// claim fail, as WithKeys's do.
+func WithSourceKeys(keysOf func(source string) []string) Option {
+	return func(c *config) error {
+		if keysOf == nil {
+			return errors.New("runclaim: WithSourceKeys: nil function")
+		}
+		c.keysOf = keysOf
+		return nil
+	}
+}
+
+// keysFor returns the keys a claim of source names: keysOf's, then those
+// of WithKeys not among them.
+func (c *Claimer) keysFor(source string, call []string) ([]string, error) {
+	var keys []string
+	if c.cfg.keysOf != nil {
+		keys = slices.Clone(c.cfg.keysOf(source))
+		if err := validateKeys(keys); err != nil {
+			return nil, fmt.Errorf("runclaim: the keys WithSourceKeys gives %s: %w", quoteForError(source), err)
+		}
+	}
+	for _, k := range call {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > MaxKeys {
+		return nil, fmt.Errorf("runclaim: claim %s names %d keys, more than MaxKeys (%d)", quoteForError(source), len(keys), MaxKeys)
+	}
+	if len(keys) > 0 {
+		if _, ok := c.store.(Limiter); !ok {
+			return nil, fmt.Errorf("runclaim: claim %s names keys, but the store (%T) is not a Limiter, which would ignore them", quoteForError(source), c.store)
+		}
+	}
+	return keys, nil
+}
+
+// Cooldown makes every claim that names key wait d from now, by the
+// store's clock (PostgresStore's and MemoryStore's; another Limiter is
+// given this process's clock plus d), with note: for instance on an HTTP 429 answer, for its
+// Retry-After. A cooldown never shortens one already in force. The run
+// need not have named key, nor still hold its lease. It returns an error
+// if the Claimer's store is not a Limiter, for an invalid key or note, and
+// for d not positive or longer than MaxLease.
+func (r *Run) Cooldown(ctx context.Context, key string, d time.Duration, note string) error {
+	if err := checkCooldownFor(ctx, key, d, note); err != nil {
+		return err
+	}
+	switch s := r.claimer.store.(type) {
+	case cooldownForer:
+		return s.cooldownFor(ctx, key, d, note)
+	case Limiter:
+		return s.Cooldown(ctx, key, time.Now().Add(d), note)
+	}
+	return fmt.Errorf("runclaim: cooldown %s: the store (%T) is not a Limiter", quoteForError(key), r.claimer.store)
+}

@@ -1,0 +1,384 @@
+package runclaim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
+)
+
+// TestMigrateRepairsKeys: a table whose comment says version 8 but that
+// lacks one of version 8's objects (the overload with keys, either table,
+// the index, the column) is at version 7 for SchemaVersion, and Migrate
+// puts it back; a claim naming a key with a limit is then limited.
+func TestMigrateRepairsKeys(t *testing.T) {
+	t.Parallel()
+	for name, damage := range map[string]string{
+		"function": `DROP FUNCTION "public"."runclaim_runs_claim"(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[])`,
+		"keys":     `DROP TABLE "public"."runclaim_runs_keys"`,
+		"starts":   `DROP TABLE "public"."runclaim_runs_starts"`,
+		"index":    `DROP INDEX "public"."runclaim_runs_keyed"`,
+		"column":   `ALTER TABLE "public"."runclaim_runs" DROP COLUMN keys`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := pgtest.New(t)
+			fresh := repairDamaged(t, db, "the "+name+" missing", func(*runclaim.PostgresStore) string { return damage }, 7)
+			if err := fresh.SetLimit(ctx, "site", runclaim.Limit{MaxRunning: 1}); err != nil {
+				t.Fatal(err)
+			}
+			c := newClaimer(t, fresh)
+			run, err := c.Claim(ctx, "a", runclaim.WithKeys("site"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer run.Finish(ctx, nil)
+			if _, err := c.Claim(ctx, "b", runclaim.WithKeys("site")); !errors.Is(err, runclaim.ErrLimited) {
+				t.Errorf("claim over the limit after the repair: %v, want ErrLimited", err)
+			}
+		})
+	}
+}
+
+// TestKeysOnOlderTable: on a table at version 7, a claim that names no key
+// goes on as before, and one that names keys, or a Limiter call, fails
+// with an error (not a skip) that says to run Migrate.
+func TestKeysOnOlderTable(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	steps := store.Migrations()
+	if _, err := db.Pool.Exec(ctx, steps[len(steps)-1].Down); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := runclaim.NewPostgresStore(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClaimer(t, fresh)
+	if err := c.Do(ctx, "plain", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+		t.Fatalf("a claim without keys on a version 7 table: %v", err)
+	}
+	_, err = c.Claim(ctx, "keyed", runclaim.WithKeys("site"))
+	if err == nil || errors.Is(err, runclaim.ErrNotClaimed) || !strings.Contains(err.Error(), "Migrate") {
+		t.Errorf("a claim with keys on a version 7 table: %v; want an error that says to migrate", err)
+	}
+	_, err = c.ClaimMany(ctx, []string{"k1", "k2"}, runclaim.WithKeys("site"))
+	if err == nil || errors.Is(err, runclaim.ErrNotClaimed) || !strings.Contains(err.Error(), "Migrate") {
+		t.Errorf("ClaimMany with keys on a version 7 table: %v; want an error that says to migrate", err)
+	}
+	if err := fresh.SetLimit(ctx, "site", runclaim.Limit{MaxRunning: 1}); err == nil || !strings.Contains(err.Error(), "Migrate") {
+		t.Errorf("SetLimit on a version 7 table: %v; want an error that says to migrate", err)
+	}
+}
+
+// TestKeyStress: four replicas, each with its own pool, claim forty
+// sources of one key with MaxRunning 3 as fast as they can, for a while;
+// each winner holds its run a moment and finishes it. On the Go side, a
+// counter of the runs held never passes 3; in SQL, no run of the key
+// started while 3 others of it were running (by started_at and
+// finished_at, the database's clock); and the key was full most of the
+// time, so that the check meant something.
+func TestKeyStress(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	const replicas, sources, limit = 4, 40, 3
+	key := "site:stress"
+	var stores []*runclaim.PostgresStore
+	for range replicas {
+		s, err := runclaim.NewPostgresStore(db.NewPool(t, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+	}
+	if err := stores[0].SetLimit(ctx, key, runclaim.Limit{MaxRunning: limit}); err != nil {
+		t.Fatal(err)
+	}
+	var held, most, wins, limited atomic.Int64
+	deadline := time.Now().Add(sharedtest.Scale(t, 3*time.Second))
+	var wg sync.WaitGroup
+	for r, s := range stores {
+		c := newClaimer(t, s, runclaim.WithOwner(fmt.Sprintf("replica-%d", r)))
+		for w := range 2 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(r), uint64(w)))
+				for time.Now().Before(deadline) && ctx.Err() == nil {
+					src := fmt.Sprintf("src-%02d", rng.IntN(sources))
+					run, err := c.Claim(ctx, src, runclaim.WithKeys(key))
+					switch {
+					case errors.Is(err, runclaim.ErrLimited):
+						limited.Add(1)
+						continue
+					case errors.Is(err, runclaim.ErrAlreadyRunning):
+						continue
+					case err != nil:
+						t.Errorf("claim %s: %v", src, err)
+						return
+					}
+					n := held.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					wins.Add(1)
+					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+					held.Add(-1)
+					if err := run.Finish(ctx, nil); err != nil {
+						t.Errorf("finish: %v", err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if m := most.Load(); m > limit {
+		t.Errorf("the Go side saw %d runs of the key held at once, more than MaxRunning %d", m, limit)
+	}
+	var overlap int
+	err := db.Pool.QueryRow(ctx, `
+SELECT coalesce(max(n), 0) FROM (
+	SELECT (SELECT count(*) FROM runclaim_runs AS o
+	         WHERE $1 = ANY (o.keys) AND o.started_at <= r.started_at AND r.started_at < coalesce(o.finished_at, 'infinity')) AS n
+	  FROM runclaim_runs AS r WHERE $1 = ANY (r.keys)) AS x`, key).Scan(&overlap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if overlap > limit {
+		t.Errorf("in SQL, a run of the key started while %d of its runs (itself included) were running, more than MaxRunning %d", overlap, limit)
+	}
+	t.Logf("%d wins, %d limited skips, at most %d held on the Go side, %d running at once in SQL", wins.Load(), limited.Load(), most.Load(), overlap)
+	if wins.Load() < 10 || limited.Load() < 10 {
+		t.Errorf("too little contention to mean anything: %d wins, %d limited skips", wins.Load(), limited.Load())
+	}
+}
+
+// keysOpsGrants are the statements docs/least-privilege.md gives an
+// operator role that sets limits, with %[1]s the schema, %[2]s the keys
+// table (quoted) and %[3]s the role.
+var keysOpsGrants = []string{
+	`GRANT USAGE ON SCHEMA %[1]s TO %[3]s`,
+	`GRANT SELECT, INSERT, UPDATE ON %[1]s.%[2]s TO %[3]s`,
+}
+
+// TestKeyPrivileges: with docs/least-privilege.md's grants, the
+// application role claims with keys (won, limited) and starts
+// and ends cooldowns (Run.Cooldown on a 429), but cannot set or delete a
+// limit: that fails with a wrapped 42501 that names the grants, and
+// changes nothing. The operator role's grants let it set limits.
+func TestKeyPrivileges(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	e := newPrivEnv(t)
+	appStore := e.store(t, e.pool(t, e.app, nil))
+	if err := appStore.SetLimit(ctx, "site", runclaim.Limit{MaxRunning: 1}); pgCode(err) != "42501" || !strings.Contains(err.Error(), "least-privilege") {
+		t.Errorf("SetLimit by the application: %v, want a wrapped 42501 that names the grants", err)
+	}
+	if err := appStore.DeleteLimit(ctx, "site"); pgCode(err) != "42501" {
+		t.Errorf("DeleteLimit by the application: %v, want a wrapped 42501", err)
+	}
+	sfx := randomSuffix(t)
+	ops := role{"rc_kops_" + sfx, "s3cr3t-K0ps-" + sfx}
+	admin(t, e.db, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", ops.name, ops.password))
+	t.Cleanup(func() { dropRole(t, e.db, ops.name) })
+	ownerPool := e.pool(t, e.owner, nil)
+	for _, g := range keysOpsGrants {
+		q := fmt.Sprintf(g, pgx.Identifier{e.schema}.Sanitize(), pgx.Identifier{runclaim.DefaultTable + "_keys"}.Sanitize(), ops.name)
+		if _, err := ownerPool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	opsStore := e.store(t, e.pool(t, ops, nil))
+	if err := opsStore.SetLimit(ctx, "site", runclaim.Limit{MaxRunning: 1, MaxStarts: 10, Per: time.Hour}); err != nil {
+		t.Fatalf("SetLimit by the operator role: %v", err)
+	}
+	checkAppKeys(t, appStore)
+	if err := opsStore.DeleteLimit(ctx, "site"); err != nil {
+		t.Errorf("DeleteLimit by the operator role: %v", err)
+	}
+}
+
+// checkAppKeys claims with keys through s, as the application: a win, a
+// limited skip, a cooldown from a run and its end. The key "site" must have MaxRunning 1.
+func checkAppKeys(t *testing.T, s *runclaim.PostgresStore) {
+	t.Helper()
+	ctx := t.Context()
+	c := newClaimer(t, s)
+	run, err := c.Claim(ctx, "a", runclaim.WithKeys("site"))
+	if err != nil {
+		t.Fatalf("claim with keys by the application: %v", err)
+	}
+	if _, err := c.Claim(ctx, "b", runclaim.WithKeys("site")); !errors.Is(err, runclaim.ErrLimited) {
+		t.Errorf("claim over the limit by the application: %v, want ErrLimited", err)
+	}
+	if err := run.Cooldown(ctx, "site", time.Hour, "HTTP 429"); err != nil {
+		t.Errorf("Run.Cooldown by the application: %v", err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	var nc *runclaim.NotClaimedError
+	if _, err := c.Claim(ctx, "b", runclaim.WithKeys("site")); !errors.As(err, &nc) || nc.Note != "HTTP 429" {
+		t.Errorf("claim of a cooling key by the application: %v, want ErrLimited with the note", err)
+	}
+	if err := s.EndCooldown(ctx, "site"); err != nil {
+		t.Errorf("EndCooldown by the application: %v", err)
+	}
+	if err := c.Do(ctx, "b", func(context.Context, *runclaim.Run) error { return nil }, runclaim.WithKeys("site")); err != nil {
+		t.Errorf("claim with keys after the cooldown ended: %v", err)
+	}
+}
+
+// TestKeyPrivilegesAfterUpgrade: an application role granted only what
+// claims needed before version 8 claims with keys, and cools keys, once
+// the owner migrates to it: the step grants it what claims need on the
+// new tables.
+func TestKeyPrivilegesAfterUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	e := newPrivEnv(t)
+	ownerPool := e.pool(t, e.owner, nil)
+	ownerStore := e.store(t, ownerPool)
+	steps := ownerStore.Migrations()
+	if _, err := ownerPool.Exec(ctx, steps[len(steps)-1].Down); err != nil {
+		t.Fatal(err)
+	}
+	if err := ownerStore.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate as the owner: %v", err)
+	}
+	if err := ownerStore.SetLimit(ctx, "site", runclaim.Limit{MaxRunning: 1}); err != nil {
+		t.Fatal(err)
+	}
+	checkAppKeys(t, e.store(t, e.pool(t, e.app, nil)))
+}
+
+// TestKeyRoomIsPerTransaction: what a claim learns of a key's room is
+// kept for the later calls of its own transaction only (a ClaimMany's):
+// two replicas, each on one connection, take turns claiming sources of a
+// key with MaxRunning 3, and the claim after the third win is limited
+// whichever connection's earlier claims saw more room.
+func TestKeyRoomIsPerTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	var cs []*runclaim.Claimer
+	for i := range 2 {
+		s, err := runclaim.NewPostgresStore(db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := s.SetLimit(ctx, "site", runclaim.Limit{MaxRunning: 3, MaxStarts: 3, Per: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cs = append(cs, newClaimer(t, s))
+	}
+	for i, c := range []int{0, 1, 1} {
+		if _, err := cs[c].Claim(ctx, fmt.Sprintf("src-%d", i), runclaim.WithKeys("site")); err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+	if _, err := cs[0].Claim(ctx, "src-3", runclaim.WithKeys("site")); !errors.Is(err, runclaim.ErrLimited) {
+		t.Errorf("fourth claim of a key with MaxRunning 3, on the connection of the first: %v, want ErrLimited", err)
+	}
+}
+
+// TestKeys: Keys reports each key with a limit or a cooldown in force,
+// with its live runs, its starts in the window and its cooldown.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	store := migratedStore(t, pgtest.New(t).Pool)
+	if err := store.SetLimit(ctx, "site:a", runclaim.Limit{MaxRunning: 2, MaxStarts: 5, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	if err := store.Cooldown(ctx, "site:b", until, "HTTP 429"); err != nil {
+		t.Fatal(err)
+	}
+	c := newClaimer(t, store)
+	run, err := c.Claim(ctx, "a1", runclaim.WithKeys("site:a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "a2", func(context.Context, *runclaim.Run) error { return nil }, runclaim.WithKeys("site:a")); err != nil {
+		t.Fatal(err)
+	}
+	keys, now, err := store.Keys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.IsZero() || len(keys) != 2 {
+		t.Fatalf("Keys = %+v at %v, want 2 keys", keys, now)
+	}
+	a, b := keys[0], keys[1]
+	if a.Key != "site:a" || a.Limit != (runclaim.Limit{MaxRunning: 2, MaxStarts: 5, Per: time.Hour}) || a.Running != 1 || a.Starts != 2 || !a.CoolingUntil.IsZero() {
+		t.Errorf("site:a: %+v, want its limit, 1 running, 2 starts, no cooldown", a)
+	}
+	if b.Key != "site:b" || !b.CoolingUntil.Equal(until) || b.Note != "HTTP 429" || b.Limit != (runclaim.Limit{}) {
+		t.Errorf("site:b: %+v, want the cooldown until %v with its note", b, until)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoKeySamePath: a claim and a ClaimMany that name no key send the
+// statements they sent before keys, one each (the function with a tick,
+// without the keys' arguments); a claim that names one sends one
+// statement too, the overload with keys.
+func TestNoKeySamePath(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	rec := &sqlRecorder{}
+	store, err := runclaim.NewPostgresStore(db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = rec }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClaimer(t, store)
+	run, err := c.Claim(ctx, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ClaimMany(ctx, []string{"m1", "m2"}); err != nil {
+		t.Fatal(err)
+	}
+	batches, queries := rec.take()
+	if len(batches) != 0 || len(queries) != 2 {
+		t.Fatalf("a claim and a ClaimMany naming no key sent %d batches and %d queries, want 0 and 2: %q", len(batches), len(queries), queries)
+	}
+	for _, q := range queries {
+		if !strings.Contains(q, "$7::timestamptz") || strings.Contains(q, "$9::bigint[]") || strings.Contains(q, "$10::text[]") {
+			t.Errorf("a claim naming no key sent %q, not the statement of version 7", q)
+		}
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	if _, err := c.Claim(ctx, "keyed", runclaim.WithKeys("site")); err != nil {
+		t.Fatal(err)
+	}
+	batches, queries = rec.take()
+	if len(batches) != 0 || len(queries) != 1 || !strings.Contains(queries[0], "$9::bigint[]") {
+		t.Errorf("a claim naming a key sent %d batches and %q, want one call of the overload with keys", len(batches), queries)
+	}
+}

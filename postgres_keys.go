@@ -1,0 +1,289 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Schema version 8 (sql/008_keys.up.sql) adds keys: a keys column on the
+// runs table (the keys each run's claim named) with a GIN index of the
+// running runs' keys, named after the table with keyedSuffix; a table of
+// keys' limits and cooldowns (keysSuffix), one row per key; a table of
+// keys' starts (startsSuffix), one row per key a run named; and an
+// overload of the claim function with two more arguments, the keys and
+// their advisory locks, and one more result, the key that had no room.
+//
+// A claim that names no key takes the path it took before keys, the same
+// statement: keys cost nothing to claims that do not use them. A claim
+// that names keys calls the overload, which, right after it bounds the
+// transaction's lock_timeout, takes each key's transaction-scoped advisory
+// lock (waiting, within that bound, for a claim that holds it), in
+// ascending order, so that two claims never wait on each other. Then it
+// decides as version 7 does and, after every other reason to skip, decides
+// each key in the order named, in statements after the locks, so that it
+// counts every run that the claims that held a key's lock before it
+// committed: never more than the limit wins, and a claim that finds room
+// wins. The locks are advisory, so a claim skipped for a key writes
+// nothing (no row lock, no transaction ID, no WAL). A run started records
+// its keys in its row and one start per key.
+
+// Suffixes of the objects of version 8. keyedSuffix and keysSuffix are
+// no longer than runningSuffix, startsSuffix no longer either, so every
+// name fits in 63 bytes (see maxTableLen).
+const (
+	keysSuffix   = "_keys"
+	startsSuffix = "_starts"
+	keyedSuffix  = "_keyed"
+)
+
+// keysVersion is the first schema version with keys.
+const keysVersion = 8
+
+// keyFuncArgs are the argument types of the claim function's overload
+// with keys.
+const keyFuncArgs = "(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[])"
+
+var _ Limiter = (*PostgresStore)(nil)
+
+// keysTable returns the quoted, schema-qualified name of the table of
+// keys' limits and cooldowns.
+func (s *PostgresStore) keysTable() string {
+	return pgx.Identifier{s.schema, s.table + keysSuffix}.Sanitize()
+}
+
+// startsTable returns the quoted, schema-qualified name of the table of
+// keys' starts.
+func (s *PostgresStore) startsTable() string {
+	return pgx.Identifier{s.schema, s.table + startsSuffix}.Sanitize()
+}
+
+// KeyLock returns the 64-bit key of the transaction-scoped advisory lock
+// that serialises the claims naming key: AdvisoryKey of namespace and
+// key behind a NUL byte and "key" and a NUL byte, which no source can
+// spell (a source has no NUL byte). The derivation is fixed across
+// releases, as AdvisoryKey's is.
+func KeyLock(namespace, key string) int64 {
+	return AdvisoryKey(namespace, "\x00key\x00"+key)
+}
+
+// keyLocks returns the advisory locks of keys, ascending, once each.
+func (s *PostgresStore) keyLocks(locks []int64, keys []string) []int64 {
+	for _, k := range keys {
+		locks = append(locks, KeyLock(s.namespace, k))
+	}
+	slices.Sort(locks)
+	return slices.Compact(locks)
+}
+
+// callKeyed sends one call of the claim function's overload with keys.
+func (s *PostgresStore) callKeyed(ctx context.Context, req ClaimRequest, explicit bool, r *funcClaim) error {
+	r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
+	args := []any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds(), &r.tick, req.Keys, s.keyLocks(nil, req.Keys)}
+	dest := []any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey}
+	var err error
+	if !explicit {
+		err = s.db.QueryRow(ctx, s.sql.callKeys, args...).Scan(dest...)
+	} else {
+		err = s.explicitQueryRow(ctx, s.sql.callKeys, args, dest...)
+	}
+	r.settle()
+	return err
+}
+
+// claimKeyed is claim for a request that names keys: the overload with
+// keys, whatever the store knows of the schema; on an older table it is
+// missing, and the claim fails with an error that says to migrate.
+func (s *PostgresStore) claimKeyed(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, time.Time, error) {
+	r := &funcClaim{}
+	err := s.callKeyed(ctx, req, explicit, r)
+	switch {
+	case err == nil:
+		return r.result(req, explicit)
+	case missingFunc(err):
+		return RunInfo{}, time.Time{}, fmt.Errorf("runclaim: claim %s with keys: the runs table %s is at a schema version older than %d, which keys need; run Migrate (or apply the Migrations): %w",
+			quoteForError(req.Source), s.Table(), keysVersion, err)
+	}
+	return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true)
+}
+
+// unclaimStarts deletes the starts that the runs of infos, won by claims
+// of reqs (pairwise) given up, recorded for their keys.
+func (s *PostgresStore) unclaimStarts(ctx context.Context, reqs []ClaimRequest, infos []RunInfo) error {
+	var (
+		keys   []string
+		starts []time.Time
+		ids    []int64
+	)
+	for i, info := range infos {
+		if info.ID == 0 {
+			continue
+		}
+		for _, k := range reqs[i].Keys {
+			keys, starts, ids = append(keys, k), append(starts, info.StartedAt), append(ids, info.ID)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := s.db.Exec(ctx, s.sql.unclaimStarts, keys, starts, ids)
+	return err
+}
+
+// SetLimit implements Limiter in one statement. It needs schema version 8
+// and, for the role, INSERT and UPDATE on the keys table (see
+// docs/least-privilege.md).
+func (s *PostgresStore) SetLimit(ctx context.Context, key string, l Limit) error {
+	if err := checkKeyCall(ctx, key); err != nil {
+		return err
+	}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	var at time.Time
+	err := s.db.QueryRow(ctx, s.sql.setLimit, key, l.MaxRunning, l.MaxStarts, l.Per.Microseconds()).Scan(&at)
+	return s.keyError(ctx, "set limit "+quoteForError(key), err)
+}
+
+// DeleteLimit implements Limiter in one statement.
+func (s *PostgresStore) DeleteLimit(ctx context.Context, key string) error {
+	if err := checkKeyCall(ctx, key); err != nil {
+		return err
+	}
+	_, err := s.db.Exec(ctx, s.sql.deleteLimit, key)
+	return s.keyError(ctx, "delete limit "+quoteForError(key), err)
+}
+
+// Cooldown implements Limiter in one statement. The end is checked
+// against the database's clock: an until that is not after it is
+// refused, and nothing changes.
+func (s *PostgresStore) Cooldown(ctx context.Context, key string, until time.Time, note string) error {
+	if err := checkCooldown(ctx, key, until, note); err != nil {
+		return err
+	}
+	return s.cool(ctx, key, &until, 0, note)
+}
+
+// cooldownFor is Run.Cooldown's: a cooldown of d from the database clock.
+func (s *PostgresStore) cooldownFor(ctx context.Context, key string, d time.Duration, note string) error {
+	if err := checkCooldownFor(ctx, key, d, note); err != nil {
+		return err
+	}
+	return s.cool(ctx, key, nil, d, note)
+}
+
+// cool sends the cooldown statement: until *until, or d from the
+// database clock when until is nil.
+func (s *PostgresStore) cool(ctx context.Context, key string, until *time.Time, d time.Duration, note string) error {
+	var now, end time.Time
+	err := s.db.QueryRow(ctx, s.sql.cooldown, key, until, note, d.Microseconds()).Scan(&now, &end)
+	if err != nil {
+		return s.keyError(ctx, "cooldown "+quoteForError(key), err)
+	}
+	if !end.After(now) {
+		return pastCooldown(key, end, now)
+	}
+	return nil
+}
+
+// EndCooldown implements Limiter in one statement.
+func (s *PostgresStore) EndCooldown(ctx context.Context, key string) error {
+	if err := checkKeyCall(ctx, key); err != nil {
+		return err
+	}
+	_, err := s.db.Exec(ctx, s.sql.endCooldown, key)
+	return s.keyError(ctx, "end cooldown "+quoteForError(key), err)
+}
+
+// keyError wraps the error of a Limiter call, nil for nil, and says what
+// a missing table or privilege means.
+func (s *PostgresStore) keyError(ctx context.Context, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch pgCode(err) {
+	case "42P01": // undefined_table
+		return fmt.Errorf("runclaim: %s: the table %s is missing: the runs table %s is at a schema version older than %d, which keys need; run Migrate (or apply the Migrations): %w",
+			what, s.keysTable(), s.Table(), keysVersion, err)
+	case "42501": // insufficient_privilege
+		return fmt.Errorf("runclaim: %s: %w (the role needs SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)", what, err, s.keysTable())
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("runclaim: %s: no answer", what)
+	}
+	return s.wrap(ctx, what, err)
+}
+
+// KeyState is what Keys reports of one key.
+type KeyState struct {
+	Key   string
+	Limit Limit // zero when the key has none
+	// Running is how many runs that named the key are running with a
+	// live lease.
+	Running int
+	// Starts is how many runs that named the key started within the
+	// limit's window, counted up to Limit.MaxStarts; 0 without MaxStarts.
+	Starts int
+	// CoolingUntil is the end of the key's cooldown, zero when none is in
+	// force, and Note its note.
+	CoolingUntil time.Time
+	Note         string
+}
+
+// MaxKeyStates is the most keys Keys reports.
+const MaxKeyStates = 10000
+
+// Keys returns every key that has a limit or a cooldown in force, by
+// name, with its live runs and its starts in the window, and the database
+// clock when it read them. It returns an error rather than more than
+// MaxKeyStates keys. It needs schema version 8, and SELECT on the runs,
+// keys and starts tables.
+func (s *PostgresStore) Keys(ctx context.Context) ([]KeyState, time.Time, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	rows, err := s.db.Query(ctx, s.sql.keysState, MaxKeyStates+1)
+	if err != nil {
+		return nil, time.Time{}, s.keyError(ctx, "keys", err)
+	}
+	defer rows.Close()
+	var (
+		out []KeyState
+		now time.Time
+	)
+	for rows.Next() {
+		var (
+			k                    KeyState
+			maxRunning, maxStart int32
+			perUS, running, n    int64
+			until                pgtype.Timestamptz
+		)
+		if err := rows.Scan(&k.Key, &maxRunning, &maxStart, &perUS, &running, &n, &until, &k.Note, &now); err != nil {
+			return nil, time.Time{}, s.keyError(ctx, "keys", err)
+		}
+		k.Limit = Limit{MaxRunning: int(maxRunning), MaxStarts: int(maxStart), Per: time.Duration(perUS) * time.Microsecond}
+		k.Running, k.Starts = int(running), int(n)
+		if until.Valid {
+			k.CoolingUntil = until.Time
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, s.keyError(ctx, "keys", err)
+	}
+	if len(out) > MaxKeyStates {
+		return nil, time.Time{}, fmt.Errorf("runclaim: keys: more than MaxKeyStates (%d) keys have a limit or a cooldown", MaxKeyStates)
+	}
+	if now.IsZero() {
+		if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {
+			return nil, time.Time{}, s.wrap(ctx, "keys", err)
+		}
+	}
+	return out, now, nil
+}

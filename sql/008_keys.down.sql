@@ -1,0 +1,6 @@
+DROP FUNCTION IF EXISTS {{table_claim}}(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[]);
+DROP TABLE IF EXISTS {{table_starts}};
+DROP TABLE IF EXISTS {{table_keys}};
+DROP INDEX IF EXISTS {{schema_table_keyed}};
+ALTER TABLE {{table}} DROP COLUMN IF EXISTS keys;
+COMMENT ON TABLE {{table}} IS 'runclaim schema version 7';

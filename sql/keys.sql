@@ -1,0 +1,86 @@
+-- Keys: the claim that names keys, and the operators' limits and
+-- cooldowns (schema version 8; see sql/008_keys.up.sql).
+
+-- name: call_keys
+-- The claim function of schema version 8: call_tick's arguments, then $8
+-- the keys, in the order the claim names them, and $9 their advisory
+-- locks, ascending. Its row: call_tick's, and limited_key, the key that
+-- had no room, if any.
+SELECT * FROM {{table_claim}}($1::bigint, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::timestamptz, $8::text[], $9::bigint[])
+
+-- name: call_many_keys
+-- call_many_tick with keys: $8 and $9 each element's offset and count in
+-- $10, the keys of every element one after the other. The first call
+-- takes the locks of every key of the batch, $11, ascending, before it
+-- reads anything: two batches whose keys overlap, in any order, never
+-- wait on each other, and the later calls find their keys locked.
+SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $7::timestamptz[], $8::int[], $9::int[])
+     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, koff, kn, ord)
+CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick,
+	CASE WHEN s.kn > 0 THEN ($10::text[])[s.koff + 1 : s.koff + s.kn] END,
+	CASE WHEN s.ord = 1 THEN $11::bigint[] END) AS c
+ORDER BY s.ord
+
+-- name: unclaim_starts
+-- Deletes the starts of the runs $3 started at $2 (pairwise) for the
+-- keys $1 (each run's keys, flattened, pairwise too): a claim given up
+-- after it won started nothing.
+DELETE FROM {{table_starts}} AS o USING unnest($1::text[], $2::timestamptz[], $3::bigint[]) AS d(key, started_at, run_id)
+WHERE o.key = d.key AND o.started_at = d.started_at AND o.run_id = d.run_id
+
+-- name: set_limit
+-- Creates or replaces the limit of key $1: $2 running, $3 starts per $4
+-- microseconds. A cooldown stays. Its row: the database clock.
+INSERT INTO {{table_keys}} AS k (key, max_running, max_starts, per_us, limit_at)
+VALUES ($1, $2, $3, $4, pg_catalog.clock_timestamp())
+ON CONFLICT (key) DO UPDATE SET max_running = EXCLUDED.max_running, max_starts = EXCLUDED.max_starts,
+	per_us = EXCLUDED.per_us, limit_at = EXCLUDED.limit_at
+RETURNING k.limit_at
+
+-- name: delete_limit
+-- Removes the limit of key $1; its cooldown stays. The row stays too,
+-- constraining nothing.
+UPDATE {{table_keys}} SET max_running = 0, max_starts = 0, per_us = 0, limit_at = NULL WHERE key = $1
+
+-- name: cooldown
+-- A cooldown of key $1 until $2, or, when $2 is NULL, for $4 microseconds
+-- from the database clock, with note $3. It never shortens one in force:
+-- the row changes only when the new end is later. An end that is not
+-- after the clock changes nothing. Its row: the clock and the end asked.
+WITH c AS (
+	SELECT pg_catalog.clock_timestamp() AS now
+), e AS (
+	SELECT c.now, coalesce($2::timestamptz, c.now + $4::bigint * interval '1 microsecond') AS until FROM c
+), up AS (
+	INSERT INTO {{table_keys}} AS k (key, cooling_until, cooling_note, cooling_at)
+	SELECT $1, e.until, $3, e.now FROM e WHERE e.until > e.now
+	ON CONFLICT (key) DO UPDATE SET cooling_until = EXCLUDED.cooling_until, cooling_note = EXCLUDED.cooling_note, cooling_at = EXCLUDED.cooling_at
+	WHERE k.cooling_until IS NULL OR k.cooling_until < EXCLUDED.cooling_until
+	RETURNING 1
+)
+SELECT e.now, e.until FROM e
+
+-- name: end_cooldown
+-- Ends the cooldown of key $1, if any.
+UPDATE {{table_keys}} SET cooling_until = NULL, cooling_note = '', cooling_at = NULL WHERE key = $1 AND cooling_until IS NOT NULL
+
+-- name: keys_state
+-- Every key with a limit or a cooldown, by name: its limit, its live runs
+-- and its starts in the window (at most max_starts of them counted), its
+-- cooldown if in force, and the database clock. At most $1 rows.
+SELECT k.key, k.max_running, k.max_starts, k.per_us,
+	(SELECT pg_catalog.count(*) FROM {{table}} AS r
+	  WHERE r.status = 'running' AND r.keys @> ARRAY[k.key] AND r.lease_until > c.now),
+	CASE WHEN k.max_starts > 0 THEN (
+		SELECT pg_catalog.count(*) FROM (
+			SELECT FROM {{table_starts}} AS s
+			 WHERE s.key = k.key AND s.started_at > c.now - k.per_us * interval '1 microsecond'
+			 LIMIT k.max_starts) AS w) ELSE 0 END,
+	CASE WHEN k.cooling_until > c.now THEN k.cooling_until END,
+	CASE WHEN k.cooling_until > c.now THEN k.cooling_note ELSE '' END,
+	c.now
+FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c, {{table_keys}} AS k
+WHERE k.max_running > 0 OR k.max_starts > 0 OR k.cooling_until > c.now
+ORDER BY k.key
+LIMIT $1
