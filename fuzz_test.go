@@ -435,6 +435,34 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, control...)    // the trigger used
 		wantIdents = append(wantIdents, schema, table) // the insert
 		wantIdents = append(wantIdents, schema, table) // and version 7's COMMENT ON TABLE
+		keys, starts := []string{schema, table + "_keys"}, []string{schema, table + "_starts"}
+		wantIdents = append(wantIdents, schema, table)                 // version 8's ALTER TABLE
+		wantIdents = append(wantIdents, table+"_keyed", schema, table) // its index
+		wantIdents = append(wantIdents, keys...)                       // the keys table
+		wantIdents = append(wantIdents, starts...)                     // the starts table
+		wantIdents = append(wantIdents, schema, table)                 // the grants' block: the runs table
+		wantIdents = append(wantIdents, keys...)                       // and the new tables, as literals
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, schema, table+"_claim") // the overload with keys
+		for range 2 {                                           // its body: the running run and
+			wantIdents = append(wantIdents, schema, table) // the pause, before the lock and under it
+			wantIdents = append(wantIdents, control...)
+		}
+		for range 2 { // the tick, the interval
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, starts...)     // a key's starts in the window
+		wantIdents = append(wantIdents, keys...)       // its row
+		wantIdents = append(wantIdents, schema, table) // its running runs
+		wantIdents = append(wantIdents, starts...)     // the start that must leave the window
+		for range 4 {                                  // the expiry, the tick again
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, control...)    // the trigger used
+		wantIdents = append(wantIdents, schema, table) // the insert
+		wantIdents = append(wantIdents, starts...)     // the old starts
+		wantIdents = append(wantIdents, starts...)     // and the new
+		wantIdents = append(wantIdents, schema, table) // and version 8's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

@@ -318,6 +318,18 @@ func TestHostileTableNames(t *testing.T) {
 			pk = pk[:cut]
 		}
 		want = append(want, n.schema+"."+pk+"_pkey")
+		// Version 8's index and tables, and the tables' primary keys,
+		// named as the control table's is.
+		want = append(want, n.schema+"."+n.table+"_keyed", n.schema+"."+n.table+"_keys", n.schema+"."+n.table+"_starts")
+		for _, tbl := range []string{n.table + "_keys", n.table + "_starts"} {
+			if cut := 63 - len("_pkey"); len(tbl) > cut {
+				for cut > 0 && !utf8.RuneStart(tbl[cut]) {
+					cut--
+				}
+				tbl = tbl[:cut]
+			}
+			want = append(want, n.schema+"."+tbl+"_pkey")
+		}
 		c := newClaimer(t, store)
 		run, err := c.Claim(ctx, "src")
 		if err != nil {

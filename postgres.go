@@ -290,7 +290,10 @@ const claimGrace = 5 * time.Second
 
 // Unclaim implements Unclaimer in one statement: it deletes the run's
 // row. A trigger that the claim used up stays used up: the row does not
-// record it.
+// record it; so do the starts the run recorded for its keys (RunInfo does
+// not name them), which count against the keys' MaxStarts until they
+// leave the window. Claim and ClaimMany, which know the keys, delete both
+// when their caller gave up.
 func (s *PostgresStore) Unclaim(ctx context.Context, run RunInfo) error {
 	if err := checkContext(ctx); err != nil {
 		return err

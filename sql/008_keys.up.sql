@@ -83,7 +83,7 @@ BEGIN
 	   OR pg_catalog.current_setting('lock_timeout')::interval OPERATOR(pg_catalog.>=) (p_lock_timeout OPERATOR(pg_catalog.*) interval '1 millisecond') THEN
 		ignored := pg_catalog.set_config('lock_timeout', p_lock_timeout::pg_catalog.text, true);
 	END IF;
-	-- The keys' locks, before anything is read, in the order given
+	-- The locks of the keys, before anything is read, in the order given
 	-- (ascending: two claims never wait on each other), each wait bounded
 	-- by lock_timeout. A claim that finds a key busy waits for the claim
 	-- that holds it to commit, then counts what it committed: never more
@@ -162,14 +162,14 @@ BEGIN
 	IF p_keys IS NOT NULL THEN
 		FOREACH k IN ARRAY p_keys LOOP
 			-- What an earlier call of this transaction learnt of the key
-			-- (a ClaimMany: its first call holds every key's lock to the
-			-- end, so only its own wins add to the key's runs and starts
+			-- (a ClaimMany: its first call holds the lock of every key to the
+			-- end, so only its own wins add to the runs and starts of the key
 			-- meanwhile): the room left under each bound, -1 for none. A
 			-- key with room left is not read again; one with none left is,
 			-- so that its skip says when there is room.
 			guc := 'runclaim.key_' OPERATOR(pg_catalog.||) pg_catalog.translate(pg_catalog.hashtextextended(k, 0)::pg_catalog.text, '-', 'm');
-			-- The setting is the transaction's (set_config's is_local), and
-			-- says so too: its value ends with the transaction's start and
+			-- The setting lasts for the transaction only (is_local), and
+			-- says so too: its value ends with the start of the transaction and
 			-- the key, so that neither another transaction nor another key
 			-- whose name hashes alike reads it.
 			tag := ';' OPERATOR(pg_catalog.||) pg_catalog.now()::pg_catalog.text OPERATOR(pg_catalog.||) ';' OPERATOR(pg_catalog.||) k;
@@ -244,7 +244,7 @@ BEGIN
 				retry_after := key_retry;
 				RETURN;
 			END IF;
-			-- The room left after this claim's win, which comes next
+			-- The room left after the win of this claim, which comes next
 			-- unless a holder found below skips it: then one less than
 			-- there is, which only makes a later call count again.
 			ignored := pg_catalog.set_config(guc, (CASE WHEN room_running OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_running OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
@@ -292,8 +292,8 @@ BEGIN
 		 WHERE u.source OPERATOR(pg_catalog.=) p_source AND u.triggered_at IS NOT NULL;
 	END IF;
 	db_now := pg_catalog.clock_timestamp();
-	-- The run, and each key's start, whether or not the key has a limit
-	-- now, so that a limit set later counts it; the key's starts older
+	-- The run, and the start of each key, whether or not the key has a limit
+	-- now, so that a limit set later counts it; the starts of the key older
 	-- than the longest window go. One statement.
 	WITH ins AS (
 		INSERT INTO {{table}} AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
