@@ -27,7 +27,7 @@ type MemoryStore struct {
 	limits   map[string]Limit         // by key
 	cools    map[string]memCooldown   // by key
 	starts   map[string][]memStart    // by key: the starts of runs that named it, oldest first
-	states   map[string]string        // by source: its state (see StateSaver)
+	states   map[string]SavedState    // by source: its state (see StateSaver)
 }
 
 // memCooldown is a key's cooldown.
@@ -83,7 +83,7 @@ func NewMemoryStore(opts ...ClockOption) *MemoryStore {
 		limits:   make(map[string]Limit),
 		cools:    make(map[string]memCooldown),
 		starts:   make(map[string][]memStart),
-		states:   make(map[string]string),
+		states:   make(map[string]SavedState),
 	}
 	for _, o := range opts {
 		if o.now != nil {
@@ -168,7 +168,7 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 	delete(s.triggers, req.Source) // the claim that wins uses the trigger up
 	info := r.info
 	if st, ok := s.states[req.Source]; ok {
-		info.State, info.HasState = st, true
+		info.State, info.HasState = string(st.State), true
 	}
 	return info, nil
 }
@@ -507,21 +507,21 @@ func (s *MemoryStore) SaveState(ctx context.Context, req SaveStateRequest) error
 		r.status != StatusRunning || !r.info.LeaseUntil.After(s.now()) {
 		return fmt.Errorf("runclaim: save state of run %d: %w", req.ID, ErrLeaseLost)
 	}
-	s.states[req.Source] = string(req.State)
+	s.states[req.Source] = SavedState{State: append([]byte{}, req.State...), SavedAt: s.now(), RunID: req.ID}
 	return nil
 }
 
-// SourceState returns the state of source, and whether it has one: for
-// tests and tools, as the CLI's state command reads it on Postgres.
-func (s *MemoryStore) SourceState(ctx context.Context, source string) ([]byte, bool, error) {
+// State returns the state of source, and whether it has one, as
+// PostgresStore.State does.
+func (s *MemoryStore) State(ctx context.Context, source string) (SavedState, bool, error) {
 	if err := checkSourceCall(ctx, source); err != nil {
-		return nil, false, err
+		return SavedState{}, false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.states[source]
-	if !ok {
-		return nil, false, nil
+	if ok {
+		st.State = append([]byte{}, st.State...)
 	}
-	return []byte(st), true, nil
+	return st, ok, nil
 }
