@@ -29,19 +29,29 @@ CREATE OR REPLACE FUNCTION "public"."runclaim_runs_claim"(
 	OUT run_state pg_catalog.bytea)
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER
 AS $q$
+DECLARE
+	c record;
 BEGIN
 	-- The claim as version 8 decides it: without keys, the overload with
 	-- a tick, as a claim naming no key sends it; with keys, the overload
-	-- with keys.
+	-- with keys. Each call is a simple expression, which skips the
+	-- executor.
 	IF p_keys IS NULL THEN
-		SELECT c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick
-		  INTO locked, isolation, db_now, won, run_id, run_owner, run_started, run_lease, retry_after, done_tick
-		  FROM "public"."runclaim_runs_claim"(p_key, p_source, p_owner, p_lease, p_min_interval, p_lock_timeout, p_tick) AS c;
+		c := "public"."runclaim_runs_claim"(p_key, p_source, p_owner, p_lease, p_min_interval, p_lock_timeout, p_tick);
 	ELSE
-		SELECT c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
-		  INTO locked, isolation, db_now, won, run_id, run_owner, run_started, run_lease, retry_after, done_tick, limited_key
-		  FROM "public"."runclaim_runs_claim"(p_key, p_source, p_owner, p_lease, p_min_interval, p_lock_timeout, p_tick, p_keys, p_key_locks) AS c;
+		c := "public"."runclaim_runs_claim"(p_key, p_source, p_owner, p_lease, p_min_interval, p_lock_timeout, p_tick, p_keys, p_key_locks);
+		limited_key := c.limited_key;
 	END IF;
+	locked := c.locked;
+	isolation := c.isolation;
+	db_now := c.db_now;
+	won := c.won;
+	run_id := c.run_id;
+	run_owner := c.run_owner;
+	run_started := c.run_started;
+	run_lease := c.run_lease;
+	retry_after := c.retry_after;
+	done_tick := c.done_tick;
 	-- A win reads the source state in a statement of its own, so with a
 	-- snapshot taken after the advisory lock and after the run it follows
 	-- was finished or expired: every save of that run committed before.
