@@ -209,3 +209,41 @@ func TestStateOperator(t *testing.T) {
 		t.Fatal("SetState of MaxStateLen+1 bytes: nil error")
 	}
 }
+
+// TestMigrateRepairsStates: a table whose comment says version 9 but that
+// lacks the table of states or the overload with a state is at version 8,
+// and Migrate puts the missing object back; then a run's save reaches the
+// next run.
+func TestMigrateRepairsStates(t *testing.T) {
+	t.Parallel()
+	for name, damage := range map[string]string{
+		"function": `DROP FUNCTION "public"."runclaim_runs_claim"(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[], boolean)`,
+		"table":    `DROP TABLE "public"."runclaim_runs_cursors"`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := pgtest.New(t)
+			fresh := repairDamaged(t, db, "the "+name+" missing", func(*runclaim.PostgresStore) string { return damage }, 8)
+			c := newClaimer(t, fresh)
+			run, err := c.Claim(ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := run.SaveState(ctx, []byte("after repair")); err != nil {
+				t.Fatal(err)
+			}
+			if err := run.Finish(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			next, err := c.Claim(ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer next.Finish(ctx, nil)
+			if got := string(next.State()); got != "after repair" {
+				t.Errorf("state after the repair: %q", got)
+			}
+		})
+	}
+}
