@@ -177,30 +177,35 @@ type schemaCache struct {
 	recheck time.Duration // schemaRecheck; tests change it
 	version atomic.Int64  // 0: not known
 	checked atomic.Int64  // when version was read, as nanoseconds since base
-	// stateMiss is when a call found no claim function of version 9, as
-	// nanoseconds since base (at least 1); 0: never.
-	stateMiss atomic.Int64
 }
 
 // useStateFunc reports whether claims should call the function of
-// version 9: when the table has it, or while a call has not found it
-// missing within the last recheck, so that a store that started before
-// another replica's Migrate finds it within schemaRecheck.
+// version 9: when the version is not known yet, or has it, or when a
+// version with the claim function but before 9 was read at least
+// schemaRecheck ago (a store on the batch learns it from the batch's own
+// recheck), so that a store
+// that started before another replica's Migrate finds the function within
+// schemaRecheck.
 func (c *schemaCache) useStateFunc() bool {
-	if c.version.Load() >= stateFuncVersion {
+	v := c.version.Load()
+	if v == 0 || v >= stateFuncVersion {
 		return true
 	}
-	m := c.stateMiss.Load()
-	return m == 0 || time.Duration(int64(time.Since(c.base))-m) >= c.recheck
+	if v < claimFuncVersion {
+		return false // the batch's own recheck reads the version
+	}
+	return time.Duration(int64(time.Since(c.base))-c.checked.Load()) >= c.recheck
 }
 
 // noStateFunc records that a call found the function of version 9
-// missing: claims go by the version before it until the next recheck.
+// missing: claims go by the version before it (or the older one already
+// known) until the next recheck.
 func (c *schemaCache) noStateFunc() {
-	c.stateMiss.Store(max(1, int64(time.Since(c.base))))
-	if c.version.Load() >= stateFuncVersion {
-		c.version.Store(stateFuncVersion - 1)
+	v := c.version.Load()
+	if v == 0 || v >= stateFuncVersion {
+		v = stateFuncVersion - 1
 	}
+	c.set(int(v))
 }
 
 // useFunc reports whether claims should call the function: when the
