@@ -105,6 +105,8 @@ func (c *Claimer) newRun(info RunInfo, sent time.Time) *Run {
 		StartedAt:   info.StartedAt,
 		LeaseUntil:  info.LeaseUntil,
 		Tick:        info.Tick,
+		state:       info.State,
+		hasState:    info.HasState,
 		claimer:     c,
 		leaseUntil:  info.LeaseUntil,
 		claimedAt:   sent,
@@ -137,6 +139,8 @@ type Run struct {
 	Tick time.Time
 
 	claimer   *Claimer
+	state     string    // the source's state when the run was claimed; see State
+	hasState  bool      // whether it had one
 	claimedAt time.Time // when the claim was sent, local clock
 	waited    bool      // won by a claim with Wait
 

@@ -129,6 +129,8 @@ type RunInfo struct {
 	StartedAt  time.Time // when it was claimed, by the store's clock
 	LeaseUntil time.Time // when its lease ends unless extended
 	Tick       time.Time // the scheduled tick it serves (ForTick); zero for a plain claim
+	State      string    // the source's state when a claim won the run (see StateSaver), as bytes in a string, which keeps RunInfo comparable
+	HasState   bool      // whether the source had a state then; false in a NotClaimedError's Holder
 }
 
 // Error describes the skip in one line.

@@ -463,6 +463,15 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, starts...)     // the old starts
 		wantIdents = append(wantIdents, starts...)     // and the new
 		wantIdents = append(wantIdents, schema, table) // and version 8's COMMENT ON TABLE
+		states := []string{schema, table + "_cursors"}
+		wantIdents = append(wantIdents, states...)              // version 9's table of states
+		wantIdents = append(wantIdents, schema, table)          // the grants' block: the runs table
+		wantIdents = append(wantIdents, states...)              // and the new table, as a literal
+		wantIdents = append(wantIdents, schema, table+"_claim") // the overload with a state
+		wantIdents = append(wantIdents, schema, table+"_claim") // its body: the function with a tick
+		wantIdents = append(wantIdents, schema, table+"_claim") // or the one with keys
+		wantIdents = append(wantIdents, states...)              // the state of a win
+		wantIdents = append(wantIdents, schema, table)          // and version 9's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

@@ -321,7 +321,9 @@ func TestHostileTableNames(t *testing.T) {
 		// Version 8's index and tables, and the tables' primary keys,
 		// named as the control table's is.
 		want = append(want, n.schema+"."+n.table+"_keyed", n.schema+"."+n.table+"_keys", n.schema+"."+n.table+"_starts")
-		for _, tbl := range []string{n.table + "_keys", n.table + "_starts"} {
+		// Version 9's table of states, and its primary key.
+		want = append(want, n.schema+"."+n.table+"_cursors")
+		for _, tbl := range []string{n.table + "_keys", n.table + "_starts", n.table + "_cursors"} {
 			if cut := 63 - len("_pkey"); len(tbl) > cut {
 				for cut > 0 && !utf8.RuneStart(tbl[cut]) {
 					cut--

@@ -61,8 +61,10 @@ func TestKeysOnOlderTable(t *testing.T) {
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
 	steps := store.Migrations()
-	if _, err := db.Pool.Exec(ctx, steps[len(steps)-1].Down); err != nil {
-		t.Fatal(err)
+	for _, step := range []runclaim.Migration{steps[len(steps)-1], steps[len(steps)-2]} { // 9, then 8
+		if _, err := db.Pool.Exec(ctx, step.Down); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fresh, err := runclaim.NewPostgresStore(db.Pool)
 	if err != nil {
@@ -339,10 +341,11 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-// TestNoKeySamePath: a claim and a ClaimMany that name no key send the
-// statements they sent before keys, one each (the function with a tick,
-// without the keys' arguments); a claim that names one sends one
-// statement too, the overload with keys.
+// TestNoKeySamePath: a claim that names no key sends one statement, the
+// overload of version 9 (which returns the state of a win); a ClaimMany
+// that names none sends the statement it sent before keys (the function
+// with a tick, without the keys' arguments); a claim that names one sends
+// one statement too, the overload of version 9 with the keys.
 func TestNoKeySamePath(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -365,10 +368,11 @@ func TestNoKeySamePath(t *testing.T) {
 	if len(batches) != 0 || len(queries) != 2 {
 		t.Fatalf("a claim and a ClaimMany naming no key sent %d batches and %d queries, want 0 and 2: %q", len(batches), len(queries), queries)
 	}
-	for _, q := range queries {
-		if !strings.Contains(q, "$7::timestamptz") || strings.Contains(q, "$9::bigint[]") || strings.Contains(q, "$10::text[]") {
-			t.Errorf("a claim naming no key sent %q, not the statement of version 7", q)
-		}
+	if !strings.Contains(queries[0], "$9::bigint[], true)") {
+		t.Errorf("a claim naming no key sent %q, not the overload of version 9", queries[0])
+	}
+	if q := queries[1]; !strings.Contains(q, "$7::timestamptz") || strings.Contains(q, "$9::bigint[]") || strings.Contains(q, "$10::text[]") {
+		t.Errorf("a ClaimMany naming no key sent %q, not the statement of version 7", q)
 	}
 	if err := run.Finish(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -378,7 +382,7 @@ func TestNoKeySamePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	batches, queries = rec.take()
-	if len(batches) != 0 || len(queries) != 1 || !strings.Contains(queries[0], "$9::bigint[]") {
+	if len(batches) != 0 || len(queries) != 1 || !strings.Contains(queries[0], "$9::bigint[], true)") {
 		t.Errorf("a claim naming a key sent %d batches and %q, want one call of the overload with keys", len(batches), queries)
 	}
 }

@@ -27,6 +27,7 @@ type MemoryStore struct {
 	limits   map[string]Limit         // by key
 	cools    map[string]memCooldown   // by key
 	starts   map[string][]memStart    // by key: the starts of runs that named it, oldest first
+	states   map[string]SavedState    // by source: its state (see StateSaver)
 }
 
 // memCooldown is a key's cooldown.
@@ -62,7 +63,10 @@ type memRun struct {
 	finished    time.Time
 }
 
-var _ Controller = (*MemoryStore)(nil)
+var (
+	_ Controller = (*MemoryStore)(nil)
+	_ StateSaver = (*MemoryStore)(nil)
+)
 
 // NewMemoryStore returns an empty in-memory Store. WithClock gives it
 // another clock than time.Now.
@@ -79,6 +83,7 @@ func NewMemoryStore(opts ...ClockOption) *MemoryStore {
 		limits:   make(map[string]Limit),
 		cools:    make(map[string]memCooldown),
 		starts:   make(map[string][]memStart),
+		states:   make(map[string]SavedState),
 	}
 	for _, o := range opts {
 		if o.now != nil {
@@ -161,7 +166,11 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 	s.running[req.Source] = r
 	s.latest[req.Source] = r
 	delete(s.triggers, req.Source) // the claim that wins uses the trigger up
-	return r.info, nil
+	info := r.info
+	if st, ok := s.states[req.Source]; ok {
+		info.State, info.HasState = string(st.State), true
+	}
+	return info, nil
 }
 
 // Unclaim implements Unclaimer: it forgets the run, makes the run of the
@@ -478,4 +487,41 @@ func (s *MemoryStore) wakeLocked(source string) {
 		close(ch)
 		delete(s.wakes, source)
 	}
+}
+
+// SaveState implements StateSaver.
+func (s *MemoryStore) SaveState(ctx context.Context, req SaveStateRequest) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runclaim: save state of run %d: %w", req.ID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.runs[req.ID]
+	if r == nil || r.info.Source != req.Source || r.info.Owner != req.Owner || !r.info.StartedAt.Equal(req.StartedAt) ||
+		r.status != StatusRunning || !r.info.LeaseUntil.After(s.now()) {
+		return fmt.Errorf("runclaim: save state of run %d: %w", req.ID, ErrLeaseLost)
+	}
+	s.states[req.Source] = SavedState{State: append([]byte{}, req.State...), SavedAt: s.now(), RunID: req.ID}
+	return nil
+}
+
+// State returns the state of source, and whether it has one, as
+// PostgresStore.State does.
+func (s *MemoryStore) State(ctx context.Context, source string) (SavedState, bool, error) {
+	if err := checkSourceCall(ctx, source); err != nil {
+		return SavedState{}, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.states[source]
+	if ok {
+		st.State = append([]byte{}, st.State...)
+	}
+	return st, ok, nil
 }

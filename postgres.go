@@ -119,6 +119,7 @@ type PostgresStore struct {
 		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
 		callKeys, callManyKeys, unclaimStarts                                    string // claims that name keys
 		setLimit, deleteLimit, cooldown, endCooldown, keysState                  string // Limiter's, and Keys
+		callState, saveState, readState, setState, clearState                    string // states (version 9)
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
@@ -205,6 +206,11 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.cooldown = s.statement("cooldown")
 	s.sql.endCooldown = s.statement("end_cooldown")
 	s.sql.keysState = s.statement("keys_state")
+	s.sql.callState = s.statement("call_state")
+	s.sql.saveState = s.statement("save_state")
+	s.sql.readState = s.statement("read_state")
+	s.sql.setState = s.statement("set_state")
+	s.sql.clearState = s.statement("clear_state")
 	s.sql.sourceStateOne = fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL)
 	s.sql.sourceStateAll = fmt.Sprintf(sourceStateSQL, s.Table(), fmt.Sprintf(sourceStateAllSQL, s.Table()))
 	return s, nil

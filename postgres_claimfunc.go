@@ -179,6 +179,35 @@ type schemaCache struct {
 	checked atomic.Int64  // when version was read, as nanoseconds since base
 }
 
+// useStateFunc reports whether claims should call the function of
+// version 9: when the version is not known yet, or has it, or when a
+// version with the claim function but before 9 was read at least
+// schemaRecheck ago (a store on the batch learns it from the batch's own
+// recheck), so that a store
+// that started before another replica's Migrate finds the function within
+// schemaRecheck.
+func (c *schemaCache) useStateFunc() bool {
+	v := c.version.Load()
+	if v == 0 || v >= stateFuncVersion {
+		return true
+	}
+	if v < claimFuncVersion {
+		return false // the batch's own recheck reads the version
+	}
+	return time.Duration(int64(time.Since(c.base))-c.checked.Load()) >= c.recheck
+}
+
+// noStateFunc records that a call found the function of version 9
+// missing: claims go by the version before it (or the older one already
+// known) until the next recheck.
+func (c *schemaCache) noStateFunc() {
+	v := c.version.Load()
+	if v == 0 || v >= stateFuncVersion {
+		v = stateFuncVersion - 1
+	}
+	c.set(int(v))
+}
+
 // useFunc reports whether claims should call the function: when the
 // version is not known yet, or has it.
 func (c *schemaCache) useFunc() bool {

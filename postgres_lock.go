@@ -93,6 +93,12 @@ type claimDecision struct {
 // table at version 7 says; an older one never does), so that a caller
 // that gives the run up can give the trigger back.
 func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, time.Time, error) {
+	if s.schemaVer.useStateFunc() {
+		info, trigger, err, done := s.claimState(ctx, req, explicit)
+		if done {
+			return info, trigger, err
+		}
+	}
 	if len(req.Keys) > 0 {
 		return s.claimKeyed(ctx, req, explicit)
 	}

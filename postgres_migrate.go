@@ -54,7 +54,15 @@ import (
 //     that name no key go on as before, on this table and an older one;
 //     a claim that names keys on an older table fails with an error that
 //     says to run Migrate.
-const LatestSchemaVersion = 8
+//   - Version 9: states (Run.State, Run.SaveState): a table of each
+//     source's state named after the runs table with the suffix
+//     "_cursors", and the claim function's overload that returns the
+//     state of a win. Roles that may insert into the runs table are
+//     granted what claims and saves need on the new table. The code of
+//     version 8 goes on as before on this table; on an older table claims
+//     go on without states (a run's State is nil) and SaveState fails
+//     with an error that says to run Migrate.
+const LatestSchemaVersion = 9
 
 // A Migration is one step of the runs table's schema, for users of goose,
 // atlas or golang-migrate who apply schema changes with their own tool
@@ -130,6 +138,10 @@ var migrations = []struct {
 	// a new overload of the claim function; the functions before it stay
 	// for the previous release.
 	{8, "008_keys", "add keys with limits and cooldowns"},
+	// A new table with grants copied from the claimers of the runs table,
+	// and a new overload of the claim function that calls the ones before
+	// it, which stay for the previous release.
+	{9, "009_states", "add a state handed from run to run"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -216,12 +228,12 @@ type schemaState struct {
 	schemaExists, tableExists                           bool
 	comment                                             string
 	indexes, column, function, ticks, control, lostPath bool
-	claimRaces, keys                                    bool
+	claimRaces, keys, states                            bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys, &st.states}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -238,7 +250,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys, st.states} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -250,7 +262,8 @@ func (st *schemaState) version() int {
 func (s *PostgresStore) schemaStateArgs() []any {
 	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs,
 		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc(), claimRacesMarker,
-		s.keysTable(), s.startsTable(), s.indexName(keyedSuffix), s.claimFunc() + keyFuncArgs}
+		s.keysTable(), s.startsTable(), s.indexName(keyedSuffix), s.claimFunc() + keyFuncArgs,
+		s.statesTable(), s.claimFunc() + stateFuncArgs}
 }
 
 // Suffixes of the indexes' names.
@@ -474,6 +487,9 @@ func (s *PostgresStore) stepGuard(v int) string {
 			" AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regclass(%s) IS NOT NULL"+
 			" AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
 			dollarQuote(s.Table()), dollarQuote(s.keysTable()), dollarQuote(s.startsTable()), dollarQuote(s.indexName(keyedSuffix)), dollarQuote(s.claimFunc()+keyFuncArgs))
+	case 9:
+		objects = fmt.Sprintf("pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
+			dollarQuote(s.statesTable()), dollarQuote(s.claimFunc()+stateFuncArgs))
 	default:
 		objects = "true"
 	}

@@ -168,5 +168,7 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{schema_table_keyed}}", s.indexName(keyedSuffix),
 		"{{table_keys_literal}}", dollarQuoteWith("n", s.keysTable()),
 		"{{table_starts_literal}}", dollarQuoteWith("n", s.startsTable()),
+		"{{table_states}}", s.statesTable(),
+		"{{table_states_literal}}", dollarQuoteWith("n", s.statesTable()),
 	).Replace(q)
 }

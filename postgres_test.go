@@ -420,6 +420,7 @@ func wantSchema(table string) schemaDesc {
 			table + "_claim(bigint, text, text, bigint, bigint, bigint)",
 			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone)",
 			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[])",
+			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[], boolean)",
 		},
 	}
 }

@@ -58,6 +58,7 @@ var appGrants = []string{
 	`GRANT SELECT, UPDATE (triggered_at) ON %[1]s.%[4]s TO %[3]s`,
 	`GRANT SELECT, INSERT (key, cooling_until, cooling_note, cooling_at), UPDATE (cooling_until, cooling_note, cooling_at) ON %[1]s.%[5]s TO %[3]s`,
 	`GRANT SELECT, INSERT, DELETE ON %[1]s.%[6]s TO %[3]s`,
+	`GRANT SELECT, INSERT (source, state, run_id, saved_at), UPDATE (state, run_id, saved_at) ON %[1]s.%[7]s TO %[3]s`,
 }
 
 // newPrivEnv creates the roles (dropped when the test ends: roles are
@@ -88,8 +89,9 @@ func newPrivEnv(t *testing.T) *privEnv {
 	schemaID, tableID := pgx.Identifier{e.schema}.Sanitize(), pgx.Identifier{runclaim.DefaultTable}.Sanitize()
 	controlID := pgx.Identifier{runclaim.DefaultTable + "_control"}.Sanitize()
 	keysID, startsID := pgx.Identifier{runclaim.DefaultTable + "_keys"}.Sanitize(), pgx.Identifier{runclaim.DefaultTable + "_starts"}.Sanitize()
+	cursorsID := pgx.Identifier{runclaim.DefaultTable + "_cursors"}.Sanitize()
 	for _, g := range appGrants {
-		if _, err := ownerPool.Exec(ctx, fmt.Sprintf(g, schemaID, tableID, e.app.name, controlID, keysID, startsID)); err != nil {
+		if _, err := ownerPool.Exec(ctx, fmt.Sprintf(g, schemaID, tableID, e.app.name, controlID, keysID, startsID, cursorsID)); err != nil {
 			t.Fatalf("grant as the owner: %v", err)
 		}
 	}

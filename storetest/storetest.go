@@ -79,6 +79,9 @@ var cases = []suiteCase{
 	{name: "KeyBadInput", store: testKeyBadInput},
 	{name: "KeyRoomForBoth", replicas: testKeyRoomForBoth},
 	{name: "KeyReplicas", replicas: testKeyReplicas},
+	{name: "StateHandedOn", store: testStateHandedOn},
+	{name: "StateFencedByLease", store: testStateFencedByLease},
+	{name: "StateBadInput", store: testStateBadInput},
 }
 
 // RunReplicas runs the whole suite, each check as a subtest of t, the cases

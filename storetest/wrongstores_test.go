@@ -136,6 +136,12 @@ const (
 	bugCooldownShortened
 	// Keys are checked before every other reason to skip.
 	bugKeyFirst
+	// A save of state is not fenced by the lease: a run whose lease has
+	// ended, taken over or not, still saves.
+	bugStateUnfenced
+	// The state is the one saved by the latest run that succeeded: a
+	// run's saves count only once it finishes as succeeded.
+	bugStateSucceededOnly
 	// ClaimMany counts each key as it was before the batch, not counting
 	// the runs the batch itself started.
 	bugManyKeysBefore
@@ -162,6 +168,8 @@ type memBackend struct {
 	notes     map[string]string    // by source: the pause's note
 	triggers  map[string]bool      // by source: a trigger waits
 	keys      keyBackend
+	states    map[string]string // by source: its state
+	unsaved   map[int64]string  // by run: its last save, for bugStateSucceededOnly
 }
 
 // lastRun is the start of a source's latest run and the interval its
@@ -183,7 +191,8 @@ type memRun struct {
 
 func newMemBackend() *memBackend {
 	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun), served: make(map[string]time.Time),
-		pauses: make(map[string]time.Time), notes: make(map[string]string), triggers: make(map[string]bool), keys: newKeyBackend()}
+		pauses: make(map[string]time.Time), notes: make(map[string]string), triggers: make(map[string]bool), keys: newKeyBackend(),
+		states: make(map[string]string), unsaved: make(map[int64]string)}
 }
 
 // copyStore is one Store value on a memBackend.
@@ -507,7 +516,32 @@ func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) run
 	if bug != bugIntervalSucceededOnly {
 		b.lastStart[req.Source] = lastRun{now, req.MinInterval}
 	}
-	return r.info
+	info := r.info
+	info.State, info.HasState = b.states[req.Source]
+	return info
+}
+
+// SaveState implements runclaim.StateSaver.
+func (s *copyStore) SaveState(ctx context.Context, req runclaim.SaveStateRequest) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("save state of run %d: %w", req.ID, err)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	r := s.b.runs[req.ID]
+	if r == nil || r.info.Source != req.Source || r.info.Owner != req.Owner || !r.info.StartedAt.Equal(req.StartedAt) ||
+		(r.status != runclaim.StatusRunning || !r.info.LeaseUntil.After(time.Now())) && s.bug != bugStateUnfenced {
+		return fmt.Errorf("save state of run %d: %w", req.ID, runclaim.ErrLeaseLost)
+	}
+	if s.bug == bugStateSucceededOnly {
+		s.b.unsaved[req.ID] = string(req.State)
+		return nil
+	}
+	s.b.states[req.Source] = string(req.State)
+	return nil
 }
 
 func (s *copyStore) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest) (time.Time, error) {
@@ -586,6 +620,9 @@ func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) erro
 	}
 	if s.bug == bugKeyStartsSucceededOnly && req.Status == runclaim.StatusSucceeded {
 		s.b.keys.started(r.keys, r.info.StartedAt, r.info.ID)
+	}
+	if st, ok := s.b.unsaved[r.info.ID]; ok && req.Status == runclaim.StatusSucceeded {
+		s.b.states[r.info.Source] = st
 	}
 	delete(s.b.running, r.info.Source)
 	if (req.Status == runclaim.StatusSucceeded || s.bug != bugTickFailedReopens) && r.info.Tick.After(s.b.served[r.info.Source]) {
@@ -914,6 +951,10 @@ var wrongStores = []wrongStore{
 		"KeyOrder", copyBackend(bugKeyFirst)},
 	{"many-keys-before", "ClaimMany counts each key as before the batch, not its own runs",
 		"ManyKeys", copyBackend(bugManyKeysBefore)},
+	{"state-unfenced", "a save of state not fenced by the lease: a run whose lease ended still saves",
+		"StateFencedByLease", copyBackend(bugStateUnfenced)},
+	{"state-succeeded-only", "the state taken from the latest succeeded run only",
+		"StateHandedOn", copyBackend(bugStateSucceededOnly)},
 	{"case-insensitive", "sources compared without regard to case",
 		"LookalikeSources", func() func() runclaim.Store {
 			mem, spelling := runclaim.NewMemoryStore(), new(sync.Map)

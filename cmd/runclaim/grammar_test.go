@@ -19,18 +19,19 @@ func jsonErrorOf(t *testing.T, stderr string) (command, msg, hint string) {
 	return e.Command, e.Error, e.Hint
 }
 
-// TestDidYouMean: a mistyped command is refused with the command it was
-// probably meant to be, in text and in JSON.
+// TestDidYouMean: a mistyped command is refused with the commands it was
+// probably meant to be (status and state are both one edit from stauts
+// when letters may swap), in text and in JSON.
 func TestDidYouMean(t *testing.T) {
 	r := runCLI(t, nil, nil, "stauts")
-	if r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "stauts"`) || !strings.Contains(r.stderr, "did you mean status?") {
+	if r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "stauts"`) || !strings.Contains(r.stderr, "did you mean status or state?") {
 		t.Errorf("stauts: %+v", r)
 	}
 	r = runCLI(t, nil, nil, "--json", "stauts")
 	if r.code != exitUsage || r.stdout != "" {
 		t.Fatalf("--json stauts: %+v", r)
 	}
-	if _, msg, hint := jsonErrorOf(t, r.stderr); msg != `unknown command "stauts"` || hint != "did you mean status?" {
+	if _, msg, hint := jsonErrorOf(t, r.stderr); msg != `unknown command "stauts"` || hint != "did you mean status or state?" {
 		t.Errorf("--json stauts: error %q, hint %q", msg, hint)
 	}
 	// Nothing close: no suggestion.

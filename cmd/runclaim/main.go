@@ -72,6 +72,7 @@ var commands = []func(*cli) *cobra.Command{
 	newLimitCommand,
 	newLimitsCommand,
 	newCooldownCommand,
+	newStateCommand,
 }
 
 // The annotations of a command (cobra.Command.Annotations).

@@ -26,6 +26,7 @@ var surface = map[string][]string{
 	"limit":    {"running", "starts", "per"},
 	"limits":   {},
 	"cooldown": {"for", "note", "end"},
+	"state":    {"set-file", "clear", "force"},
 }
 
 // writers are the commands that take --synchronous-commit.

@@ -1,0 +1,208 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Schema version 9 (sql/009_states.up.sql) adds states: a table of each
+// source's state, named after the runs table with statesSuffix, one row
+// per source that has one; and an overload of the claim function with one
+// more argument, which says to return the state, and one more result, the
+// state of the source when the claim won (NULL when it lost, or when the
+// source has none).
+//
+// The overload decides the claim by calling the function that version 8
+// calls (the one with a tick for a claim that names no key, the one with
+// keys otherwise), and then, on a win only, reads the state in a statement
+// of its own: under READ COMMITTED that statement takes its snapshot after
+// the claim took the source's advisory lock and expired or found finished
+// the run before it, so the state it reads is the last one that run saved.
+// A save (sql/state.sql) locks the run's row FOR SHARE with Fence's
+// predicate (the run's ID, source, owner and start; running; its lease not
+// ended by the database clock), so a claim cannot expire a run while one
+// of its saves is in flight, and a save after the expiry finds no run. A
+// lost claim returns a NULL more and reads nothing more.
+//
+// The code of version 8 calls the functions it called before, which
+// version 9 leaves alone, and never reads the table of states.
+
+// statesSuffix makes the table of states' name from the runs table's; it
+// is no longer than runningSuffix (see maxTableLen). Its first letters
+// after the underscore differ from every other table's suffix, so that
+// Postgres's names for the tables' primary keys, which cut the table's
+// name to fit 63 bytes, stay apart for the longest table names too.
+const statesSuffix = "_cursors"
+
+// stateFuncVersion is the first schema version with states.
+const stateFuncVersion = 9
+
+// stateFuncArgs are the argument types of the claim function's overload
+// of version 9.
+const stateFuncArgs = "(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[], boolean)"
+
+// statesTable returns the quoted, schema-qualified name of the table of
+// states.
+func (s *PostgresStore) statesTable() string {
+	return pgx.Identifier{s.schema, s.table + statesSuffix}.Sanitize()
+}
+
+var _ StateSaver = (*PostgresStore)(nil)
+
+// stateClaim is what a call of the overload of version 9 sends and
+// returns, in one allocation.
+type stateClaim struct {
+	funcClaim
+	state []byte
+	args  [9]any
+	dest  [12]any
+}
+
+// claimState sends the claim as one call of the overload of version 9.
+// done is false when the table has no such function: the call wrote
+// nothing, and the claim goes by the version before.
+func (s *PostgresStore) claimState(ctx context.Context, req ClaimRequest, explicit bool) (info RunInfo, trigger time.Time, err error, done bool) {
+	r := &stateClaim{}
+	r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
+	r.args = [9]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds(), &r.tick, nil, nil}
+	if len(req.Keys) > 0 {
+		r.args[7], r.args[8] = req.Keys, s.keyLocks(nil, req.Keys)
+	}
+	r.dest = [12]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey, &r.state}
+	if !explicit {
+		err = s.db.QueryRow(ctx, s.sql.callState, r.args[:]...).Scan(r.dest[:]...)
+	} else {
+		err = s.explicitQueryRow(ctx, s.sql.callState, r.args[:], r.dest[:]...)
+	}
+	r.settle()
+	switch {
+	case err == nil:
+		if s.schemaVer.version.Load() < stateFuncVersion {
+			s.schemaVer.set(stateFuncVersion)
+		}
+		info, trigger, err = r.result(req, explicit)
+		if err == nil && r.state != nil {
+			info.State, info.HasState = string(r.state), true
+		}
+		return info, trigger, err, true
+	case missingFunc(err):
+		s.schemaVer.noStateFunc()
+		return RunInfo{}, time.Time{}, nil, false
+	}
+	return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true), true
+}
+
+// SaveState implements StateSaver in one statement. It needs schema
+// version 9 and, for the role, INSERT and UPDATE on the table of states
+// (see docs/least-privilege.md).
+func (s *PostgresStore) SaveState(ctx context.Context, req SaveStateRequest) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	state := req.State
+	if state == nil {
+		state = []byte{} // a state, not NULL
+	}
+	var id pgtype.Int8
+	err := s.queryRow(ctx, s.sql.saveState, []any{req.ID, req.Source, req.Owner, req.StartedAt, state}, &id)
+	what := "save state of run " + strconv.FormatInt(req.ID, 10)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("runclaim: %s: %w", what, ErrLeaseLost)
+	case err != nil && pgCode(err) == "42P01": // undefined_table
+		return fmt.Errorf("runclaim: %s: the table of states %s is missing: the runs table %s is at a schema version older than %d, which states need; run Migrate (or apply the Migrations): %w",
+			what, s.statesTable(), s.Table(), stateFuncVersion, err)
+	case err != nil:
+		return s.wrap(ctx, what, err)
+	}
+	return nil
+}
+
+// SavedState is a source's state as an operator reads it.
+type SavedState struct {
+	State   []byte    // the state; empty is a state
+	SavedAt time.Time // when it was saved or set, by the database clock
+	RunID   int64     // the run that saved it; 0 when an operator set it
+}
+
+// State returns the state of source, and whether it has one: what the
+// next run claimed will get from Run.State. It needs schema version 9.
+func (s *PostgresStore) State(ctx context.Context, source string) (SavedState, bool, error) {
+	if err := checkSourceCall(ctx, source); err != nil {
+		return SavedState{}, false, err
+	}
+	var (
+		st    SavedState
+		runID pgtype.Int8
+	)
+	err := s.queryRow(ctx, s.sql.readState, []any{source}, &st.State, &st.SavedAt, &runID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return SavedState{}, false, nil
+	}
+	if err != nil {
+		return SavedState{}, false, s.wrap(ctx, "read state of "+quoteForError(source), err)
+	}
+	if st.State == nil {
+		st.State = []byte{}
+	}
+	st.RunID = runID.Int64
+	return st, true, nil
+}
+
+// ErrSourceHeld is returned by SetState and ClearState without force while
+// a run of the source is running with a live lease: the run read the state
+// when it was claimed, and its next save would overwrite the operator's.
+var ErrSourceHeld = errors.New("runclaim: a run of the source is running")
+
+// SetState sets the state of source to state (at most MaxStateLen bytes),
+// as an operator who must rewind a cursor: the next run claimed gets it.
+// Without force it is refused with ErrSourceHeld, and changes nothing,
+// while a run of the source holds it. A claim that wins at the same moment
+// may still get the state before. It needs schema version 9.
+func (s *PostgresStore) SetState(ctx context.Context, source string, state []byte, force bool) error {
+	if err := checkSourceCall(ctx, source); err != nil {
+		return err
+	}
+	if err := validateState(state); err != nil {
+		return err
+	}
+	if state == nil {
+		state = []byte{}
+	}
+	var got string
+	err := s.queryRow(ctx, s.sql.setState, []any{source, state, !force}, &got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("runclaim: set state of %s: %w (release it, wait for it, or force)", quoteForError(source), ErrSourceHeld)
+	}
+	if err != nil {
+		return s.wrap(ctx, "set state of "+quoteForError(source), err)
+	}
+	return nil
+}
+
+// ClearState removes the state of source: the next run claimed gets none
+// (Run.State returns nil). It reports whether there was one. Without force
+// it is refused with ErrSourceHeld, as SetState. It needs schema version 9.
+func (s *PostgresStore) ClearState(ctx context.Context, source string, force bool) (bool, error) {
+	if err := checkSourceCall(ctx, source); err != nil {
+		return false, err
+	}
+	var held, deleted bool
+	if err := s.queryRow(ctx, s.sql.clearState, []any{source, !force}, &held, &deleted); err != nil {
+		return false, s.wrap(ctx, "clear state of "+quoteForError(source), err)
+	}
+	if held && !force {
+		return false, fmt.Errorf("runclaim: clear state of %s: %w (release it, wait for it, or force)", quoteForError(source), ErrSourceHeld)
+	}
+	return deleted, nil
+}

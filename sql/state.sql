@@ -1,0 +1,59 @@
+-- States: the claim that returns the state of a win, a run saves its
+-- state, and an operator reads, sets or clears it (schema version 9; see
+-- sql/009_states.up.sql).
+
+-- name: call_state
+-- The claim function of schema version 9: call_keys arguments ($8 and $9
+-- NULL for a claim that names no key), and true: a win returns the state.
+-- Its row: call_keys row, and run_state, the source state when it won,
+-- NULL if it has none or the claim lost.
+SELECT * FROM {{table_claim}}($1::bigint, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::timestamptz, $8::text[], $9::bigint[], true)
+
+-- name: save_state
+-- Saves $5 as the state of source $2 for run $1, started at $4 by owner
+-- $3, if it is running and its lease has not ended by the database clock:
+-- the run and lease that Fence checks. The run row is locked FOR SHARE,
+-- which a claim expiring it (FOR UPDATE SKIP LOCKED) skips, and which
+-- waits for a finish or heartbeat in flight and reads the row as it left
+-- it. No row: the run does not hold its lease.
+WITH c AS MATERIALIZED (
+	SELECT pg_catalog.clock_timestamp() AS now
+), r AS (
+	SELECT t.id, t.source FROM {{table}} AS t, c
+	WHERE t.id = $1 AND t.source = $2 AND t.owner = $3 AND t.started_at = $4::timestamptz
+	  AND t.status = 'running' AND t.lease_until > c.now
+	FOR SHARE OF t
+)
+INSERT INTO {{table_states}} AS s (source, state, run_id, saved_at)
+SELECT r.source, $5::bytea, r.id, c.now FROM r, c
+ON CONFLICT (source) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, saved_at = excluded.saved_at
+RETURNING s.run_id
+
+-- name: read_state
+-- The state of source $1, when it was saved and by which run (NULL when
+-- an operator set it); no row without one.
+SELECT state, saved_at, run_id FROM {{table_states}} WHERE source = $1
+
+-- name: set_state
+-- Sets the state of source $1 to $2, as an operator, unless $3 and a run
+-- of the source is running with a live lease. The row is the state set;
+-- no row: refused, the source is held. A claim that wins at the same
+-- moment may still return the state before.
+WITH held AS MATERIALIZED (
+	SELECT EXISTS (SELECT FROM {{table}} AS t WHERE t.source = $1 AND t.status = 'running' AND t.lease_until > pg_catalog.clock_timestamp()) AS held
+)
+INSERT INTO {{table_states}} AS s (source, state, run_id, saved_at)
+SELECT $1, $2::bytea, NULL, pg_catalog.clock_timestamp() FROM held WHERE NOT ($3::boolean AND held.held)
+ON CONFLICT (source) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, saved_at = excluded.saved_at
+RETURNING s.source
+
+-- name: clear_state
+-- Clears the state of source $1 (the next run gets none), unless $2 and a
+-- run of the source is running with a live lease. The row: whether the
+-- source was held, and whether a state was deleted.
+WITH held AS MATERIALIZED (
+	SELECT EXISTS (SELECT FROM {{table}} AS t WHERE t.source = $1 AND t.status = 'running' AND t.lease_until > pg_catalog.clock_timestamp()) AS held
+), d AS (
+	DELETE FROM {{table_states}} AS s USING held WHERE s.source = $1 AND NOT ($2::boolean AND held.held) RETURNING s.source
+)
+SELECT held.held, EXISTS (SELECT FROM d) FROM held

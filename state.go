@@ -1,0 +1,120 @@
+package runclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// States: a source may keep one state, a byte string (a page cursor, a
+// "since" timestamp) that its runs hand on from one to the next. A run
+// reads the state as it was when its claim won (Run.State), and saves a
+// new one while it holds its lease (Run.SaveState). A save is a
+// checkpoint: the state saved last by a run that held its lease at that
+// moment is the source's state, whatever that run's outcome later.
+
+// MaxStateLen is the longest state a source keeps, in bytes.
+const MaxStateLen = 64 << 10
+
+// A StateSaver is a Store that keeps each source's state: its Claim
+// returns the source's state in RunInfo.State when it wins, read in the
+// claim's own critical section, and SaveState saves a new one for a run
+// that holds its lease. PostgresStore and MemoryStore implement it.
+// Run.SaveState on a Store that is not one returns an error.
+type StateSaver interface {
+	Store
+	// SaveState makes req.State the state of req.Source, if run req.ID of
+	// that source, started at req.StartedAt by req.Owner, is running and
+	// its lease has not ended by the store's clock; it returns
+	// ErrLeaseLost otherwise and changes nothing. A save and a claim that
+	// takes over the run are ordered: a claim that wins after a save
+	// returns the state saved, and a save after a claim that took the run
+	// over is refused.
+	SaveState(ctx context.Context, req SaveStateRequest) error
+}
+
+// SaveStateRequest is what Run.SaveState asks of a StateSaver.
+type SaveStateRequest struct {
+	ID        int64     // the run
+	Source    string    // the run's source; a run of another source is not found
+	Owner     string    // the run's owner; a run of another owner is not found
+	StartedAt time.Time // the run's start, as its claim returned it; a run that started at another time is not found
+	State     []byte    // the new state: at most MaxStateLen bytes; nil is taken as empty, not as none
+}
+
+// Validate returns an error if the request is malformed: no run named
+// (see validateRunRef), an invalid owner, or a state longer than
+// MaxStateLen.
+func (r SaveStateRequest) Validate() error {
+	if err := validateRunRef(r.ID, r.Source, r.StartedAt); err != nil {
+		return err
+	}
+	if err := validateName(r.Owner, MaxOwnerLen); err != nil {
+		return fmt.Errorf("runclaim: invalid owner: %w", err)
+	}
+	return validateState(r.State)
+}
+
+// validateState returns an error for a state longer than MaxStateLen.
+func validateState(state []byte) error {
+	if len(state) > MaxStateLen {
+		return fmt.Errorf("runclaim: state is %d bytes, more than MaxStateLen (%d)", len(state), MaxStateLen)
+	}
+	return nil
+}
+
+// errNoStates is returned by Run.SaveState on a Store that keeps no
+// states.
+var errNoStates = errors.New("runclaim: the store keeps no states: it does not implement StateSaver")
+
+// State returns the source's state as it was when the run's claim won: the
+// state saved last, by this run's predecessors or by an operator; nil if
+// none was ever saved (an empty state saved is empty, not nil). It does
+// not change during the run, not even when the run saves a new one: the
+// caller keeps its own progress. The slice returned is the caller's.
+func (r *Run) State() []byte {
+	if !r.hasState {
+		return nil
+	}
+	return []byte(r.state)
+}
+
+// SaveState makes state the source's state, if the run still holds its
+// lease: the next run claimed gets it from State. It is a checkpoint: a
+// state saved stays saved whatever the run's outcome later, so a run
+// saves the progress it has made, when it has made it (after the writes
+// the state stands for are durable).
+//
+// It returns an error matching ErrLeaseLost, and changes nothing, if the
+// run is not running any more or its lease has ended by the store's
+// clock, and then closes Lost; ErrFinished after Finish; an error, before
+// anything is sent, for a state longer than MaxStateLen or a Store that is
+// not a StateSaver; and the store's error, wrapped, otherwise. A nil or
+// empty state is saved as an empty state. ctx bounds this call only.
+func (r *Run) SaveState(ctx context.Context, state []byte) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if err := validateState(state); err != nil {
+		return fmt.Errorf("runclaim: save state of run %d: %w", r.ID, err)
+	}
+	ss, ok := r.claimer.store.(StateSaver)
+	if !ok {
+		return fmt.Errorf("runclaim: save state of run %d: %w", r.ID, errNoStates)
+	}
+	r.mu.Lock()
+	done := r.finished != nil
+	r.mu.Unlock()
+	if done {
+		return fmt.Errorf("runclaim: save state of run %d: %w", r.ID, ErrFinished)
+	}
+	if state == nil {
+		state = []byte{}
+	}
+	err := ss.SaveState(ctx, SaveStateRequest{ID: r.ID, Source: r.Source, Owner: r.Owner, StartedAt: r.StartedAt, State: state})
+	if errors.Is(err, ErrLeaseLost) {
+		r.failed(err, false)
+	}
+	return err
+}
