@@ -75,13 +75,8 @@ func (c *Claimer) claim(ctx context.Context, source string, o claimOptions) (*Ru
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
-	keys, err := c.keysFor(source, o.keys)
+	req, err := c.claimRequest(source, o)
 	if err != nil {
-		c.claimFailed(ctx, source, err, 0)
-		return nil, err
-	}
-	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: o.tick, Keys: keys}
-	if err := req.Validate(); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
@@ -94,6 +89,17 @@ func (c *Claimer) claim(ctx context.Context, source string, o claimOptions) (*Ru
 	run := c.newRun(info, sent)
 	c.claimed(run, time.Since(sent))
 	return run, nil
+}
+
+// claimRequest returns the checked request of a claim of source with the
+// options o: its keys are those o names and those WithSourceKeys gives.
+func (c *Claimer) claimRequest(source string, o claimOptions) (ClaimRequest, error) {
+	keys, err := c.keysFor(source, o.keys)
+	if err != nil {
+		return ClaimRequest{}, err
+	}
+	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: o.tick, Keys: keys}
+	return req, req.Validate()
 }
 
 // newRun returns the Run of info, won by a claim sent at sent.

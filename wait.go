@@ -134,13 +134,8 @@ func (c *Claimer) claimWaiting(ctx context.Context, source string, o claimOption
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
-	keys, err := c.keysFor(source, o.keys)
+	req, err := c.claimRequest(source, o)
 	if err != nil {
-		c.claimFailed(ctx, source, err, 0)
-		return nil, err
-	}
-	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: o.tick, Keys: keys}
-	if err := req.Validate(); err != nil {
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
