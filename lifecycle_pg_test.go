@@ -301,7 +301,8 @@ func raceTakeover(t *testing.T, db *pgtest.DB, store, opStore *runclaim.Postgres
 // Rule: one hung connection does not lose a healthy run. After the claim,
 // the pool's connection is black-holed (a firewall dropped its state); the
 // heartbeat on it is abandoned at its deadline, and the next one, on a new
-// connection, extends the lease.
+// connection, extends the lease. The lease is derived from how long a new
+// connection takes to open here (see below).
 func TestPostgresHungHeartbeatConnection(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -327,7 +328,29 @@ func TestPostgresHungHeartbeatConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const lease = 3 * time.Second
+	// The heartbeat after the hung one must dial a new connection (TCP,
+	// authentication, the statement) within one attempt, about a fifth of
+	// the lease. Dialling is measured here, on this machine at this
+	// moment, and the lease is made 40 of the slowest of three dials (at
+	// least 3 s): a machine busy enough to slow dialling stretches the
+	// lease, and a heartbeat path that does not retry on a new connection
+	// still loses the run whatever the lease.
+	dialCfg := pool.Config().ConnConfig.Copy()
+	var dial time.Duration
+	for range 3 {
+		start := time.Now()
+		conn, err := pgx.ConnectConfig(t.Context(), dialCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		dial = max(dial, time.Since(start))
+		conn.Close(context.Background())
+	}
+	lease := max(3*time.Second, 40*dial)
+	t.Logf("slowest of three dials through the proxy: %v; lease %v", dial, lease)
 	var lost, failed atomic.Int32
 	c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithHooks(runclaim.Hooks{
 		LeaseLost:       func(runclaim.Event) { lost.Add(1) },
