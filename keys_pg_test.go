@@ -112,7 +112,7 @@ func TestKeyStress(t *testing.T) {
 	if err := stores[0].SetLimit(ctx, key, runclaim.Limit{MaxRunning: limit}); err != nil {
 		t.Fatal(err)
 	}
-	var held, most, wins, limited atomic.Int64
+	var held, most, wins, limited, timeouts atomic.Int64
 	deadline := time.Now().Add(sharedtest.Scale(t, 3*time.Second))
 	var wg sync.WaitGroup
 	for r, s := range stores {
@@ -128,6 +128,14 @@ func TestKeyStress(t *testing.T) {
 						limited.Add(1)
 						continue
 					case errors.Is(err, runclaim.ErrAlreadyRunning):
+						continue
+					case pgCode(err) == "55P03":
+						// The key's lock waited for longer than the
+						// claim's lock timeout (1 s): eight claimers
+						// queue on it, and a machine this busy can keep
+						// its holder off the CPU that long. The claim
+						// changed nothing; a few are allowed below.
+						timeouts.Add(1)
 						continue
 					case err != nil:
 						t.Errorf("claim %s: %v", src, err)
@@ -163,7 +171,10 @@ SELECT coalesce(max(n), 0) FROM (
 	if overlap > limit {
 		t.Errorf("in SQL, a run of the key started while %d of its runs (itself included) were running, more than MaxRunning %d", overlap, limit)
 	}
-	t.Logf("%d wins, %d limited skips, at most %d held on the Go side, %d running at once in SQL", wins.Load(), limited.Load(), most.Load(), overlap)
+	t.Logf("%d wins, %d limited skips, %d lock timeouts, at most %d held on the Go side, %d running at once in SQL", wins.Load(), limited.Load(), timeouts.Load(), most.Load(), overlap)
+	if n, all := timeouts.Load(), wins.Load()+limited.Load()+timeouts.Load(); n*50 > all {
+		t.Errorf("%d of %d claims timed out on the key's lock (SQLSTATE 55P03)", n, all)
+	}
 	if wins.Load() < 10 || limited.Load() < 10 {
 		t.Errorf("too little contention to mean anything: %d wins, %d limited skips", wins.Load(), limited.Load())
 	}

@@ -164,6 +164,7 @@ const (
 
 type contentionResult struct {
 	wins, skips, inFlight, errs, overlaps atomic.Int64
+	lockTimeouts                          atomic.Int64 // claims that failed with 55P03, see contend
 	inFlightNow, maxInFlight              atomic.Int64 // Claim calls under way
 	took                                  time.Duration
 
@@ -219,6 +220,15 @@ func contend(t *testing.T, store runclaim.Store, sources []string, perSource int
 					if err != nil {
 						var nc *runclaim.NotClaimedError
 						switch {
+						case pgCode(err) == "55P03":
+							// lock_not_available: the claim waited longer
+							// than its lock timeout (1 s), for a lock such
+							// as the table's extension lock, whose holder a
+							// machine this busy can keep off the CPU that
+							// long. It changed nothing; checkContention
+							// allows a few.
+							res.lockTimeouts.Add(1)
+							continue
 						case !errors.Is(err, runclaim.ErrNotClaimed):
 							res.fail("Claim: %v", err)
 						case !errors.Is(err, runclaim.ErrAlreadyRunning) || !errors.As(err, &nc):
@@ -256,10 +266,16 @@ func checkContention(t *testing.T, pool *pgxpool.Pool, table string, sources []s
 	t.Helper()
 	ctx := t.Context()
 	wins, skips := res.wins.Load(), res.skips.Load()
-	t.Logf("%v, %d sources: %d wins, %d skips (%d of them while another claim held the lock), up to %d claims at once, %d errors, %d overlaps seen in Go",
-		res.took.Round(time.Millisecond), len(sources), wins, skips, res.inFlight.Load(), res.maxInFlight.Load(), res.errs.Load(), res.overlaps.Load())
+	t.Logf("%v, %d sources: %d wins, %d skips (%d of them while another claim held the lock), up to %d claims at once, %d errors, %d lock timeouts, %d overlaps seen in Go",
+		res.took.Round(time.Millisecond), len(sources), wins, skips, res.inFlight.Load(), res.maxInFlight.Load(), res.errs.Load(), res.lockTimeouts.Load(), res.overlaps.Load())
 	if n := res.errs.Load(); n > 0 {
 		t.Errorf("%d claims or finishes failed; first: %q", n, res.firstErrs)
+	}
+	// A claim that times out on a lock fails safely, and on a machine busy
+	// enough to keep a lock's holder off the CPU for a second a few do;
+	// more than 1 in 50 attempts is not load but a lock held for too long.
+	if n := res.lockTimeouts.Load(); n*50 > wins+skips+n {
+		t.Errorf("%d of %d claims timed out on a lock (SQLSTATE 55P03)", n, wins+skips+n)
 	}
 	if n := res.overlaps.Load(); n > 0 {
 		t.Errorf("G1 broken: %d wins found their source already held (Go holder counter)", n)
