@@ -451,6 +451,10 @@ func FuzzTableName(f *testing.F) {
 		for range 2 { // the tick, the interval
 			wantIdents = append(wantIdents, schema, table)
 		}
+		wantIdents = append(wantIdents, schema, table) // a batch's check of a key: its running runs,
+		wantIdents = append(wantIdents, starts...)     // its starts in the window
+		wantIdents = append(wantIdents, keys...)       // and its row
+		wantIdents = append(wantIdents, starts...)     // a fast batch's old starts
 		wantIdents = append(wantIdents, starts...)     // a key's starts in the window
 		wantIdents = append(wantIdents, keys...)       // its row
 		wantIdents = append(wantIdents, schema, table) // its running runs
@@ -459,6 +463,7 @@ func FuzzTableName(f *testing.F) {
 			wantIdents = append(wantIdents, schema, table)
 		}
 		wantIdents = append(wantIdents, control...)    // the trigger used
+		wantIdents = append(wantIdents, schema, table) // a fast batch's insert
 		wantIdents = append(wantIdents, schema, table) // the insert
 		wantIdents = append(wantIdents, starts...)     // the old starts
 		wantIdents = append(wantIdents, starts...)     // and the new

@@ -25,7 +25,7 @@ import (
 func TestMigrateRepairsKeys(t *testing.T) {
 	t.Parallel()
 	for name, damage := range map[string]string{
-		"function": `DROP FUNCTION "public"."runclaim_runs_claim"(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[])`,
+		"function": `DROP FUNCTION "public"."runclaim_runs_claim"(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[], text[], integer[])`,
 		"keys":     `DROP TABLE "public"."runclaim_runs_keys"`,
 		"starts":   `DROP TABLE "public"."runclaim_runs_starts"`,
 		"index":    `DROP INDEX "public"."runclaim_runs_keyed"`,

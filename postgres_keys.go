@@ -47,7 +47,7 @@ const keysVersion = 8
 
 // keyFuncArgs are the argument types of the claim function's overload
 // with keys.
-const keyFuncArgs = "(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[])"
+const keyFuncArgs = "(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[], text[], integer[])"
 
 var _ Limiter = (*PostgresStore)(nil)
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -182,7 +183,14 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		sql, args = s.sql.callManyTick, append(args, a.ticks)
 	}
 	if keyed {
-		sql, args = s.sql.callManyKeys, append(args, a.keyOffsets, a.keyCounts, a.keyNames, s.keyLocks(nil, a.keyNames))
+		batchKeys, batchCounts := batchKeyCounts(reqs)
+		single := make([]pgtype.Text, n) // each request's only key
+		for i, r := range reqs {
+			if len(r.Keys) == 1 {
+				single[i] = pgtype.Text{String: r.Keys[0], Valid: true}
+			}
+		}
+		sql, args = s.sql.callManyKeys, append(args, a.keyOffsets, a.keyCounts, a.keyNames, s.keyLocks(nil, a.keyNames), batchKeys, batchCounts, single)
 	}
 	rowsRead := 0
 	read := func(rows pgx.Rows) error {
@@ -249,6 +257,30 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		return nil, nil, failed
 	}
 	return out, triggers, nil
+}
+
+// batchKeyCounts returns the keys reqs name, each once, in the order
+// first named, and how many of reqs name each: what the first call of a
+// ClaimMany with keys checks the room of.
+func batchKeyCounts(reqs []ClaimRequest) ([]string, []int32) {
+	var keys []string
+	var counts []int32
+	at := make(map[string]int)
+	for _, r := range reqs {
+		for i, k := range r.Keys {
+			if slices.Contains(r.Keys[:i], k) {
+				continue // a request's key counts once
+			}
+			j, ok := at[k]
+			if !ok {
+				j = len(keys)
+				at[k] = j
+				keys, counts = append(keys, k), append(counts, 0)
+			}
+			counts[j]++
+		}
+	}
+	return keys, counts
 }
 
 // resultRuns returns the runs res won, pairwise; a zero RunInfo for a

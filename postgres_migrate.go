@@ -46,7 +46,7 @@ import (
 //     a unique violation, never a win for an older tick); and a win says
 //     whether it used a trigger, so that a claim given up gives it back.
 //   - Version 8: keys (WithKeys, Limiter): a keys column on the runs table
-//     and a GIN index of the running runs' keys named after the table
+//     and a GIN index (without fastupdate) of the running runs' keys named after the table
 //     with the suffix "_keyed", a table of keys' limits and cooldowns
 //     ("_keys") and one of keys' starts ("_starts"), and the claim
 //     function's overload that takes keys. Roles that may insert into the

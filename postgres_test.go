@@ -410,7 +410,7 @@ func wantSchema(table string) schemaDesc {
 		},
 		Indexes: []string{
 			"CREATE INDEX USING btree (source, started_at DESC)",
-			"CREATE INDEX USING gin (keys) WHERE ((status = 'running'::text) AND (keys IS NOT NULL))",
+			"CREATE INDEX USING gin (keys) WITH (fastupdate=off) WHERE ((status = 'running'::text) AND (keys IS NOT NULL))",
 			"CREATE UNIQUE INDEX USING btree (id)",
 			"CREATE UNIQUE INDEX USING btree (source) WHERE (status = 'running'::text)",
 			"CREATE UNIQUE INDEX USING btree (source, tick DESC) WHERE ((tick IS NOT NULL) AND (status = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text])))",
@@ -419,8 +419,8 @@ func wantSchema(table string) schemaDesc {
 		Functions: []string{
 			table + "_claim(bigint, text, text, bigint, bigint, bigint)",
 			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone)",
-			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[])",
 			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[], boolean)",
+			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[], text[], integer[])",
 		},
 	}
 }

@@ -1,4 +1,4 @@
-DROP FUNCTION IF EXISTS {{table_claim}}(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[]);
+DROP FUNCTION IF EXISTS {{table_claim}}(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[], text[], integer[]);
 DROP TABLE IF EXISTS {{table_starts}};
 DROP TABLE IF EXISTS {{table_keys}};
 DROP INDEX IF EXISTS {{schema_table_keyed}};

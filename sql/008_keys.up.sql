@@ -1,5 +1,5 @@
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS keys text[];
-CREATE INDEX IF NOT EXISTS {{table_keyed}} ON {{table}} USING gin (keys) WHERE status = 'running' AND keys IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {{table_keyed}} ON {{table}} USING gin (keys) WITH (fastupdate = off) WHERE status = 'running' AND keys IS NOT NULL;
 CREATE TABLE IF NOT EXISTS {{table_keys}} (
 	key text PRIMARY KEY,
 	max_running integer NOT NULL DEFAULT 0,
@@ -36,6 +36,7 @@ $q$;
 CREATE OR REPLACE FUNCTION {{table_claim}}(
 	p_key bigint, p_source pg_catalog.text, p_owner pg_catalog.text, p_lease bigint, p_min_interval bigint, p_lock_timeout bigint,
 	p_tick pg_catalog.timestamptz, p_keys pg_catalog.text[], p_key_locks bigint[],
+	p_batch_keys pg_catalog.text[], p_batch_counts integer[],
 	OUT locked boolean, OUT isolation pg_catalog.text, OUT db_now pg_catalog.timestamptz, OUT won boolean,
 	OUT run_id bigint, OUT run_owner pg_catalog.text, OUT run_started pg_catalog.timestamptz, OUT run_lease pg_catalog.timestamptz,
 	OUT retry_after pg_catalog.timestamptz, OUT done_tick pg_catalog.timestamptz, OUT limited_key pg_catalog.text)
@@ -65,6 +66,8 @@ DECLARE
 	guc pg_catalog.text;
 	cached pg_catalog.text;
 	tag pg_catalog.text;
+	fast boolean := false;
+	i integer;
 BEGIN
 	locked := false;
 	won := false;
@@ -93,6 +96,11 @@ BEGIN
 		FOREACH lk IN ARRAY p_key_locks LOOP
 			ignored := pg_catalog.pg_advisory_xact_lock(lk)::pg_catalog.text;
 		END LOOP;
+	END IF;
+	-- The first call of a ClaimMany with keys: whether the batch is fast
+	-- is not known yet (see below).
+	IF p_key_locks IS NOT NULL AND p_batch_keys IS NOT NULL THEN
+		ignored := pg_catalog.set_config('runclaim.batch', '', true);
 	END IF;
 	-- The source's running run and its pause, read before the advisory
 	-- lock: a pause or a live holder is the answer as of this statement's
@@ -159,7 +167,58 @@ BEGIN
 	-- MaxRunning live runs naming the key, then MaxStarts starts in the
 	-- window. A skip answers limited_key, retry_after and, for a
 	-- cooldown, its note as run_owner, and has written nothing.
-	IF p_keys IS NOT NULL THEN
+	-- A ClaimMany with keys: every call has the keys of the whole batch,
+	-- each once, with the number of its sources that name it, and the
+	-- batch holds their locks from its first call to its commit, so only
+	-- its own wins add to their runs and starts meanwhile. The first call
+	-- that gets this far checks whether every key has room for all of them
+	-- (no cooldown in force; the live runs, and the starts in the window,
+	-- plus that number within each bound), one query per key. If so the
+	-- batch is fast: no call looks at a key again, and the statement of
+	-- the batch records the starts of its wins in one insert. Otherwise
+	-- each call checks its keys as a single claim does. The answer is kept
+	-- in a setting that lasts for the transaction only, which the first
+	-- call of the batch cleared.
+	IF p_batch_keys IS NOT NULL THEN
+		cached := pg_catalog.current_setting('runclaim.batch', true);
+		IF cached IS NULL OR cached OPERATOR(pg_catalog.=) '' THEN
+			fast := true;
+			db_now := pg_catalog.clock_timestamp();
+			FOR i IN 1 .. pg_catalog.array_length(p_batch_keys, 1) LOOP
+				k := p_batch_keys[i];
+				SELECT (l.cooling_until IS NULL OR l.cooling_until OPERATOR(pg_catalog.<=) db_now)
+				       AND (l.max_running OPERATOR(pg_catalog.<=) 0 OR p_batch_counts[i] OPERATOR(pg_catalog.+) (
+				           SELECT pg_catalog.count(*) FROM {{table}} AS r
+				            WHERE r.status OPERATOR(pg_catalog.=) 'running' AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k]
+				              AND r.lease_until OPERATOR(pg_catalog.>) db_now) OPERATOR(pg_catalog.<=) l.max_running)
+				       AND (l.max_starts OPERATOR(pg_catalog.<=) 0 OR p_batch_counts[i] OPERATOR(pg_catalog.+) (
+				           SELECT pg_catalog.count(*) FROM (
+				               SELECT FROM {{table_starts}} AS s
+				                WHERE s.key OPERATOR(pg_catalog.=) k
+				                  AND s.started_at OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) (l.per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))
+				                LIMIT l.max_starts) AS w) OPERATOR(pg_catalog.<=) l.max_starts)
+				  INTO fast
+				  FROM {{table_keys}} AS l WHERE l.key OPERATOR(pg_catalog.=) k;
+				IF NOT FOUND THEN
+					fast := true; -- a key with no row constrains nothing
+				END IF;
+				EXIT WHEN NOT fast;
+			END LOOP;
+			ignored := pg_catalog.set_config('runclaim.batch', CASE WHEN fast THEN 'fast' ELSE 'slow' END, true);
+			IF fast THEN
+				-- What the insert of a win below does for its keys, once
+				-- for those of the batch: the starts older than the
+				-- longest window go.
+				FOREACH k IN ARRAY p_batch_keys LOOP
+					DELETE FROM {{table_starts}} AS o
+					 WHERE o.key OPERATOR(pg_catalog.=) k AND o.started_at OPERATOR(pg_catalog.<) (db_now OPERATOR(pg_catalog.-) interval '31 days');
+				END LOOP;
+			END IF;
+		ELSE
+			fast := cached OPERATOR(pg_catalog.=) 'fast';
+		END IF;
+	END IF;
+	IF p_keys IS NOT NULL AND NOT fast THEN
 		FOREACH k IN ARRAY p_keys LOOP
 			-- What an earlier call of this transaction learnt of the key
 			-- (a ClaimMany: its first call holds the lock of every key to the
@@ -294,21 +353,31 @@ BEGIN
 	db_now := pg_catalog.clock_timestamp();
 	-- The run, and the start of each key, whether or not the key has a limit
 	-- now, so that a limit set later counts it; the starts of the key older
-	-- than the longest window go. One statement.
-	WITH ins AS (
+	-- than the longest window go. One statement. In a fast batch the run
+	-- only: the statement of the batch records the starts of all its
+	-- wins, and the call that found the batch fast deleted the old ones.
+	IF fast THEN
 		INSERT INTO {{table}} AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
 		VALUES (p_source, 'running', p_owner, db_now,
 		        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
 		        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
-		RETURNING i.id, i.started_at, i.lease_until
-	), old AS (
-		DELETE FROM {{table_starts}} AS o
-		 WHERE o.key OPERATOR(pg_catalog.=) ANY (p_keys) AND o.started_at OPERATOR(pg_catalog.<) (db_now OPERATOR(pg_catalog.-) interval '31 days')
-	), st AS (
-		INSERT INTO {{table_starts}} (key, started_at, run_id)
-		SELECT u.k, ins.started_at, ins.id FROM ins, pg_catalog.unnest(p_keys) AS u(k)
-	)
-	SELECT ins.id, ins.started_at, ins.lease_until INTO run_id, run_started, run_lease FROM ins;
+		RETURNING i.id, i.started_at, i.lease_until INTO run_id, run_started, run_lease;
+	ELSE
+		WITH ins AS (
+			INSERT INTO {{table}} AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
+			VALUES (p_source, 'running', p_owner, db_now,
+			        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
+			        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
+			RETURNING i.id, i.started_at, i.lease_until
+		), old AS (
+			DELETE FROM {{table_starts}} AS o
+			 WHERE o.key OPERATOR(pg_catalog.=) ANY (p_keys) AND o.started_at OPERATOR(pg_catalog.<) (db_now OPERATOR(pg_catalog.-) interval '31 days')
+		), st AS (
+			INSERT INTO {{table_starts}} (key, started_at, run_id)
+			SELECT u.k, ins.started_at, ins.id FROM ins, pg_catalog.unnest(p_keys) AS u(k)
+		)
+		SELECT ins.id, ins.started_at, ins.lease_until INTO run_id, run_started, run_lease FROM ins;
+	END IF;
 	-- A win says whether it used a trigger, and the time of it, so
 	-- that a caller that gave up on the claim can give the trigger back
 	-- when it deletes the run (version 7): run_owner 'trigger' and

@@ -39,7 +39,7 @@ BEGIN
 	IF p_keys IS NULL THEN
 		c := {{table_claim}}(p_key, p_source, p_owner, p_lease, p_min_interval, p_lock_timeout, p_tick);
 	ELSE
-		c := {{table_claim}}(p_key, p_source, p_owner, p_lease, p_min_interval, p_lock_timeout, p_tick, p_keys, p_key_locks);
+		c := {{table_claim}}(p_key, p_source, p_owner, p_lease, p_min_interval, p_lock_timeout, p_tick, p_keys, p_key_locks, NULL, NULL);
 		limited_key := c.limited_key;
 	END IF;
 	locked := c.locked;

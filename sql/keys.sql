@@ -6,21 +6,40 @@
 -- the keys, in the order the claim names them, and $9 their advisory
 -- locks, ascending. Its row: call_tick's, and limited_key, the key that
 -- had no room, if any.
-SELECT * FROM {{table_claim}}($1::bigint, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::timestamptz, $8::text[], $9::bigint[])
+SELECT * FROM {{table_claim}}($1::bigint, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::timestamptz, $8::text[], $9::bigint[], NULL, NULL)
 
 -- name: call_many_keys
 -- call_many_tick with keys: $8 and $9 each element's offset and count in
 -- $10, the keys of every element one after the other. The first call
 -- takes the locks of every key of the batch, $11, ascending, before it
 -- reads anything: two batches whose keys overlap, in any order, never
--- wait on each other, and the later calls find their keys locked.
-SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $7::timestamptz[], $8::int[], $9::int[])
-     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, koff, kn, ord)
-CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick,
-	CASE WHEN s.kn > 0 THEN ($10::text[])[s.koff + 1 : s.koff + s.kn] END,
-	CASE WHEN s.ord = 1 THEN $11::bigint[] END) AS c
-ORDER BY s.ord
+-- wait on each other, and the later calls find their keys locked. Every
+-- call also gets the keys of the batch, $12, each once, and how many
+-- elements name each, $13: the first call that gets as far as the keys
+-- finds out whether each has room for all of them. If so (a fast batch)
+-- no call checks or records a key, and the insert below records the
+-- starts of every win; otherwise each call checks and records its own,
+-- and the insert finds them there and does nothing. $14: the key of each
+-- element that names exactly one (NULL for the others), which it gets
+-- without cutting it out of $10 (a slice of a text array walks the
+-- array from its start, which made a call cost more the later it came).
+WITH c AS MATERIALIZED (
+	SELECT s.ord, s.koff, s.kn, s.k1, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
+	FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $7::timestamptz[], $8::int[], $9::int[], $14::text[])
+	     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, koff, kn, k1, ord)
+	CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick,
+		CASE WHEN s.kn = 1 THEN ARRAY[s.k1] WHEN s.kn > 1 THEN ($10::text[])[s.koff + 1 : s.koff + s.kn] END,
+		CASE WHEN s.ord = 1 THEN $11::bigint[] END,
+		$12::text[], $13::int[]) AS c
+), st AS (
+	INSERT INTO {{table_starts}} (key, started_at, run_id)
+	SELECT u.k, c.run_started, c.run_id
+	  FROM c CROSS JOIN LATERAL unnest(CASE WHEN c.kn = 1 THEN ARRAY[c.k1] ELSE ($10::text[])[c.koff + 1 : c.koff + c.kn] END) AS u(k)
+	 WHERE c.won AND c.kn > 0
+	ON CONFLICT DO NOTHING
+)
+SELECT c.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
+FROM c ORDER BY c.ord
 
 -- name: unclaim_starts
 -- Deletes the starts of the runs $3 started at $2 (pairwise) for the

@@ -290,6 +290,42 @@ func testManyKeys(t *testing.T, s runclaim.Store) {
 	wonRun(t, reqs[5], res[5])
 }
 
+// testManyKeysRoom: a many-source claim whose keys have room for all of
+// its sources wins them all, and its runs and starts count for the claims
+// after it as those of single claims do; a batch that just fits a key's
+// limit wins all of its sources, and the next is skipped.
+func testManyKeysRoom(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	l := limiterOf(t, s)
+	run3, start3, run2 := prefix+"/running3", prefix+"/starts3", prefix+"/running2"
+	mustSetLimit(t, ctx, l, run3, runclaim.Limit{MaxRunning: 3})
+	mustSetLimit(t, ctx, l, start3, runclaim.Limit{MaxStarts: 3, Per: time.Hour})
+	mustSetLimit(t, ctx, l, run2, runclaim.Limit{MaxRunning: 2})
+	reqs := []runclaim.ClaimRequest{
+		keyReq(prefix+"/a", "many", run3),
+		keyReq(prefix+"/b", "many", start3, run3),
+		keyReq(prefix+"/c", "many", start3),
+		keyReq(prefix+"/d", "many", prefix+"/nolimit"),
+		keyReq(prefix+"/e", "many", run2),
+		keyReq(prefix+"/f", "many", run2),
+	}
+	res := mustClaimMany(t, ctx, s, reqs)
+	for i := range reqs {
+		wonRun(t, reqs[i], res[i])
+	}
+	// run3 has two runs and start3 two starts: one more claim of each wins.
+	g := mustClaim(t, ctx, s, keyReq(prefix+"/g", "single", run3))
+	limitedSkip(t, tryClaim(ctx, s, keyReq(prefix+"/h", "single", run3)), prefix+"/h", run3, time.Time{})
+	mustFinish(t, ctx, s, succeeded(g))
+	mustClaim(t, ctx, s, keyReq(prefix+"/i", "single", start3))
+	limitedSkip(t, tryClaim(ctx, s, keyReq(prefix+"/j", "single", start3)), prefix+"/j", start3, time.Time{})
+	// run2 is full: a batch naming it wins nothing for it.
+	more := []runclaim.ClaimRequest{keyReq(prefix+"/k", "many", run2), keyReq(prefix+"/m", "many")}
+	res = mustClaimMany(t, ctx, s, more)
+	limitedSkip(t, res[0].Err, more[0].Source, run2, time.Time{})
+	wonRun(t, more[1], res[1])
+}
+
 // testKeyBadInput: a claim naming an invalid key, a key twice or too many
 // keys is an error, not a skip, and claims nothing; invalid limits and
 // cooldowns are errors and change nothing.

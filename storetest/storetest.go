@@ -76,6 +76,7 @@ var cases = []suiteCase{
 	{name: "KeyCooldown", store: testKeyCooldown},
 	{name: "KeyOrder", store: testKeyOrder},
 	{name: "ManyKeys", store: testManyKeys},
+	{name: "ManyKeysRoom", store: testManyKeysRoom},
 	{name: "KeyBadInput", store: testKeyBadInput},
 	{name: "KeyRoomForBoth", replicas: testKeyRoomForBoth},
 	{name: "KeyReplicas", replicas: testKeyReplicas},

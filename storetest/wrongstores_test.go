@@ -145,6 +145,9 @@ const (
 	// ClaimMany counts each key as it was before the batch, not counting
 	// the runs the batch itself started.
 	bugManyKeysBefore
+	// ClaimMany records no start of a key for its wins, as a batch that
+	// left its starts to an insert it did not make.
+	bugManyStartsUnrecorded
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -361,6 +364,11 @@ func (s *copyStore) ClaimMany(ctx context.Context, reqs []runclaim.ClaimRequest)
 		}
 		if s.bug != bugManyCheckThenAct && out[i].Err == nil {
 			out[i].Run = b.act(req, lapsed[i], s.bug)
+			if s.bug == bugManyStartsUnrecorded {
+				for _, k := range req.Keys {
+					b.keys.starts[k] = slices.DeleteFunc(b.keys.starts[k], func(st keyStart) bool { return st.id == out[i].Run.ID })
+				}
+			}
 		}
 	}
 	b.mu.Unlock()
@@ -951,6 +959,8 @@ var wrongStores = []wrongStore{
 		"KeyOrder", copyBackend(bugKeyFirst)},
 	{"many-keys-before", "ClaimMany counts each key as before the batch, not its own runs",
 		"ManyKeys", copyBackend(bugManyKeysBefore)},
+	{"many-starts-unrecorded", "ClaimMany records no start for the keys of its wins",
+		"ManyKeysRoom", copyBackend(bugManyStartsUnrecorded)},
 	{"state-unfenced", "a save of state not fenced by the lease: a run whose lease ended still saves",
 		"StateFencedByLease", copyBackend(bugStateUnfenced)},
 	{"state-succeeded-only", "the state taken from the latest succeeded run only",

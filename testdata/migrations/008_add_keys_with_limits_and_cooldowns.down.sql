@@ -1,4 +1,4 @@
-DROP FUNCTION IF EXISTS "public"."runclaim_runs_claim"(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[]);
+DROP FUNCTION IF EXISTS "public"."runclaim_runs_claim"(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[], text[], integer[]);
 DROP TABLE IF EXISTS "public"."runclaim_runs_starts";
 DROP TABLE IF EXISTS "public"."runclaim_runs_keys";
 DROP INDEX IF EXISTS "public"."runclaim_runs_keyed";
