@@ -46,10 +46,11 @@ import (
 //     a unique violation, never a win for an older tick); and a win says
 //     whether it used a trigger, so that a claim given up gives it back.
 //   - Version 8: keys (WithKeys, Limiter): a keys column on the runs table
-//     and a GIN index (without fastupdate) of the running runs' keys named after the table
-//     with the suffix "_keyed", a table of keys' limits and cooldowns
-//     ("_keys") and one of keys' starts ("_starts"), and the claim
-//     function's overload that takes keys. Roles that may insert into the
+//     and a GIN index (without fastupdate) of the running runs' keys,
+//     named after the table with the suffix "_keyed", a table of keys'
+//     limits and cooldowns ("_keys") and one of keys' starts ("_starts"),
+//     and the claim function's overload that takes keys (and, for a
+//     ClaimMany, the keys of the whole batch). Roles that may insert into the
 //     runs table are granted what claims need on the new tables. Claims
 //     that name no key go on as before, on this table and an older one;
 //     a claim that names keys on an older table fails with an error that
