@@ -355,8 +355,9 @@ func TestKeys(t *testing.T) {
 // TestNoKeySamePath: a claim that names no key sends one statement, the
 // overload of version 9 (which returns the state of a win); a ClaimMany
 // that names none sends the statement it sent before keys (the function
-// with a tick, without the keys' arguments); a claim that names one sends
-// one statement too, the overload of version 9 with the keys.
+// with a tick, without the keys' arguments), and, when it won, one more
+// that reads the states of the sources it won; a claim that names one
+// sends one statement too, the overload of version 9 with the keys.
 func TestNoKeySamePath(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -376,14 +377,24 @@ func TestNoKeySamePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	batches, queries := rec.take()
-	if len(batches) != 0 || len(queries) != 2 {
-		t.Fatalf("a claim and a ClaimMany naming no key sent %d batches and %d queries, want 0 and 2: %q", len(batches), len(queries), queries)
+	if len(batches) != 0 || len(queries) != 3 {
+		t.Fatalf("a claim and a ClaimMany naming no key sent %d batches and %d queries, want 0 and 3: %q", len(batches), len(queries), queries)
 	}
 	if !strings.Contains(queries[0], "$9::bigint[], true)") {
 		t.Errorf("a claim naming no key sent %q, not the overload of version 9", queries[0])
 	}
 	if q := queries[1]; !strings.Contains(q, "$7::timestamptz") || strings.Contains(q, "$9::bigint[]") || strings.Contains(q, "$10::text[]") {
 		t.Errorf("a ClaimMany naming no key sent %q, not the statement of version 7", q)
+	}
+	if q := queries[2]; !strings.Contains(q, "_cursors") {
+		t.Errorf("a ClaimMany that won sent %q after its claim, not the read of its states", q)
+	}
+	// A ClaimMany that wins nothing sends its claim's statement only.
+	if runs, err := c.ClaimMany(ctx, []string{"m1", "m2"}); err != nil || len(runs) != 0 {
+		t.Fatalf("ClaimMany of held sources: %d runs, %v", len(runs), err)
+	}
+	if batches, queries := rec.take(); len(batches) != 0 || len(queries) != 1 {
+		t.Errorf("a ClaimMany that won nothing sent %d batches and %d queries, want 0 and 1: %q", len(batches), len(queries), queries)
 	}
 	if err := run.Finish(ctx, nil); err != nil {
 		t.Fatal(err)

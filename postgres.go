@@ -119,7 +119,8 @@ type PostgresStore struct {
 		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
 		callKeys, callManyKeys, unclaimStarts                                    string // claims that name keys
 		setLimit, deleteLimit, cooldown, endCooldown, keysState                  string // Limiter's, and Keys
-		callState, saveState, readState, setState, clearState                    string // states (version 9)
+		callState, saveState, readState, readStates, setState, clearState        string // states (version 9)
+		lockSource                                                               string // SetState's and ClearState's wait for claims in flight
 	}
 	// schemaVer is the schema version claims go by: from version 3 they
 	// call the claim function, before it they send the batch.
@@ -209,6 +210,8 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.callState = s.statement("call_state")
 	s.sql.saveState = s.statement("save_state")
 	s.sql.readState = s.statement("read_state")
+	s.sql.readStates = s.statement("read_states")
+	s.sql.lockSource = s.statement("lock_source")
 	s.sql.setState = s.statement("set_state")
 	s.sql.clearState = s.statement("clear_state")
 	s.sql.sourceStateOne = fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL)

@@ -60,6 +60,18 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 		s.explicit.Store(true)
 		res, triggers, err = s.claimMany(cctx, reqs, true)
 	}
+	if err == nil {
+		if serr := s.manyStates(cctx, res); serr != nil {
+			err = fmt.Errorf("runclaim: %s: read the states of the sources won: %w", what, serr)
+			if derr := s.unclaimMany(cctx, res, triggers); derr != nil {
+				return nil, fmt.Errorf("%w; and the runs won could not be deleted: %w", err, derr)
+			}
+			if derr := s.unclaimStarts(cctx, reqs, resultRuns(res)); derr != nil {
+				return nil, fmt.Errorf("%w; and the starts of the runs won could not be deleted: %w", err, derr)
+			}
+			return nil, err
+		}
+	}
 	ctxErr := ctx.Err()
 	switch {
 	case ctxErr == nil:
@@ -257,6 +269,49 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		return nil, nil, failed
 	}
 	return out, triggers, nil
+}
+
+// manyStates sets the state of each run in res that won, from the table
+// of states (schema version 9), in one statement after the claim's, and
+// only when one won: a ClaimMany that wins nothing costs what it did. The
+// read comes after the claim committed, and returns what the claim's own
+// read would have: once the claim has won, only the new run's SaveState,
+// or an operator's SetState with force, can change a source's state (the
+// run before it can save no more: its row is no longer running, and a
+// save of it in flight held its row FOR SHARE, which the claim's expiry
+// waited for). On a table older than version 9 it reads nothing, as a
+// single claim there returns no state.
+func (s *PostgresStore) manyStates(ctx context.Context, res []ClaimResult) error {
+	if !s.schemaVer.useStateFunc() {
+		return nil
+	}
+	var sources []string
+	at := make(map[string]int)
+	for i, r := range res {
+		if r.Err == nil && r.Run.ID != 0 {
+			at[r.Run.Source] = i
+			sources = append(sources, r.Run.Source)
+		}
+	}
+	if len(sources) == 0 {
+		return nil
+	}
+	rows, err := s.db.Query(ctx, s.sql.readStates, sources)
+	if err == nil {
+		var source string
+		var state []byte
+		_, err = pgx.ForEachRow(rows, []any{&source, &state}, func() error {
+			if i, ok := at[source]; ok {
+				res[i].Run.State, res[i].Run.HasState = string(state), true
+			}
+			return nil
+		})
+	}
+	if pgCode(err) == "42P01" { // undefined_table: the table is older than version 9
+		s.schemaVer.noStateFunc()
+		return nil
+	}
+	return err
 }
 
 // batchKeyCounts returns the keys reqs name, each once, in the order

@@ -167,8 +167,12 @@ var ErrSourceHeld = errors.New("runclaim: a run of the source is running")
 // SetState sets the state of source to state (at most MaxStateLen bytes),
 // as an operator who must rewind a cursor: the next run claimed gets it.
 // Without force it is refused with ErrSourceHeld, and changes nothing,
-// while a run of the source holds it. A claim that wins at the same moment
-// may still get the state before. It needs schema version 9.
+// while a run of the source holds it. It first waits for the claims of the
+// source in flight, which hold its advisory lock until they commit (as
+// Pause does; the lock is the store's namespace's, see WithNamespace), so
+// a claim that won before it is seen holding the source, and one after it
+// gets the new state; claims meanwhile are skipped as in flight. One
+// transaction, one round trip. It needs schema version 9.
 func (s *PostgresStore) SetState(ctx context.Context, source string, state []byte, force bool) error {
 	if err := checkSourceCall(ctx, source); err != nil {
 		return err
@@ -180,7 +184,10 @@ func (s *PostgresStore) SetState(ctx context.Context, source string, state []byt
 		state = []byte{}
 	}
 	var got string
-	err := s.queryRow(ctx, s.sql.setState, []any{source, state, !force}, &got)
+	err := s.sendBatch(ctx, true, func(b *pgx.Batch) {
+		b.Queue(s.sql.lockSource, AdvisoryKey(s.namespace, source))
+		b.Queue(s.sql.setState, source, state, !force).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("runclaim: set state of %s: %w (release it, wait for it, or force)", quoteForError(source), ErrSourceHeld)
 	}
@@ -192,13 +199,18 @@ func (s *PostgresStore) SetState(ctx context.Context, source string, state []byt
 
 // ClearState removes the state of source: the next run claimed gets none
 // (Run.State returns nil). It reports whether there was one. Without force
-// it is refused with ErrSourceHeld, as SetState. It needs schema version 9.
+// it is refused with ErrSourceHeld, as SetState, after the same wait for
+// the claims in flight. It needs schema version 9.
 func (s *PostgresStore) ClearState(ctx context.Context, source string, force bool) (bool, error) {
 	if err := checkSourceCall(ctx, source); err != nil {
 		return false, err
 	}
 	var held, deleted bool
-	if err := s.queryRow(ctx, s.sql.clearState, []any{source, !force}, &held, &deleted); err != nil {
+	err := s.sendBatch(ctx, true, func(b *pgx.Batch) {
+		b.Queue(s.sql.lockSource, AdvisoryKey(s.namespace, source))
+		b.Queue(s.sql.clearState, source, !force).QueryRow(func(row pgx.Row) error { return row.Scan(&held, &deleted) })
+	})
+	if err != nil {
 		return false, s.wrap(ctx, "clear state of "+quoteForError(source), err)
 	}
 	if held && !force {

@@ -73,10 +73,8 @@ var errNoStates = errors.New("runclaim: the store keeps no states: it does not i
 // none was ever saved (an empty state saved is empty, not nil). It does
 // not change during the run, not even when the run saves a new one: the
 // caller keeps its own progress. The slice returned is the caller's.
-//
-// Runs won by ClaimMany or DoMany on a PostgresStore carry no state yet:
-// State returns nil for them (SaveState works). Claim such a source with
-// Claim or Do when its run must resume from its state.
+// Runs won by ClaimMany and DoMany carry their sources' states too (on
+// Postgres read in one statement after the claim's, when it won any).
 func (r *Run) State() []byte {
 	if !r.hasState {
 		return nil

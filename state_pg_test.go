@@ -247,3 +247,79 @@ func TestMigrateRepairsStates(t *testing.T) {
 		})
 	}
 }
+
+// TestStateManyOlderTable: on a table at version 8, which has no table of
+// states, a ClaimMany that wins returns its runs without states and no
+// error, and so does the next (the store reads no states there again
+// until its next look at the schema).
+func TestStateManyOlderTable(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	migrateTo(t, db.Pool, 8)
+	store, err := runclaim.NewPostgresStore(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, source := range []string{"a", "b"} {
+		res, err := store.ClaimMany(ctx, []runclaim.ClaimRequest{{Source: source, Owner: "o", Lease: time.Minute}})
+		if err != nil || len(res) != 1 || res[0].Err != nil {
+			t.Fatalf("ClaimMany of %s on a version 8 table: %+v, %v", source, res, err)
+		}
+		if res[0].Run.HasState {
+			t.Errorf("ClaimMany's run on a version 8 table has state %q", res[0].Run.State)
+		}
+	}
+}
+
+// TestStateOperatorWaitsForClaim: SetState and ClearState without force
+// wait for a claim of the source in flight (it holds the source's advisory
+// lock until it commits) and then see its run: they are refused with
+// ErrSourceHeld, and the state stays the one the claim read. The claim is
+// played by a transaction that takes the lock and inserts a running run,
+// as the claim function does, and commits once the operator's call waits.
+func TestStateOperatorWaitsForClaim(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	for _, op := range []string{"set", "clear"} {
+		t.Run(op, func(t *testing.T) {
+			src := "racing-" + op
+			if err := store.SetState(ctx, src, []byte("cursor-7"), false); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := db.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background())
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, runclaim.AdvisoryKey(runclaim.DefaultNamespace, src)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+store.Table()+` (source, status, owner, started_at, lease_until, heartbeat_at)
+VALUES ($1, 'running', 'claimer', clock_timestamp(), clock_timestamp() + interval '1 minute', clock_timestamp())`, src); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				if op == "set" {
+					done <- store.SetState(ctx, src, []byte("cursor-1"), false)
+				} else {
+					_, err := store.ClearState(ctx, src, false)
+					done <- err
+				}
+			}()
+			waitUntil(t, 10*time.Second, 2*time.Millisecond, op+" to wait for the claim's lock", func() bool { return lockWaiters(t, db.Pool) > 0 })
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := awaitRecv(t, done, 10*time.Second, op); !errors.Is(err, runclaim.ErrSourceHeld) {
+				t.Errorf("%s state racing a claim = %v, want ErrSourceHeld", op, err)
+			}
+			if st, _, err := store.State(ctx, src); err != nil || string(st.State) != "cursor-7" {
+				t.Errorf("state after %s racing a claim: %q, %v; want the state the claim read, %q", op, st.State, err, "cursor-7")
+			}
+		})
+	}
+}

@@ -29,16 +29,28 @@ SELECT r.source, $5::bytea, r.id, c.now FROM r, c
 ON CONFLICT (source) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, saved_at = excluded.saved_at
 RETURNING s.run_id
 
+-- name: read_states
+-- The states of the sources $1 (those a ClaimMany won): source and state,
+-- one row per source that has one.
+SELECT source, state FROM {{table_states}} WHERE source = ANY ($1::text[])
+
 -- name: read_state
 -- The state of source $1, when it was saved and by which run (NULL when
 -- an operator set it); no row without one.
 SELECT state, saved_at, run_id FROM {{table_states}} WHERE source = $1
 
+-- name: lock_source
+-- Waits for the advisory lock $1 of a source, which every claim that may
+-- start a run of it holds until it commits; the transaction's. Sent
+-- before set_state and clear_state, in their transaction: their check of
+-- the source's run, in a statement of its own, then sees the run of every
+-- claim that won before, and a claim after them reads what they wrote.
+SELECT pg_catalog.pg_advisory_xact_lock($1::bigint)
+
 -- name: set_state
 -- Sets the state of source $1 to $2, as an operator, unless $3 and a run
 -- of the source is running with a live lease. The row is the state set;
--- no row: refused, the source is held. A claim that wins at the same
--- moment may still return the state before.
+-- no row: refused, the source is held. After lock_source.
 WITH held AS MATERIALIZED (
 	SELECT EXISTS (SELECT FROM {{table}} AS t WHERE t.source = $1 AND t.status = 'running' AND t.lease_until > pg_catalog.clock_timestamp()) AS held
 )
@@ -50,7 +62,7 @@ RETURNING s.source
 -- name: clear_state
 -- Clears the state of source $1 (the next run gets none), unless $2 and a
 -- run of the source is running with a live lease. The row: whether the
--- source was held, and whether a state was deleted.
+-- source was held, and whether a state was deleted. After lock_source.
 WITH held AS MATERIALIZED (
 	SELECT EXISTS (SELECT FROM {{table}} AS t WHERE t.source = $1 AND t.status = 'running' AND t.lease_until > pg_catalog.clock_timestamp()) AS held
 ), d AS (

@@ -174,3 +174,40 @@ func testStateBadInput(t *testing.T, s runclaim.Store) {
 	wantState(t, "the claim after refused saves", b, false, "")
 	mustFinish(t, ctx, s, succeeded(b))
 }
+
+// testStateMany checks a Store that is both a runclaim.StateSaver and a
+// runclaim.ManyClaimer: a many-source claim returns, with each run it
+// wins, the state of its source as a single claim does (none for a source
+// that has none, empty for an empty one), and nothing with a skip.
+func testStateMany(t *testing.T, s runclaim.Store) {
+	ss, ok := s.(runclaim.StateSaver)
+	if !ok {
+		t.Skipf("storetest: %T does not implement runclaim.StateSaver", s)
+	}
+	mc, ok := s.(runclaim.ManyClaimer)
+	if !ok {
+		t.Skipf("storetest: %T does not implement runclaim.ManyClaimer", s)
+	}
+	ctx, prefix := setup(t)
+	saved, empty, none, held := prefix+"/saved", prefix+"/empty", prefix+"/none", prefix+"/held"
+	for src, state := range map[string]string{saved: "cursor=42", empty: "", held: "held's"} {
+		r := mustClaim(t, ctx, s, claimReq(src, "first", longLease))
+		if err := ss.SaveState(ctx, saveReq(r, state)); err != nil {
+			t.Fatalf("SaveState(%s): %v", src, err)
+		}
+		if src != held {
+			mustFinish(t, ctx, s, succeeded(r))
+		}
+	}
+	reqs := []runclaim.ClaimRequest{claimReq(saved, "many", longLease), claimReq(empty, "many", longLease), claimReq(none, "many", longLease), claimReq(held, "many", longLease)}
+	res, err := mc.ClaimMany(ctx, reqs)
+	if err != nil {
+		t.Fatalf("ClaimMany: %v", err)
+	}
+	wantState(t, "ClaimMany's win of a source with a state", wonRun(t, reqs[0], res[0]), true, "cursor=42")
+	wantState(t, "ClaimMany's win of a source with an empty state", wonRun(t, reqs[1], res[1]), true, "")
+	wantState(t, "ClaimMany's win of a source with no state", wonRun(t, reqs[2], res[2]), false, "")
+	if nc := skipOf(t, res[3].Err, held, runclaim.ErrAlreadyRunning); nc.Holder != nil && nc.Holder.HasState {
+		t.Errorf("ClaimMany's skip of a held source carries its state %q", nc.Holder.State)
+	}
+}

@@ -83,6 +83,7 @@ var cases = []suiteCase{
 	{name: "StateHandedOn", store: testStateHandedOn},
 	{name: "StateFencedByLease", store: testStateFencedByLease},
 	{name: "StateBadInput", store: testStateBadInput},
+	{name: "StateMany", store: testStateMany},
 }
 
 // RunReplicas runs the whole suite, each check as a subtest of t, the cases

@@ -145,6 +145,8 @@ const (
 	// ClaimMany counts each key as it was before the batch, not counting
 	// the runs the batch itself started.
 	bugManyKeysBefore
+	// ClaimMany returns no state with the runs it wins.
+	bugManyNoState
 	// ClaimMany records no start of a key for its wins, as a batch that
 	// left its starts to an insert it did not make.
 	bugManyStartsUnrecorded
@@ -381,6 +383,11 @@ func (s *copyStore) ClaimMany(ctx context.Context, reqs []runclaim.ClaimRequest)
 			}
 		}
 		b.mu.Unlock()
+	}
+	if s.bug == bugManyNoState {
+		for i := range out {
+			out[i].Run.State, out[i].Run.HasState = "", false
+		}
 	}
 	if s.bug == bugManySorted {
 		slices.SortFunc(out, func(x, y runclaim.ClaimResult) int { return strings.Compare(resultSource(x), resultSource(y)) })
@@ -959,6 +966,8 @@ var wrongStores = []wrongStore{
 		"KeyOrder", copyBackend(bugKeyFirst)},
 	{"many-keys-before", "ClaimMany counts each key as before the batch, not its own runs",
 		"ManyKeys", copyBackend(bugManyKeysBefore)},
+	{"many-no-state", "ClaimMany returns no state with the runs it wins",
+		"StateMany", copyBackend(bugManyNoState)},
 	{"many-starts-unrecorded", "ClaimMany records no start for the keys of its wins",
 		"ManyKeysRoom", copyBackend(bugManyStartsUnrecorded)},
 	{"state-unfenced", "a save of state not fenced by the lease: a run whose lease ended still saves",

@@ -297,7 +297,7 @@ func (c *cli) globalFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.table, "table", c.getenv(envTable),
 		"runs table as `schema.table` or table; quote a name that contains a dot: \"my.schema\".runs (default public.runclaim_runs, or $"+envTable+")")
 	fs.StringVar(&c.namespace, "namespace", c.getenv(envNamespace),
-		"advisory lock `namespace`, used by exec and pause; must match the services' WithNamespace, or pause does not wait for their claims in flight (default runclaim, or $"+envNamespace+")")
+		"advisory lock `namespace`, used by exec, pause and state --set-file/--clear; must match the services' WithNamespace, or pause and state do not wait for their claims in flight (default runclaim, or $"+envNamespace+")")
 	fs.BoolVar(&c.json, "json", false,
 		"print one JSON document instead of a table (every command but exec, whose output is its command's); errors too, as {\"command\", \"error\", \"hint\"} on stderr")
 	fs.Func(syncCommitFlag, "commit the writes of exec, release, prune, pause, resume and trigger with synchronous_commit at `level`: "+
