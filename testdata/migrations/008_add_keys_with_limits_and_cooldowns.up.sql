@@ -220,20 +220,23 @@ BEGIN
 	END IF;
 	IF p_keys IS NOT NULL AND NOT fast THEN
 		FOREACH k IN ARRAY p_keys LOOP
-			-- What an earlier call of this transaction learnt of the key
-			-- (a ClaimMany: its first call holds the lock of every key to the
-			-- end, so only its own wins add to the runs and starts of the key
-			-- meanwhile): the room left under each bound, -1 for none. A
-			-- key with room left is not read again; one with none left is,
-			-- so that its skip says when there is room.
-			guc := 'runclaim.key_' OPERATOR(pg_catalog.||) pg_catalog.translate(pg_catalog.hashtextextended(k, 0)::pg_catalog.text, '-', 'm');
-			-- The setting lasts for the transaction only (is_local), and
-			-- says so too: its value ends with the start of the transaction and
-			-- the key, so that neither another transaction nor another key
-			-- whose name hashes alike reads it.
-			tag := ';' OPERATOR(pg_catalog.||) pg_catalog.now()::pg_catalog.text OPERATOR(pg_catalog.||) ';' OPERATOR(pg_catalog.||) k;
-			cached := pg_catalog.current_setting(guc, true);
-			IF pg_catalog.strpos(cached, ';') OPERATOR(pg_catalog.>) 0 AND pg_catalog.substr(cached, pg_catalog.strpos(cached, ';')) OPERATOR(pg_catalog.=) tag THEN
+			-- In a batch that is not fast, what an earlier call of this
+			-- transaction learnt of the key (its first call holds the lock
+			-- of every key to the end, so only its own wins add to the runs
+			-- and starts of the key meanwhile): the room left under each
+			-- bound, -1 for none. A key with room left is not read again;
+			-- one with none left is, so that its skip says when there is
+			-- room. A single claim, alone in its transaction, keeps nothing.
+			IF p_batch_keys IS NOT NULL THEN
+				guc := 'runclaim.key_' OPERATOR(pg_catalog.||) pg_catalog.translate(pg_catalog.hashtextextended(k, 0)::pg_catalog.text, '-', 'm');
+				-- The setting lasts for the transaction only (is_local), and
+				-- says so too: its value ends with the start of the
+				-- transaction and the key, so that neither another
+				-- transaction nor another key whose name hashes alike reads it.
+				tag := ';' OPERATOR(pg_catalog.||) pg_catalog.now()::pg_catalog.text OPERATOR(pg_catalog.||) ';' OPERATOR(pg_catalog.||) k;
+				cached := pg_catalog.current_setting(guc, true);
+			END IF;
+			IF p_batch_keys IS NOT NULL AND pg_catalog.strpos(cached, ';') OPERATOR(pg_catalog.>) 0 AND pg_catalog.substr(cached, pg_catalog.strpos(cached, ';')) OPERATOR(pg_catalog.=) tag THEN
 				room_running := pg_catalog.split_part(cached, ',', 1)::integer;
 				room_starts := pg_catalog.split_part(pg_catalog.split_part(cached, ';', 1), ',', 2)::integer;
 				IF room_running OPERATOR(pg_catalog.<>) 0 AND room_starts OPERATOR(pg_catalog.<>) 0 THEN
@@ -306,9 +309,11 @@ BEGIN
 			-- The room left after the win of this claim, which comes next
 			-- unless a holder found below skips it: then one less than
 			-- there is, which only makes a later call count again.
-			ignored := pg_catalog.set_config(guc, (CASE WHEN room_running OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_running OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
-				OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) (CASE WHEN room_starts OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_starts OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
-				OPERATOR(pg_catalog.||) tag, true);
+			IF p_batch_keys IS NOT NULL THEN
+				ignored := pg_catalog.set_config(guc, (CASE WHEN room_running OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_running OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+					OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) (CASE WHEN room_starts OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_starts OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+					OPERATOR(pg_catalog.||) tag, true);
+			END IF;
 		END LOOP;
 	END IF;
 	IF run_id IS NOT NULL THEN
