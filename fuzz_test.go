@@ -436,12 +436,13 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, schema, table) // the insert
 		wantIdents = append(wantIdents, schema, table) // and version 7's COMMENT ON TABLE
 		keys, starts := []string{schema, table + "_keys"}, []string{schema, table + "_starts"}
-		wantIdents = append(wantIdents, schema, table)                 // version 8's ALTER TABLE
-		wantIdents = append(wantIdents, table+"_keyed", schema, table) // its index
-		wantIdents = append(wantIdents, keys...)                       // the keys table
-		wantIdents = append(wantIdents, starts...)                     // the starts table
-		wantIdents = append(wantIdents, schema, table)                 // the grants' block: the runs table
-		wantIdents = append(wantIdents, keys...)                       // and the new tables, as literals
+		wantIdents = append(wantIdents, schema, table)                  // version 8's ALTER TABLE
+		wantIdents = append(wantIdents, table+"_keyed", schema, table)  // its indexes
+		wantIdents = append(wantIdents, table+"_keyset", schema, table) // of running runs' keys
+		wantIdents = append(wantIdents, keys...)                        // the keys table
+		wantIdents = append(wantIdents, starts...)                      // the starts table
+		wantIdents = append(wantIdents, schema, table)                  // the grants' block: the runs table
+		wantIdents = append(wantIdents, keys...)                        // and the new tables, as literals
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, schema, table+"_claim") // the overload with keys
 		for range 2 {                                           // its body: the running run and
@@ -451,13 +452,15 @@ func FuzzTableName(f *testing.F) {
 		for range 2 { // the tick, the interval
 			wantIdents = append(wantIdents, schema, table)
 		}
-		wantIdents = append(wantIdents, schema, table) // a batch's check of a key: its running runs,
+		wantIdents = append(wantIdents, schema, table) // a batch's check of a key: its running runs
+		wantIdents = append(wantIdents, schema, table) // (naming it alone, and with others),
 		wantIdents = append(wantIdents, starts...)     // its starts in the window
 		wantIdents = append(wantIdents, keys...)       // and its row
 		wantIdents = append(wantIdents, starts...)     // a fast batch's old starts
 		wantIdents = append(wantIdents, starts...)     // a key's starts in the window
 		wantIdents = append(wantIdents, keys...)       // its row
-		wantIdents = append(wantIdents, schema, table) // its running runs
+		wantIdents = append(wantIdents, schema, table) // its running runs (naming it alone,
+		wantIdents = append(wantIdents, schema, table) // and with others)
 		wantIdents = append(wantIdents, starts...)     // the start that must leave the window
 		for range 4 {                                  // the expiry, the tick again
 			wantIdents = append(wantIdents, schema, table)
@@ -465,8 +468,8 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, control...)    // the trigger used
 		wantIdents = append(wantIdents, schema, table) // a fast batch's insert
 		wantIdents = append(wantIdents, schema, table) // the insert
-		wantIdents = append(wantIdents, starts...)     // the old starts
-		wantIdents = append(wantIdents, starts...)     // and the new
+		wantIdents = append(wantIdents, starts...)     // its starts
+		wantIdents = append(wantIdents, starts...)     // and, one win in 64, the old ones
 		wantIdents = append(wantIdents, schema, table) // and version 8's COMMENT ON TABLE
 		states := []string{schema, table + "_cursors"}
 		wantIdents = append(wantIdents, states...)              // version 9's table of states

@@ -20,7 +20,7 @@ import (
 
 // TestMigrateRepairsKeys: a table whose comment says version 8 but that
 // lacks one of version 8's objects (the overload with keys, either table,
-// the index, the column) is at version 7 for SchemaVersion, and Migrate
+// either index, the column) is at version 7 for SchemaVersion, and Migrate
 // puts it back; a claim naming a key with a limit is then limited.
 func TestMigrateRepairsKeys(t *testing.T) {
 	t.Parallel()
@@ -29,6 +29,7 @@ func TestMigrateRepairsKeys(t *testing.T) {
 		"keys":     `DROP TABLE "public"."runclaim_runs_keys"`,
 		"starts":   `DROP TABLE "public"."runclaim_runs_starts"`,
 		"index":    `DROP INDEX "public"."runclaim_runs_keyed"`,
+		"keyset":   `DROP INDEX "public"."runclaim_runs_keyset"`,
 		"column":   `ALTER TABLE "public"."runclaim_runs" DROP COLUMN keys`,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -406,5 +407,55 @@ func TestNoKeySamePath(t *testing.T) {
 	batches, queries = rec.take()
 	if len(batches) != 0 || len(queries) != 1 || !strings.Contains(queries[0], "$9::bigint[], true)") {
 		t.Errorf("a claim naming a key sent %d batches and %q, want one call of the overload with keys", len(batches), queries)
+	}
+}
+
+// TestOldStartsPruned: the starts of a key older than the longest window
+// (MaxLimitPer) are deleted by a later win naming the key, one win in 64
+// (those whose run ID is a multiple of 64), so that the table of starts
+// stays bounded without costing every win a delete; the starts in the
+// window stay.
+func TestOldStartsPruned(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := benchStore(t, db.Pool)
+	const key = "site:old"
+	starts := `"public"."runclaim_runs_starts"`
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO `+starts+` (key, started_at, run_id)
+VALUES ($1, pg_catalog.clock_timestamp() - $2::bigint * interval '1 microsecond', -1)`, key, (runclaim.MaxLimitPer + time.Hour).Microseconds()); err != nil {
+		t.Fatal(err)
+	}
+	count := func(q string) int {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+starts+` WHERE key = $1 AND `+q, key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	c := benchClaimer(t, store, "prune")
+	var won []int64
+	for i := 0; ; i++ {
+		if i > 200 {
+			t.Fatalf("no win with a run ID that is a multiple of 64 in %d wins: %v", i, won)
+		}
+		run, err := c.Claim(ctx, fmt.Sprintf("src/%d", i), runclaim.WithKeys(key))
+		if err != nil {
+			t.Fatalf("Claim: %v", err)
+		}
+		mustFinish(t, run)
+		won = append(won, run.ID)
+		if run.ID%64 == 0 {
+			break
+		}
+		if n := count("run_id = -1"); n != 1 {
+			t.Fatalf("after run %d: %d old starts, want 1 (only a run whose ID is a multiple of 64 deletes them)", run.ID, n)
+		}
+	}
+	if n := count("run_id = -1"); n != 0 {
+		t.Errorf("after run %d: the start older than MaxLimitPer is still there", won[len(won)-1])
+	}
+	if n := count("run_id > 0"); n != len(won) {
+		t.Errorf("%d starts of the %d wins in the window, want all", n, len(won))
 	}
 }

@@ -12,8 +12,9 @@ import (
 )
 
 // Schema version 8 (sql/008_keys.up.sql) adds keys: a keys column on the
-// runs table (the keys each run's claim named) with a GIN index of the
-// running runs' keys, named after the table with keyedSuffix; a table of
+// runs table (the keys each run's claim named) with two partial indexes of
+// the running runs' keys, a btree of those naming one (keyedSuffix) and a
+// GIN index of those naming more (keysetSuffix); a table of
 // keys' limits and cooldowns (keysSuffix), one row per key; a table of
 // keys' starts (startsSuffix), one row per key a run named; and an
 // overload of the claim function with two more arguments, the keys and
@@ -33,13 +34,13 @@ import (
 // nothing (no row lock, no transaction ID, no WAL). A run started records
 // its keys in its row and one start per key.
 
-// Suffixes of the objects of version 8. keyedSuffix and keysSuffix are
-// no longer than runningSuffix, startsSuffix no longer either, so every
-// name fits in 63 bytes (see maxTableLen).
+// Suffixes of the objects of version 8. None is longer than
+// runningSuffix, so every name fits in 63 bytes (see maxTableLen).
 const (
 	keysSuffix   = "_keys"
 	startsSuffix = "_starts"
 	keyedSuffix  = "_keyed"
+	keysetSuffix = "_keyset"
 )
 
 // keysVersion is the first schema version with keys.

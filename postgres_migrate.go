@@ -46,8 +46,10 @@ import (
 //     a unique violation, never a win for an older tick); and a win says
 //     whether it used a trigger, so that a claim given up gives it back.
 //   - Version 8: keys (WithKeys, Limiter): a keys column on the runs table
-//     and a GIN index (without fastupdate) of the running runs' keys,
-//     named after the table with the suffix "_keyed", a table of keys'
+//     and two partial indexes of the running runs' keys: a btree of the
+//     runs naming one key, named after the table with the suffix
+//     "_keyed", and a GIN index (without fastupdate) of those naming
+//     more ("_keyset"); a table of keys'
 //     limits and cooldowns ("_keys") and one of keys' starts ("_starts"),
 //     and the claim function's overload that takes keys (and, for a
 //     ClaimMany, the keys of the whole batch). Roles that may insert into the
@@ -264,7 +266,7 @@ func (s *PostgresStore) schemaStateArgs() []any {
 	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs,
 		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc(), claimRacesMarker,
 		s.keysTable(), s.startsTable(), s.indexName(keyedSuffix), s.claimFunc() + keyFuncArgs,
-		s.statesTable(), s.claimFunc() + stateFuncArgs}
+		s.statesTable(), s.claimFunc() + stateFuncArgs, s.indexName(keysetSuffix)}
 }
 
 // Suffixes of the indexes' names.
@@ -486,8 +488,9 @@ func (s *PostgresStore) stepGuard(v int) string {
 	case 8:
 		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'keys' AND NOT a.attisdropped)"+
 			" AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regclass(%s) IS NOT NULL"+
-			" AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
-			dollarQuote(s.Table()), dollarQuote(s.keysTable()), dollarQuote(s.startsTable()), dollarQuote(s.indexName(keyedSuffix)), dollarQuote(s.claimFunc()+keyFuncArgs))
+			" AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
+			dollarQuote(s.Table()), dollarQuote(s.keysTable()), dollarQuote(s.startsTable()), dollarQuote(s.indexName(keyedSuffix)),
+			dollarQuote(s.indexName(keysetSuffix)), dollarQuote(s.claimFunc()+keyFuncArgs))
 	case 9:
 		objects = fmt.Sprintf("pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
 			dollarQuote(s.statesTable()), dollarQuote(s.claimFunc()+stateFuncArgs))

@@ -32,8 +32,10 @@ import (
 //     quoted and schema-qualified;
 //   - {{table_keys}}, {{table_starts}}: the tables of keys' limits and
 //     cooldowns and of keys' starts (version 8), quoted and
-//     schema-qualified; {{table_keyed}}, the index of running runs'
-//     keys, quoted, and {{schema_table_keyed}}, the same schema-qualified;
+//     schema-qualified; {{table_keyed}} and {{table_keyset}}, the indexes
+//     of running runs naming one key and more than one, quoted, and
+//     {{schema_table_keyed}} and {{schema_table_keyset}}, the same
+//     schema-qualified;
 //   - {{table_literal}}, {{table_control_literal}}, {{table_keys_literal}},
 //     {{table_starts_literal}}: the runs table's and the other tables'
 //     quoted, schema-qualified names as dollar-quoted string literals,
@@ -166,6 +168,8 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_starts}}", s.startsTable(),
 		"{{table_keyed}}", pgx.Identifier{s.table + keyedSuffix}.Sanitize(),
 		"{{schema_table_keyed}}", s.indexName(keyedSuffix),
+		"{{table_keyset}}", pgx.Identifier{s.table + keysetSuffix}.Sanitize(),
+		"{{schema_table_keyset}}", s.indexName(keysetSuffix),
 		"{{table_keys_literal}}", dollarQuoteWith("n", s.keysTable()),
 		"{{table_starts_literal}}", dollarQuoteWith("n", s.startsTable()),
 		"{{table_states}}", s.statesTable(),

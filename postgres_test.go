@@ -409,13 +409,14 @@ func wantSchema(table string) schemaDesc {
 			{Name: "keys", Type: "ARRAY", Nullable: true},
 		},
 		Indexes: []string{
+			"CREATE INDEX USING btree (keys) WHERE ((status = 'running'::text) AND (cardinality(keys) = 1))",
 			"CREATE INDEX USING btree (source, started_at DESC)",
-			"CREATE INDEX USING gin (keys) WITH (fastupdate=off) WHERE ((status = 'running'::text) AND (keys IS NOT NULL))",
+			"CREATE INDEX USING gin (keys) WITH (fastupdate=off) WHERE ((status = 'running'::text) AND (cardinality(keys) > 1))",
 			"CREATE UNIQUE INDEX USING btree (id)",
 			"CREATE UNIQUE INDEX USING btree (source) WHERE (status = 'running'::text)",
 			"CREATE UNIQUE INDEX USING btree (source, tick DESC) WHERE ((tick IS NOT NULL) AND (status = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text])))",
 		},
-		Names: []string{table + "_history", table + "_keyed", table + "_pkey", table + "_running", table + "_tick"},
+		Names: []string{table + "_history", table + "_keyed", table + "_keyset", table + "_pkey", table + "_running", table + "_tick"},
 		Functions: []string{
 			table + "_claim(bigint, text, text, bigint, bigint, bigint)",
 			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone)",

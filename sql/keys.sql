@@ -90,7 +90,9 @@ UPDATE {{table_keys}} SET cooling_until = NULL, cooling_note = '', cooling_at = 
 -- cooldown if in force, and the database clock. At most $1 rows.
 SELECT k.key, k.max_running, k.max_starts, k.per_us,
 	(SELECT pg_catalog.count(*) FROM {{table}} AS r
-	  WHERE r.status = 'running' AND r.keys @> ARRAY[k.key] AND r.lease_until > c.now),
+	  WHERE r.status = 'running' AND pg_catalog.cardinality(r.keys) = 1 AND r.keys = ARRAY[k.key] AND r.lease_until > c.now)
+	+ (SELECT pg_catalog.count(*) FROM {{table}} AS r
+	  WHERE r.status = 'running' AND pg_catalog.cardinality(r.keys) > 1 AND r.keys @> ARRAY[k.key] AND r.lease_until > c.now),
 	CASE WHEN k.max_starts > 0 THEN (
 		SELECT pg_catalog.count(*) FROM (
 			SELECT FROM {{table_starts}} AS s

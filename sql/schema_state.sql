@@ -12,7 +12,8 @@
 -- are version 8's tables of keys and of starts, $13 its index of running
 -- runs' keys, $14 the signature of its overload with keys. $15 is
 -- version 9s table of states, $16 the signature of its overload with a
--- state.
+-- state. $17 is version 8s index of running runs naming more than one
+-- key ($13 is that of the runs naming one).
 SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), ''),
 	-- Version 1's indexes, version 2's column, version 3's function,
 	-- version 4's column, index and function, version 5's table and the
@@ -33,7 +34,7 @@ SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description
 	        AND pg_catalog.strpos(p.prosrc, $10) > 0),
 	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'keys' AND NOT a.attisdropped)
 	AND pg_catalog.to_regclass($11) IS NOT NULL AND pg_catalog.to_regclass($12) IS NOT NULL
-	AND pg_catalog.to_regclass($13) IS NOT NULL AND pg_catalog.to_regprocedure($14) IS NOT NULL,
+	AND pg_catalog.to_regclass($13) IS NOT NULL AND pg_catalog.to_regclass($17) IS NOT NULL AND pg_catalog.to_regprocedure($14) IS NOT NULL,
 	pg_catalog.to_regclass($15) IS NOT NULL AND pg_catalog.to_regprocedure($16) IS NOT NULL
 FROM (SELECT) AS one
 LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = $1

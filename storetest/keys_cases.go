@@ -116,6 +116,38 @@ func testKeyMaxRunning(t *testing.T, s runclaim.Store) {
 	mustFinish(t, ctx, s, succeeded(b))
 }
 
+// testKeyShared: a run counts for every key its claim named, whatever
+// the others and their order: a key's MaxRunning counts the runs that
+// named it alone and those that named it with other keys, and a skip's
+// RetryAfter is the earliest lease end among them all.
+func testKeyShared(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	l := limiterOf(t, s)
+	key, other, third := prefix+"/site", prefix+"/other", prefix+"/third"
+	mustSetLimit(t, ctx, l, key, runclaim.Limit{MaxRunning: 2})
+
+	short := keyReq(prefix+"/b", "owner", other, key)
+	short.Lease = longLease / 2 // ends before a's
+	a := mustClaim(t, ctx, s, keyReq(prefix+"/a", "owner", key))
+	b := mustClaim(t, ctx, s, short)
+	limitedSkip(t, tryClaim(ctx, s, keyReq(prefix+"/c", "owner", key)), prefix+"/c", key, b.LeaseUntil)
+	limitedSkip(t, tryClaim(ctx, s, keyReq(prefix+"/c", "owner", third, key)), prefix+"/c", key, b.LeaseUntil)
+	// The other keys have no limit: a claim naming them only wins.
+	mustFinish(t, ctx, s, succeeded(mustClaim(t, ctx, s, keyReq(prefix+"/d", "owner", other, third))))
+
+	// a ends: one place. A run naming the key among three takes it.
+	mustFinish(t, ctx, s, succeeded(a))
+	e := mustClaim(t, ctx, s, keyReq(prefix+"/e", "owner", third, key, other))
+	first := b.LeaseUntil
+	if e.LeaseUntil.Before(first) {
+		first = e.LeaseUntil
+	}
+	limitedSkip(t, tryClaim(ctx, s, keyReq(prefix+"/c", "owner", key)), prefix+"/c", key, first)
+	mustFinish(t, ctx, s, succeeded(b))
+	mustFinish(t, ctx, s, succeeded(e))
+	mustFinish(t, ctx, s, succeeded(mustClaim(t, ctx, s, keyReq(prefix+"/c", "owner", key))))
+}
+
 // waitStoreClock waits until the store's clock is past at: until a claim
 // of a fresh source starts after it.
 func waitStoreClock(t *testing.T, ctx context.Context, s runclaim.Store, at time.Time) {

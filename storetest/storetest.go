@@ -72,6 +72,7 @@ var cases = []suiteCase{
 	{name: "ManyControl", store: testManyControl},
 	{name: "ControlBadInput", store: testControlBadInput},
 	{name: "KeyMaxRunning", store: testKeyMaxRunning},
+	{name: "KeyShared", store: testKeyShared},
 	{name: "KeyMaxStarts", store: testKeyMaxStarts},
 	{name: "KeyCooldown", store: testKeyCooldown},
 	{name: "KeyOrder", store: testKeyOrder},

@@ -43,7 +43,7 @@ func (k *keyBackend) clone() *keyBackend {
 }
 
 // check returns the skip of the first key of req with no room at now.
-func (k *keyBackend) check(req runclaim.ClaimRequest, now time.Time, running map[string]*memRun) error {
+func (k *keyBackend) check(req runclaim.ClaimRequest, now time.Time, running map[string]*memRun, bug bug) error {
 	for _, key := range req.Keys {
 		skip := func(retry time.Time, note string) error {
 			return &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrLimited, Key: key, RetryAfter: retry, Note: note, Tick: req.Tick}
@@ -55,7 +55,8 @@ func (k *keyBackend) check(req runclaim.ClaimRequest, now time.Time, running map
 		if l.MaxRunning > 0 {
 			n, first := 0, time.Time{}
 			for _, r := range running {
-				if r.status == runclaim.StatusRunning && r.info.LeaseUntil.After(now) && slices.Contains(r.keys, key) {
+				if r.status == runclaim.StatusRunning && r.info.LeaseUntil.After(now) && slices.Contains(r.keys, key) &&
+					(bug != bugKeyCountAloneOnly || len(r.keys) == 1) {
 					n++
 					if first.IsZero() || r.info.LeaseUntil.Before(first) {
 						first = r.info.LeaseUntil

@@ -150,6 +150,10 @@ const (
 	// ClaimMany records no start of a key for its wins, as a batch that
 	// left its starts to an insert it did not make.
 	bugManyStartsUnrecorded
+	// A key's running runs are counted among the runs that named it
+	// alone: a run that named other keys too does not count, as a count
+	// that read one index of running runs' keys and not the other.
+	bugKeyCountAloneOnly
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -428,7 +432,7 @@ func resultSource(r runclaim.ClaimResult) string {
 func (b *memBackend) check(req runclaim.ClaimRequest, interval bool, bug bug) (lapsed *memRun, err error) {
 	now := time.Now()
 	if bug == bugKeyFirst {
-		if err := b.keys.check(req, now, b.running); err != nil {
+		if err := b.keys.check(req, now, b.running, bug); err != nil {
 			return nil, err
 		}
 	}
@@ -468,7 +472,7 @@ func (b *memBackend) check(req runclaim.ClaimRequest, interval bool, bug bug) (l
 		}
 	}
 	if bug != bugKeyFirst {
-		if err := b.keys.check(req, now, b.running); err != nil {
+		if err := b.keys.check(req, now, b.running, bug); err != nil {
 			return nil, err
 		}
 	}
@@ -970,6 +974,8 @@ var wrongStores = []wrongStore{
 		"StateMany", copyBackend(bugManyNoState)},
 	{"many-starts-unrecorded", "ClaimMany records no start for the keys of its wins",
 		"ManyKeysRoom", copyBackend(bugManyStartsUnrecorded)},
+	{"key-count-alone-only", "a key's running runs counted among runs naming it alone",
+		"KeyShared", copyBackend(bugKeyCountAloneOnly)},
 	{"state-unfenced", "a save of state not fenced by the lease: a run whose lease ended still saves",
 		"StateFencedByLease", copyBackend(bugStateUnfenced)},
 	{"state-succeeded-only", "the state taken from the latest succeeded run only",
