@@ -119,9 +119,12 @@ func TestControlPrivilegesAfterUpgrade(t *testing.T) {
 	ownerPool := e.pool(t, e.owner, nil)
 	ownerStore := e.store(t, ownerPool)
 	steps := ownerStore.Migrations()
-	// Back to version 4, with the application's grants of then.
-	if _, err := ownerPool.Exec(ctx, steps[4].Down); err != nil {
-		t.Fatal(err)
+	// Back to version 4, with the application's grants of then: every
+	// later step undone, newest first.
+	for i := len(steps) - 1; i >= 4; i-- {
+		if _, err := ownerPool.Exec(ctx, steps[i].Down); err != nil {
+			t.Fatalf("step %d down: %v", steps[i].Version, err)
+		}
 	}
 	appStore := e.store(t, e.pool(t, e.app, nil))
 	c, err := runclaim.New(appStore, runclaim.WithMinInterval(time.Hour))

@@ -26,6 +26,10 @@ func ClaimFuncName(s *PostgresStore) string { return s.claimFunc() }
 // ClaimFuncArgs are the claim function's argument types.
 const ClaimFuncArgs = claimFuncArgs
 
+// StateFuncArgs are the argument types of the claim function's overload
+// with a state (version 9).
+const StateFuncArgs = stateFuncArgs
+
 // TickFuncArgs are the argument types of the claim function's overload
 // with a tick.
 const TickFuncArgs = tickFuncArgs

@@ -476,10 +476,19 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, schema, table)          // the grants' block: the runs table
 		wantIdents = append(wantIdents, states...)              // and the new table, as a literal
 		wantIdents = append(wantIdents, schema, table+"_claim") // the overload with a state
-		wantIdents = append(wantIdents, schema, table+"_claim") // its body: the function with a tick
-		wantIdents = append(wantIdents, schema, table+"_claim") // or the one with keys
-		wantIdents = append(wantIdents, states...)              // the state of a win
-		wantIdents = append(wantIdents, schema, table)          // and version 9's COMMENT ON TABLE
+		wantIdents = append(wantIdents, schema, table+"_claim") // its body: the one with keys
+		wantIdents = append(wantIdents, states...)              // and the state of a win;
+		for range 2 {                                           // or version 7's body: the running run and
+			wantIdents = append(wantIdents, schema, table) // the pause, before the lock and under it
+			wantIdents = append(wantIdents, control...)
+		}
+		for range 6 { // the tick, the interval, the expiry, the tick again
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, control...)    // the trigger used
+		wantIdents = append(wantIdents, schema, table) // the insert
+		wantIdents = append(wantIdents, states...)     // the state of a win
+		wantIdents = append(wantIdents, schema, table) // and version 9's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

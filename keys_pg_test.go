@@ -268,8 +268,14 @@ func TestKeyPrivilegesAfterUpgrade(t *testing.T) {
 	ownerPool := e.pool(t, e.owner, nil)
 	ownerStore := e.store(t, ownerPool)
 	steps := ownerStore.Migrations()
-	if _, err := ownerPool.Exec(ctx, steps[len(steps)-1].Down); err != nil {
-		t.Fatal(err)
+	// Back to version 7: every step from version 8 on undone, newest first.
+	for i := len(steps) - 1; steps[i].Version >= 8; i-- {
+		if _, err := ownerPool.Exec(ctx, steps[i].Down); err != nil {
+			t.Fatalf("step %d down: %v", steps[i].Version, err)
+		}
+	}
+	if v, _, err := ownerStore.SchemaVersion(ctx); err != nil || v != 7 {
+		t.Fatalf("SchemaVersion after the steps down: %d, %v; want 7", v, err)
 	}
 	if err := ownerStore.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate as the owner: %v", err)

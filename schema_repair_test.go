@@ -216,9 +216,12 @@ func TestMissingFunctionStaysOnBatch(t *testing.T) {
 	ctx := t.Context()
 	db := pgtest.New(t)
 	setup := migratedStore(t, db.Pool)
-	// Both claim functions: version 3's and its overload with a tick.
+	// The claim functions that a claim naming no key calls: version 3's,
+	// its overload with a tick, and version 9's with a state, which runs
+	// a copy of the body of the one with a tick.
 	if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimFuncName(setup)+runclaim.ClaimFuncArgs+
-		"; DROP FUNCTION "+runclaim.ClaimFuncName(setup)+"(bigint, text, text, bigint, bigint, bigint, timestamptz)"); err != nil {
+		"; DROP FUNCTION "+runclaim.ClaimFuncName(setup)+"(bigint, text, text, bigint, bigint, bigint, timestamptz)"+
+		"; DROP FUNCTION "+runclaim.ClaimFuncName(setup)+runclaim.StateFuncArgs); err != nil {
 		t.Fatal(err)
 	}
 	pool, rec := recordingPool(t, db)
