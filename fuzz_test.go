@@ -476,17 +476,26 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, schema, table)          // the grants' block: the runs table
 		wantIdents = append(wantIdents, states...)              // and the new table, as a literal
 		wantIdents = append(wantIdents, schema, table+"_claim") // the overload with a state
-		wantIdents = append(wantIdents, schema, table+"_claim") // its body: the one with keys
-		wantIdents = append(wantIdents, states...)              // and the state of a win;
-		for range 2 {                                           // or version 7's body: the running run and
+		for range 2 {                                           // its body, that of the overload with keys for a single claim: the running run and
 			wantIdents = append(wantIdents, schema, table) // the pause, before the lock and under it
 			wantIdents = append(wantIdents, control...)
 		}
-		for range 6 { // the tick, the interval, the expiry, the tick again
+		for range 2 { // the tick, the interval
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, starts...)     // a key's starts in the window
+		wantIdents = append(wantIdents, keys...)       // its row
+		wantIdents = append(wantIdents, schema, table) // its running runs (naming it alone,
+		wantIdents = append(wantIdents, schema, table) // and with others)
+		wantIdents = append(wantIdents, starts...)     // the start that must leave the window
+		for range 4 {                                  // the expiry, the tick again
 			wantIdents = append(wantIdents, schema, table)
 		}
 		wantIdents = append(wantIdents, control...)    // the trigger used
-		wantIdents = append(wantIdents, schema, table) // the insert
+		wantIdents = append(wantIdents, schema, table) // the insert without keys
+		wantIdents = append(wantIdents, schema, table) // the insert with keys
+		wantIdents = append(wantIdents, starts...)     // its starts
+		wantIdents = append(wantIdents, starts...)     // and, one win in 64, the old ones
 		wantIdents = append(wantIdents, states...)     // the state of a win
 		wantIdents = append(wantIdents, schema, table) // and version 9's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {

@@ -18,11 +18,11 @@ import (
 // state of the source when the claim won (NULL when it lost, or when the
 // source has none).
 //
-// The overload decides a claim that names no key with its own copy of the
-// body of version 7's function with a tick, rather than a call of it, so
-// that such a claim pays no second PL/pgSQL call frame (which cost a win
-// 1.06x and a loss up to 1.08x what they cost on a version 8 table), and a
-// claim that names keys by calling the overload with keys. Then, on a win
+// The overload decides the claim with its own copy of the body of version
+// 8's overload with keys (without a batch's parts: a ClaimMany calls that
+// overload), rather than a call of it or of the one with a tick, so that a
+// claim pays no second PL/pgSQL call frame, which cost a win 1.06x and a
+// loss up to 1.08x what they cost on a version 8 table. Then, on a win
 // only, it reads the state in a statement of its own: under READ
 // COMMITTED that statement takes its snapshot after the claim took the
 // source's advisory lock and expired or found finished the run before it,
