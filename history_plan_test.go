@@ -516,35 +516,7 @@ func testClaimFunctionPlans(t *testing.T, db *pgtest.DB, store *runclaim.Postgre
 		return c.Claim(ctx, source, runclaim.ForTick(tick))
 	}
 	ctx := t.Context()
-	var (
-		mu      sync.Mutex // protects notices
-		notices []string
-	)
-	pool := db.NewPool(t, func(c *pgxpool.Config) {
-		c.MaxConns = 1
-		c.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-			mu.Lock()
-			notices = append(notices, n.Message)
-			mu.Unlock()
-		}
-		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-			for _, q := range []string{
-				"LOAD 'auto_explain'",
-				"SET auto_explain.log_min_duration = 0",
-				"SET auto_explain.log_nested_statements = on",
-				"SET auto_explain.log_analyze = on",
-				"SET auto_explain.log_buffers = on",
-				"SET auto_explain.log_format = json",
-				"SET auto_explain.log_level = notice",
-				"SET plan_cache_mode = " + mode,
-			} {
-				if _, err := conn.Exec(ctx, q); err != nil {
-					return fmt.Errorf("%s (the plan tests need a superuser, as pgtest's servers have): %w", q, err)
-				}
-			}
-			return nil
-		}
-	})
+	pool, plans := explainingPool(t, db, mode, true)
 	fstore := formStore(t, pool, form)
 	src := func(n int) string { return fmt.Sprintf("src-%04d", 100*i+n) } // each with history
 	c := benchClaimer(t, fstore, "plan", runclaim.WithMinInterval(time.Millisecond))
@@ -602,21 +574,9 @@ func testClaimFunctionPlans(t *testing.T, db *pgtest.DB, store *runclaim.Postgre
 		t.Fatal(err)
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
 	seen := map[string]int{}
-	for _, msg := range notices {
-		j := strings.Index(msg, "{")
-		if j < 0 {
-			continue
-		}
-		var p struct {
-			QueryText string   `json:"Query Text"`
-			Plan      planNode `json:"Plan"`
-		}
-		if err := json.Unmarshal([]byte(msg[j:]), &p); err != nil {
-			t.Fatalf("auto_explain output %q: %v", msg, err)
-		}
+	reported := plans()
+	for _, p := range reported {
 		q := strings.TrimSpace(p.QueryText)
 		if !strings.Contains(q, store.Table()) {
 			continue // the call itself, or statements of no table
@@ -629,13 +589,13 @@ func testClaimFunctionPlans(t *testing.T, db *pgtest.DB, store *runclaim.Postgre
 		usesIndex := false
 		p.Plan.walk(func(n planNode) {
 			if n.RelationName == table && n.NodeType == "Seq Scan" {
-				t.Errorf("a sequential scan of %s in:\n%s\nplan: %s", table, q, msg[j:])
+				t.Errorf("a sequential scan of %s in:\n%s\nplan: %s", table, q, p.JSON)
 			}
 			usesIndex = usesIndex || indexes[n.IndexName]
 		})
 		// The INSERT reads nothing (VALUES); every other statement reads.
 		if !usesIndex && !strings.HasPrefix(q, "INSERT") {
-			t.Errorf("no index of %s used by:\n%s\nplan: %s", table, q, msg[j:])
+			t.Errorf("no index of %s used by:\n%s\nplan: %s", table, q, p.JSON)
 		}
 		if testing.Verbose() {
 			var b strings.Builder
@@ -645,8 +605,74 @@ func testClaimFunctionPlans(t *testing.T, db *pgtest.DB, store *runclaim.Postgre
 	}
 	for _, st := range statements {
 		if seen[st] == 0 {
-			t.Errorf("no plan seen for the function's %q statement (%d notices)", st, len(notices))
+			t.Errorf("no plan seen for the function's %q statement (%d plans reported)", st, len(reported))
 		}
 	}
 	t.Logf("%s, %s: plans of %v", mode, form.name, seen)
+}
+
+// explainedPlan is one plan that auto_explain reported: the statement, its
+// plan, and the plan as auto_explain wrote it, in JSON.
+type explainedPlan struct {
+	QueryText string   `json:"Query Text"`
+	Plan      planNode `json:"Plan"`
+	JSON      string   `json:"-"`
+}
+
+// explainingPool returns a pool of one connection whose session loads
+// auto_explain and has it send the plan of every statement, those that
+// functions run too (log_nested_statements), to the client as a notice,
+// in JSON, with ANALYZE and BUFFERS if analyze, in the plan cache mode
+// mode; and a function that returns the plans reported so far. Loading
+// auto_explain needs a superuser, as pgtest's servers have.
+func explainingPool(t *testing.T, db *pgtest.DB, mode string, analyze bool) (*pgxpool.Pool, func() []explainedPlan) {
+	t.Helper()
+	var (
+		mu      sync.Mutex // protects notices
+		notices []string
+	)
+	settings := []string{
+		"LOAD 'auto_explain'",
+		"SET auto_explain.log_min_duration = 0",
+		"SET auto_explain.log_nested_statements = on",
+		"SET auto_explain.log_format = json",
+		"SET auto_explain.log_level = notice",
+		"SET plan_cache_mode = " + mode,
+	}
+	if analyze {
+		settings = append(settings, "SET auto_explain.log_analyze = on", "SET auto_explain.log_buffers = on")
+	}
+	pool := db.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			mu.Lock()
+			notices = append(notices, n.Message)
+			mu.Unlock()
+		}
+		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			for _, q := range settings {
+				if _, err := conn.Exec(ctx, q); err != nil {
+					return fmt.Errorf("%s (the plan tests need a superuser, as pgtest's servers have): %w", q, err)
+				}
+			}
+			return nil
+		}
+	})
+	return pool, func() []explainedPlan {
+		mu.Lock()
+		defer mu.Unlock()
+		var plans []explainedPlan
+		for _, msg := range notices {
+			j := strings.Index(msg, "{")
+			if j < 0 {
+				continue
+			}
+			p := explainedPlan{JSON: msg[j:]}
+			if err := json.Unmarshal([]byte(p.JSON), &p); err != nil {
+				t.Fatalf("auto_explain output %q: %v", msg, err)
+			}
+			plans = append(plans, p)
+		}
+		return plans
+	}
 }

@@ -1,16 +1,9 @@
 package runclaim_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
@@ -60,33 +53,7 @@ FROM pg_catalog.generate_series(1, 5000) AS i`, key); err != nil {
 // makes the sources its own.
 func testKeyCountPlans(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStore, mode string, n int, key string) {
 	ctx := t.Context()
-	var (
-		mu      sync.Mutex // protects notices
-		notices []string
-	)
-	pool := db.NewPool(t, func(c *pgxpool.Config) {
-		c.MaxConns = 1
-		c.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-			mu.Lock()
-			notices = append(notices, n.Message)
-			mu.Unlock()
-		}
-		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-			for _, q := range []string{
-				"LOAD 'auto_explain'",
-				"SET auto_explain.log_min_duration = 0",
-				"SET auto_explain.log_nested_statements = on",
-				"SET auto_explain.log_format = json",
-				"SET auto_explain.log_level = notice",
-				"SET plan_cache_mode = " + mode,
-			} {
-				if _, err := conn.Exec(ctx, q); err != nil {
-					return fmt.Errorf("%s (the plan tests need a superuser, as pgtest's servers have): %w", q, err)
-				}
-			}
-			return nil
-		}
-	})
+	pool, plans := explainingPool(t, db, mode, false)
 	pstore, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
 		t.Fatal(err)
@@ -113,21 +80,9 @@ func testKeyCountPlans(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStor
 
 	table := runclaim.DefaultTable
 	keyed := table + "_keyed"
-	mu.Lock()
-	defer mu.Unlock()
 	counts := 0
-	for _, msg := range notices {
-		j := strings.Index(msg, "{")
-		if j < 0 {
-			continue
-		}
-		var p struct {
-			QueryText string   `json:"Query Text"`
-			Plan      planNode `json:"Plan"`
-		}
-		if err := json.Unmarshal([]byte(msg[j:]), &p); err != nil {
-			t.Fatalf("auto_explain output %q: %v", msg, err)
-		}
+	reported := plans()
+	for _, p := range reported {
 		q := p.QueryText
 		if !strings.Contains(q, "cardinality(r.keys)") {
 			continue // not a count of a key's running runs
@@ -139,7 +94,7 @@ func testKeyCountPlans(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStor
 				byIndex[n.IndexName] = append(byIndex[n.IndexName], n.NodeType)
 			}
 			if n.RelationName == table && n.NodeType == "Seq Scan" {
-				t.Errorf("a sequential scan of %s in:\n%s\nplan: %s", table, q, msg[j:])
+				t.Errorf("a sequential scan of %s in:\n%s\nplan: %s", table, q, p.JSON)
 			}
 		})
 		if len(byIndex[keyed]) == 0 {
@@ -147,12 +102,12 @@ func testKeyCountPlans(t *testing.T, db *pgtest.DB, store *runclaim.PostgresStor
 		}
 		for _, nt := range byIndex[keyed] {
 			if nt != "Index Scan" && nt != "Index Only Scan" {
-				t.Errorf("%s read by a %s, which leaves the entries of finished runs for the next count, in:\n%s\nplan: %s", keyed, nt, q, msg[j:])
+				t.Errorf("%s read by a %s, which leaves the entries of finished runs for the next count, in:\n%s\nplan: %s", keyed, nt, q, p.JSON)
 			}
 		}
 	}
 	// Each single claim's check, the batch's, and the list of keys.
 	if counts < 5 {
-		t.Errorf("%d counts of a key's running runs seen, want at least 5 (auto_explain reported %d statements)", counts, len(notices))
+		t.Errorf("%d counts of a key's running runs seen, want at least 5 (auto_explain reported %d plans)", counts, len(reported))
 	}
 }
