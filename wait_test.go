@@ -290,7 +290,17 @@ func TestWaitUntilRetryAfter(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), sharedtest.Scale(t, 30*time.Second))
 		defer cancel()
 		ctl := store.(runclaim.Controller)
-		until := time.Now().Add(300 * time.Millisecond)
+		// The pause must end after the store's clock reads it: 300 ms
+		// from now, or, on a machine where a call takes long (a loaded
+		// one), ten times a call measured on a warm connection.
+		if err := ctl.Resume(ctx, "paused"); err != nil { // warms the connection
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := ctl.Resume(ctx, "paused"); err != nil {
+			t.Fatal(err)
+		}
+		until := time.Now().Add(max(300*time.Millisecond, 10*time.Since(start)))
 		if err := ctl.Pause(ctx, "paused", until, ""); err != nil {
 			t.Fatal(err)
 		}
