@@ -425,14 +425,22 @@ func testPartitionClaimCut(t *testing.T, version int) {
 	// second warm-up is a claim as all later ones.)
 	warmUp(t, p, "warm-00")
 	warmUp(t, p, "warm-0a")
-	before := px.Stats().BytesToServer
-	probe, err := p.Claim(ctx, "cut-pr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	size := px.Stats().BytesToServer - before
-	if err := probe.Finish(ctx, nil); err != nil {
-		t.Fatal(err)
+	// The smallest of three probes: a claim that also carries the store's
+	// periodic look at the schema sends more, and a cut at the size of
+	// such a claim would come after a plain claim's last byte.
+	var size int64
+	for _, src := range []string{"cut-pa", "cut-pb", "cut-pc"} {
+		before := px.Stats().BytesToServer
+		probe, err := p.Claim(ctx, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := px.Stats().BytesToServer - before; size == 0 || n < size {
+			size = n
+		}
+		if err := probe.Finish(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	var offsets []int64
