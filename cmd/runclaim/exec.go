@@ -54,13 +54,14 @@ last run started), the command is not run: exec prints why on stderr
 (unless --quiet) and exits with --skip-exit-code.
 
 The command runs with exec's stdin, stdout and stderr, and exec's
-environment, unchanged (DATABASE_URL and the PG* variables included, as
-flock, env or timeout would pass them on), plus RUNCLAIM_RUN_ID (the run's
-ID, a fencing token that increases with every run: pass it to writes that
-must refuse a stale holder), RUNCLAIM_SOURCE and RUNCLAIM_OWNER. With
---no-db-env, DATABASE_URL, every PG* variable, RUNCLAIM_TABLE,
-RUNCLAIM_NAMESPACE and RUNCLAIM_SYNCHRONOUS_COMMIT are removed from it. (A password in ~/.pgpass stays
-readable to any process of the same user.)
+environment without runclaim's database settings: DATABASE_URL (which may
+hold a password), every PG* variable, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE
+and RUNCLAIM_SYNCHRONOUS_COMMIT are removed from it. With --pass-db-env
+they are passed on unchanged, as flock, env or timeout would, for a job
+that uses the same database. The command also gets RUNCLAIM_RUN_ID (the
+run's ID, a fencing token that increases with every run: pass it to writes
+that must refuse a stale holder), RUNCLAIM_SOURCE and RUNCLAIM_OWNER. (A
+password in ~/.pgpass stays readable to any process of the same user.)
 
 The run ends only when no process of the command's process group is left.
 The command runs in a process group of its own, with every process it
@@ -181,7 +182,7 @@ type execOptions struct {
 	owner                                         string
 	skipCode, errorCode, lostCode, unrecordedCode int
 	timeoutCode                                   int
-	noDBEnv, quiet, verbose, wait                 bool
+	noDBEnv, passDBEnv, quiet, verbose, wait      bool
 	keys                                          []string // --key, in the order given
 	argv                                          []string // the command line, argv[0] first
 }
@@ -205,7 +206,8 @@ func (o *execOptions) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.lostCode, "lost-exit-code", exitLeaseLost, "exit `code` when the run was lost while the command ran (0..255)")
 	fs.IntVar(&o.unrecordedCode, "unrecorded-exit-code", exitUnrecorded, "exit `code` when the command's outcome could not be recorded (0..255)")
 	fs.IntVar(&o.timeoutCode, "timeout-exit-code", exitTimedOut, "exit `code` when the command ran longer than --max-run-time (0..255)")
-	fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE and RUNCLAIM_SYNCHRONOUS_COMMIT from the command's environment")
+	fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE and RUNCLAIM_SYNCHRONOUS_COMMIT from the command's environment\n(the default; kept for scripts)")
+	fs.BoolVar(&o.passDBEnv, "pass-db-env", false, "pass DATABASE_URL (password included), PG*, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE and RUNCLAIM_SYNCHRONOUS_COMMIT\non to the command")
 	fs.BoolVar(&o.quiet, "quiet", false, "print nothing when the source is not claimed")
 	fs.BoolVar(&o.wait, "wait", false, "while another run holds the source, wait for it (polling) instead of skipping; a pause, a tick run or --min-interval still skips")
 	fs.BoolVar(&o.verbose, "verbose", false, "print the claim and the recorded outcome on stderr")
@@ -225,6 +227,8 @@ func (o *execOptions) Validate() error {
 		return fmt.Errorf("--kill-grace must not be negative, got %v", o.killGrace)
 	case o.maxRunTime < 0:
 		return fmt.Errorf("--max-run-time must not be negative, got %v", o.maxRunTime)
+	case o.noDBEnv && o.passDBEnv:
+		return errors.New("--no-db-env and --pass-db-env contradict each other: give one (--no-db-env is the default)")
 	}
 	if len(o.keys) > runclaim.MaxKeys {
 		return fmt.Errorf("--key given %d times, more than %d", len(o.keys), runclaim.MaxKeys)
@@ -432,17 +436,18 @@ func lookCommand(name string) (string, error) {
 	return cmd.Path, cmd.Err
 }
 
-// dbEnvVars are the variables --no-db-env removes: those naming
-// runclaim's database, and every PG* variable, which libpq and pgx read.
+// dbEnvVars are the variables exec removes from the command's environment
+// unless --pass-db-env: those naming runclaim's database, and every PG*
+// variable, which libpq and pgx read.
 var dbEnvVars = []string{envDatabaseURL, envTable, envNamespace, envSynchronousCommit}
 
 // commandEnv is the command's environment: env, without runclaim's database
-// settings if noDB, plus the run's variables.
-func commandEnv(env []string, noDB bool, run *runclaim.Run) []string {
+// settings unless passDB, plus the run's variables.
+func commandEnv(env []string, passDB bool, run *runclaim.Run) []string {
 	out := make([]string, 0, len(env)+3)
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
-		if noDB && (strings.HasPrefix(name, "PG") || slices.Contains(dbEnvVars, name)) {
+		if !passDB && (strings.HasPrefix(name, "PG") || slices.Contains(dbEnvVars, name)) {
 			continue
 		}
 		out = append(out, kv)
@@ -483,7 +488,7 @@ type execution struct {
 // run is the function Do calls with the claimed run: it starts the command
 // and waits for it, and stops it if ctx ends (the run was lost).
 func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
-	p := newProc(x.path, x.o.argv, commandEnv(os.Environ(), x.o.noDBEnv, run),
+	p := newProc(x.path, x.o.argv, commandEnv(os.Environ(), x.o.passDBEnv, run),
 		x.c.stdin, x.c.stdout, x.c.stderr,
 		// Bounds the copying of output when stdout or stderr is not a
 		// file and a background process of the command keeps the pipe

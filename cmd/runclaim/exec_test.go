@@ -366,10 +366,10 @@ func (b *lockedBuffer) String() string {
 }
 
 // TestExecEnvironment checks what reaches the command's environment: by
-// default exec's own, unchanged, with runclaim's database settings, plus
-// the run's variables; with --no-db-env, the same without DATABASE_URL,
-// the PG* variables, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE and
-// RUNCLAIM_SYNCHRONOUS_COMMIT.
+// default, and with --no-db-env, exec's own without DATABASE_URL (which may
+// hold a password), the PG* variables, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE
+// and RUNCLAIM_SYNCHRONOUS_COMMIT, plus the run's variables; with
+// --pass-db-env, exec's own unchanged, plus the run's variables.
 func TestExecEnvironment(t *testing.T) {
 	db, store := setup(t)
 	clearEnv(t) // RUNCLAIM_TABLE and RUNCLAIM_NAMESPACE, set empty
@@ -388,20 +388,25 @@ func TestExecEnvironment(t *testing.T) {
 		return m
 	}
 	base := envOf(strings.Join(os.Environ(), "\n"))
-	for _, noDB := range []bool{false, true} {
-		args := []string{"exec", "--source", fmt.Sprintf("env-%v", noDB), "--owner", "me"}
-		if noDB {
-			args = append(args, "--no-db-env")
-		}
+	for i, tc := range []struct {
+		flags []string
+		pass  bool // the database settings reach the command
+	}{
+		{nil, false},
+		{[]string{"--no-db-env"}, false},
+		{[]string{"--pass-db-env"}, true},
+	} {
+		source := fmt.Sprintf("env-%d", i)
+		args := append([]string{"exec", "--source", source, "--owner", "me"}, tc.flags...)
 		r := runInEnv(t, nil, append(args, "--", "env")...)
-		runs := history(t, store, fmt.Sprintf("env-%v", noDB))
+		runs := history(t, store, source)
 		if r.code != 0 || len(runs) != 1 {
-			t.Fatalf("--no-db-env %v: %+v, history %+v", noDB, r, runs)
+			t.Fatalf("%q: %+v, history %+v", tc.flags, r, runs)
 		}
 		want := map[string]string{}
 		for k, v := range base {
 			removed := strings.HasPrefix(k, "PG") || k == envDatabaseURL || k == envTable || k == envNamespace || k == envSynchronousCommit
-			if !noDB || !removed {
+			if tc.pass || !removed {
 				want[k] = v
 			}
 		}
@@ -411,17 +416,32 @@ func TestExecEnvironment(t *testing.T) {
 		got := envOf(r.stdout)
 		for k, v := range want {
 			if got[k] != v {
-				t.Errorf("--no-db-env %v: %s=%q in the command's environment, want %q", noDB, k, got[k], v)
+				t.Errorf("%q: %s=%q in the command's environment, want %q", tc.flags, k, got[k], v)
 			}
 		}
 		for k := range got {
 			if _, ok := want[k]; !ok {
-				t.Errorf("--no-db-env %v: %s=%q in the command's environment, want it absent", noDB, k, got[k])
+				t.Errorf("%q: %s=%q in the command's environment, want it absent", tc.flags, k, got[k])
 			}
 		}
-		if _, ok := got[envDatabaseURL]; ok == noDB {
-			t.Errorf("--no-db-env %v: DATABASE_URL passed: %v", noDB, ok)
+		for _, k := range []string{envDatabaseURL, "PGPASSWORD"} {
+			if _, ok := got[k]; ok != tc.pass {
+				t.Errorf("%q: %s passed: %v, want %v", tc.flags, k, ok, tc.pass)
+			}
 		}
+	}
+}
+
+// TestExecDBEnvFlagsConflict: --no-db-env and --pass-db-env together are a
+// usage error, and nothing is run.
+func TestExecDBEnvFlagsConflict(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	r := runCLI(t, nil, nil, "exec", "--source", "x", "--no-db-env", "--pass-db-env", "--", "touch", marker)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--no-db-env and --pass-db-env") {
+		t.Errorf("%+v, want exit %d naming both flags", r, exitUsage)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran")
 	}
 }
 
@@ -446,7 +466,7 @@ func TestExecHelpDocumentsExitCodes(t *testing.T) {
 			t.Errorf("the exit code table lacks %d with --%s", code, flag)
 		}
 	}
-	for _, want := range []string{"--kill-grace", "at most (lease - 2*heartbeat)/8", "--no-db-env", "runclaim-exec-keeper", "PR_SET_PDEATHSIG"} {
+	for _, want := range []string{"--kill-grace", "at most (lease - 2*heartbeat)/8", "--no-db-env", "--pass-db-env", "runclaim-exec-keeper", "PR_SET_PDEATHSIG"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("--help lacks %q", want)
 		}

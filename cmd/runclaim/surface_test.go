@@ -21,7 +21,7 @@ var surface = map[string][]string{
 	"prune":   {"older-than", "keep-last", "yes"},
 	"exec": {"source", "lease", "min-interval", "tick", "every", "heartbeat", "max-run-time", "owner", "kill-grace",
 		"skip-exit-code", "error-exit-code", "lost-exit-code", "unrecorded-exit-code", "timeout-exit-code",
-		"no-db-env", "quiet", "verbose", "wait", "key"},
+		"no-db-env", "pass-db-env", "quiet", "verbose", "wait", "key"},
 	"check":    {"max-age"},
 	"limit":    {"running", "starts", "per"},
 	"limits":   {},
