@@ -37,35 +37,69 @@ func scanRecords(rows pgx.Rows) ([]RunRecord, error) {
 // Running returns the running runs, of every source or, if source is not
 // empty, of that one, ordered by source, with the database's time of the
 // read so that ages and leases left can be told without trusting the local
-// clock.
+// clock. It reads them with RunningFunc, into a slice; for many running
+// runs, call RunningFunc.
 func (s *PostgresStore) Running(ctx context.Context, source string) ([]RunRecord, time.Time, error) {
-	if err := checkContext(ctx); err != nil {
+	var records []RunRecord
+	now, err := s.RunningFunc(ctx, source, func(r RunRecord, _ time.Time) error {
+		records = append(records, r)
+		return nil
+	})
+	if err != nil {
 		return nil, time.Time{}, err
+	}
+	return records, now, nil
+}
+
+// RunningFunc calls fn with each running run, of every source or, if
+// source is not empty, of that one, ordered by source, as it reads them
+// from the database: memory use does not grow with the number of runs.
+// It reads the database's clock first, and gives fn that time with every
+// run, so that ages and leases left can be told without trusting the
+// local clock; it returns that time too, which a caller needs when no run
+// is running. It stops at the first error fn returns and returns that
+// error as it is. fn runs while the query holds one of the pool's
+// connections, so it must not wait for another query on a pool that may
+// have no other connection to give.
+func (s *PostgresStore) RunningFunc(ctx context.Context, source string, fn func(r RunRecord, now time.Time) error) (time.Time, error) {
+	if err := checkContext(ctx); err != nil {
+		return time.Time{}, err
 	}
 	if source != "" {
 		if err := ValidateSource(source); err != nil {
-			return nil, time.Time{}, err
+			return time.Time{}, err
 		}
 	}
+	if fn == nil {
+		return time.Time{}, errors.New("runclaim: running: nil function")
+	}
+	const what = "list running runs"
 	var now time.Time
-	records, err := func() ([]RunRecord, error) {
-		if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {
-			return nil, err
-		}
-		ticks, err := s.recordsTicks(ctx)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := s.db.Query(ctx, withTicks(s.sql.running, s.sql.runningTick, ticks), source)
-		if err != nil {
-			return nil, err
-		}
-		return scanRecords(rows)
-	}()
-	if err != nil {
-		return nil, time.Time{}, s.wrap(ctx, "list running runs", err)
+	if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {
+		return time.Time{}, s.wrap(ctx, what, err)
 	}
-	return records, now, nil
+	ticks, err := s.recordsTicks(ctx)
+	if err != nil {
+		return time.Time{}, s.wrap(ctx, what, err)
+	}
+	rows, err := s.db.Query(ctx, withTicks(s.sql.running, s.sql.runningTick, ticks), source)
+	if err != nil {
+		return time.Time{}, s.wrap(ctx, what, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return time.Time{}, s.wrap(ctx, what, err)
+		}
+		if err := fn(r, now); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return time.Time{}, s.wrap(ctx, what, err)
+	}
+	return now, nil
 }
 
 // History returns the latest runs of source, newest first, at most limit

@@ -230,30 +230,31 @@ func jsonEscape(b []byte) []byte {
 // jsonArray writes a JSON array one element at a time, as writeJSON would
 // write the whole array, so that a long listing needs no slice of it.
 type jsonArray struct {
-	w io.Writer
-	n int // elements written
+	w      io.Writer
+	indent string // of the line the array starts on: "" for a document, "  " for a field of one
+	n      int    // elements written
 }
 
 // add writes v as the next element.
 func (a *jsonArray) add(v any) error {
-	b, err := json.MarshalIndent(v, "  ", "  ")
+	b, err := json.MarshalIndent(v, a.indent+"  ", "  ")
 	if err != nil {
 		return err
 	}
-	sep := ",\n  "
+	sep := ",\n" + a.indent + "  "
 	if a.n == 0 {
-		sep = "[\n  "
+		sep = "[\n" + a.indent + "  "
 	}
 	a.n++
 	_, err = a.w.Write(append([]byte(sep), jsonEscape(b)...))
 	return err
 }
 
-// close ends the array.
+// close ends the array, without a newline after it.
 func (a *jsonArray) close() error {
-	end := "\n]\n"
+	end := "\n" + a.indent + "]"
 	if a.n == 0 {
-		end = "[]\n"
+		end = "[]"
 	}
 	_, err := io.WriteString(a.w, end)
 	return err
@@ -404,10 +405,14 @@ func (l *runList) add(r runclaim.RunRecord) error {
 }
 
 // close prints what is held and ends the JSON array (an empty one if no run
-// was added).
+// was added) and its document.
 func (l *runList) close() error {
 	if l.arr != nil {
-		return l.arr.close()
+		if err := l.arr.close(); err != nil {
+			return err
+		}
+		_, err := io.WriteString(l.c.stdout, "\n")
+		return err
 	}
 	if l.tab != nil {
 		return l.tab.flush()

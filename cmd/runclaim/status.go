@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/runclaim/runclaim"
@@ -20,6 +22,10 @@ age, time since the last heartbeat and lease left. Ages and leases are
 computed on the database's clock, not this host's. Then the sources that
 are paused ('runclaim pause'), with the pause's end and note, and those
 with a pending trigger ('runclaim trigger').
+
+The running runs are printed as they are read, so that many take no more
+memory than a few; the table's columns are sized on each block of 1000
+rows.
 
 A lease left of "EXPIRED (-12.3s)" means the holder stopped heartbeating: the
 next claim of the source marks the run expired and takes over. To free the
@@ -122,8 +128,14 @@ func runStatus(ctx context.Context, c *cli, o *statusOptions) int {
 	if err != nil {
 		return c.fail("status", err)
 	}
-	runs, now, err := store.Running(ctx, source)
-	if err != nil {
+	// The runs are printed as they are read, so that many running runs
+	// take no more memory than a few; then the pauses, triggers and keys
+	// cooling down.
+	list := c.newStatusList(source)
+	if _, err := store.RunningFunc(ctx, source, list.add); err != nil {
+		return c.fail("status", err)
+	}
+	if err := list.close(); err != nil {
 		return c.fail("status", err)
 	}
 	controls, ctlNow, err := store.Controls(ctx, source)
@@ -138,12 +150,9 @@ func runStatus(ctx context.Context, c *cli, o *statusOptions) int {
 		}
 	}
 	if c.json {
-		err = c.writeStatusJSON(runs, now, controls, ctlNow, cools, coolNow)
+		err = c.writeStatusRestJSON(controls, ctlNow, cools, coolNow)
 	} else {
-		err = c.writeStatus(runs, now, source)
-		if err == nil {
-			err = c.writeControls(controls, ctlNow)
-		}
+		err = c.writeControls(controls, ctlNow)
 		if err == nil {
 			err = c.writeCooldowns(cools, coolNow)
 		}
@@ -233,18 +242,39 @@ type cooldownJSON struct {
 	CheckedAt    *time.Time `json:"checked_at"`
 }
 
-// writeStatusJSON prints the runs, the pauses, the pending triggers and
-// the keys cooling down, each in a list of its own.
-func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls []runclaim.SourceControl, ctlNow time.Time, cools []runclaim.KeyState, coolNow time.Time) error {
-	out := struct {
-		Running   []statusJSON   `json:"running"`
-		Paused    []controlJSON  `json:"paused"`
-		Triggered []controlJSON  `json:"triggered"`
-		Cooling   []cooldownJSON `json:"cooling"`
-	}{[]statusJSON{}, []controlJSON{}, []controlJSON{}, []cooldownJSON{}}
-	for _, r := range runs {
-		left := r.LeaseUntil.Sub(now)
-		out.Running = append(out.Running, statusJSON{
+// statusList prints status's running runs one at a time, as they are
+// read: a table, or with --json the start of status's object and its
+// running list. Nothing is printed before the first run, so that a read
+// that fails at once prints nothing.
+type statusList struct {
+	c      *cli
+	source string     // the one source asked for, or ""
+	tab    *table     // once a run is added, without --json
+	arr    *jsonArray // with --json
+}
+
+func (c *cli) newStatusList(source string) *statusList {
+	l := &statusList{c: c, source: source}
+	if c.json {
+		l.arr = &jsonArray{w: c.stdout, indent: "  "}
+	}
+	return l
+}
+
+// statusJSONStart is how status --json begins, before the running list.
+const statusJSONStart = "{\n  \"running\": "
+
+// add prints r, read at the database time now, or holds it in the table's
+// current block.
+func (l *statusList) add(r runclaim.RunRecord, now time.Time) error {
+	left := r.LeaseUntil.Sub(now)
+	if l.arr != nil {
+		if l.arr.n == 0 {
+			if _, err := io.WriteString(l.c.stdout, statusJSONStart); err != nil {
+				return err
+			}
+		}
+		return l.arr.add(statusJSON{
 			Source:              r.Source,
 			RunID:               r.ID,
 			Owner:               r.Owner,
@@ -260,6 +290,46 @@ func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls
 			Expired:             left <= 0,
 		})
 	}
+	if l.tab == nil {
+		l.tab = newTable(l.c.stdout, "SOURCE", "RUN", "OWNER", "STARTED", "TICK", "AGE", "HEARTBEAT", "LEASE LEFT")
+	}
+	l.tab.row(r.Source, fmt.Sprint(r.ID), r.Owner, formatTime(r.StartedAt), formatTick(r.Tick),
+		formatDuration(now.Sub(r.StartedAt)), formatDuration(now.Sub(r.HeartbeatAt))+" ago",
+		leaseLeft(left))
+	return l.tab.err // stop reading once stdout is gone ("| head")
+}
+
+// close prints what is held: the table's last block, or that no run is
+// running; with --json, the end of the running list (an empty one if no
+// run was added), which writeStatusRestJSON follows.
+func (l *statusList) close() error {
+	switch {
+	case l.arr != nil:
+		if l.arr.n == 0 {
+			if _, err := io.WriteString(l.c.stdout, statusJSONStart); err != nil {
+				return err
+			}
+		}
+		return l.arr.close()
+	case l.tab != nil:
+		return l.tab.flush()
+	case l.source != "":
+		_, err := fmt.Fprintf(l.c.stdout, "no running run of %q\n", l.source)
+		return err
+	}
+	_, err := fmt.Fprintln(l.c.stdout, "no running runs")
+	return err
+}
+
+// writeStatusRestJSON prints the rest of status's object after the
+// running list: the pauses, the pending triggers and the keys cooling
+// down, each in a list of its own.
+func (c *cli) writeStatusRestJSON(controls []runclaim.SourceControl, ctlNow time.Time, cools []runclaim.KeyState, coolNow time.Time) error {
+	out := struct {
+		Paused    []controlJSON  `json:"paused"`
+		Triggered []controlJSON  `json:"triggered"`
+		Cooling   []cooldownJSON `json:"cooling"`
+	}{[]controlJSON{}, []controlJSON{}, []cooldownJSON{}}
 	for _, k := range controls {
 		j := controlJSON{
 			Source:      k.Source,
@@ -281,25 +351,17 @@ func (c *cli) writeStatusJSON(runs []runclaim.RunRecord, now time.Time, controls
 	for _, k := range cools {
 		out.Cooling = append(out.Cooling, cooldownJSON{Key: k.Key, Status: "cooling", CoolingUntil: jsonTime(k.CoolingUntil), Note: k.Note, CheckedAt: jsonTime(coolNow)})
 	}
-	return writeJSON(c.stdout, out)
-}
-
-func (c *cli) writeStatus(runs []runclaim.RunRecord, now time.Time, source string) error {
-	if len(runs) == 0 {
-		if source != "" {
-			_, err := fmt.Fprintf(c.stdout, "no running run of %q\n", source)
-			return err
-		}
-		_, err := fmt.Fprintln(c.stdout, "no running runs")
+	// The object's fields after the running list: its "{" becomes the
+	// comma after that list.
+	if _, err := io.WriteString(c.stdout, ","); err != nil {
 		return err
 	}
-	t := newTable(c.stdout, "SOURCE", "RUN", "OWNER", "STARTED", "TICK", "AGE", "HEARTBEAT", "LEASE LEFT")
-	for _, r := range runs {
-		t.row(r.Source, fmt.Sprint(r.ID), r.Owner, formatTime(r.StartedAt), formatTick(r.Tick),
-			formatDuration(now.Sub(r.StartedAt)), formatDuration(now.Sub(r.HeartbeatAt))+" ago",
-			leaseLeft(r.LeaseUntil.Sub(now)))
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
 	}
-	return t.flush()
+	_, err = c.stdout.Write(append(jsonEscape(b[1:]), '\n'))
+	return err
 }
 
 // leaseLeft is the lease left for a table, flagged once it has passed.
