@@ -359,6 +359,36 @@ func TestKeys(t *testing.T) {
 	}
 }
 
+// TestKeysTruncated: with more than MaxKeyStates keys that have a limit
+// or a cooldown, Keys returns the first MaxKeyStates by name and the clock,
+// with an error matching ErrKeysTruncated; with MaxKeyStates, all of them
+// and no error.
+func TestKeysTruncated(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO public.runclaim_runs_keys (key, max_running)
+SELECT 'k:' || lpad(i::text, 5, '0'), 1 FROM generate_series(1, $1) AS i`, runclaim.MaxKeyStates+1); err != nil {
+		t.Fatal(err)
+	}
+	keys, now, err := store.Keys(ctx)
+	if !errors.Is(err, runclaim.ErrKeysTruncated) || len(keys) != runclaim.MaxKeyStates || now.IsZero() {
+		t.Fatalf("Keys of %d keys = %d keys at %v, %v; want %d and ErrKeysTruncated", runclaim.MaxKeyStates+1, len(keys), now, err, runclaim.MaxKeyStates)
+	}
+	for i, k := range keys {
+		if want := fmt.Sprintf("k:%05d", i+1); k.Key != want || k.Limit.MaxRunning != 1 {
+			t.Fatalf("key %d: %+v, want %s with its limit", i, k, want)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM public.runclaim_runs_keys WHERE key = $1`, fmt.Sprintf("k:%05d", runclaim.MaxKeyStates+1)); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _, err := store.Keys(ctx); err != nil || len(keys) != runclaim.MaxKeyStates {
+		t.Errorf("Keys of %d keys = %d keys, %v; want all, no error", runclaim.MaxKeyStates, len(keys), err)
+	}
+}
+
 // TestNoKeySamePath: a claim that names no key sends one statement, the
 // overload of version 9 (which returns the state of a win); a ClaimMany
 // that names none sends the statement it sent before keys (the function

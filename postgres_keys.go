@@ -240,11 +240,17 @@ type KeyState struct {
 // MaxKeyStates is the most keys Keys reports.
 const MaxKeyStates = 10000
 
+// ErrKeysTruncated is returned by Keys, wrapped (use errors.Is), together
+// with the first MaxKeyStates keys by name and the clock, when more keys
+// than that have a limit or a cooldown in force.
+var ErrKeysTruncated = errors.New("runclaim: more keys have a limit or a cooldown than MaxKeyStates")
+
 // Keys returns every key that has a limit or a cooldown in force, by
 // name, with its live runs and its starts in the window, and the database
-// clock when it read them. It returns an error rather than more than
-// MaxKeyStates keys. It needs schema version 8, and SELECT on the runs,
-// keys and starts tables.
+// clock when it read them. When more than MaxKeyStates keys have one, it
+// returns the first MaxKeyStates by name and the clock with an error
+// matching ErrKeysTruncated; with any other error, it returns no keys. It
+// needs schema version 8, and SELECT on the runs, keys and starts tables.
 func (s *PostgresStore) Keys(ctx context.Context) ([]KeyState, time.Time, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, time.Time{}, err
@@ -279,7 +285,7 @@ func (s *PostgresStore) Keys(ctx context.Context) ([]KeyState, time.Time, error)
 		return nil, time.Time{}, s.keyError(ctx, "keys", err)
 	}
 	if len(out) > MaxKeyStates {
-		return nil, time.Time{}, fmt.Errorf("runclaim: keys: more than MaxKeyStates (%d) keys have a limit or a cooldown", MaxKeyStates)
+		return out[:MaxKeyStates], now, fmt.Errorf("runclaim: keys: %w (%d): the first %d by name are returned", ErrKeysTruncated, MaxKeyStates, MaxKeyStates)
 	}
 	if now.IsZero() {
 		if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {

@@ -108,3 +108,78 @@ func claimErrKeys(t *testing.T, c *runclaim.Claimer, source string, keys ...stri
 	}
 	return err
 }
+
+// TestKeysTruncated: with more than MaxKeyStates keys that have a limit
+// or a cooldown, status still prints the runs, and status and limits print
+// the first MaxKeyStates keys by name with a warning on stderr; status
+// --json says so in cooling_truncated. With MaxKeyStates keys, all are
+// printed, without a warning.
+func TestKeysTruncated(t *testing.T) {
+	db, store := setup(t)
+	if _, err := db.Pool.Exec(t.Context(), `INSERT INTO public.runclaim_runs_keys (key, cooling_until, cooling_note)
+SELECT 'k:' || lpad(i::text, 5, '0'), pg_catalog.now() + interval '1 hour', 'HTTP 429'
+FROM generate_series(1, $1) AS i`, runclaim.MaxKeyStates+1); err != nil {
+		t.Fatal(err)
+	}
+	run := hold(t, store, "alpha", "host-a")
+	last := fmt.Sprintf("k:%05d", runclaim.MaxKeyStates) // the last key printed
+	warning := fmt.Sprintf("more than %d keys have a limit or a cooldown; only the first %d by name are listed", runclaim.MaxKeyStates, runclaim.MaxKeyStates)
+	keyLines := func(out string) (n int, lastKey string) {
+		for _, l := range lines(out) {
+			if strings.HasPrefix(l, "k:") {
+				n++
+				lastKey, _, _ = strings.Cut(l, " ")
+			}
+		}
+		return n, lastKey
+	}
+	for _, truncated := range []bool{true, false} {
+		if !truncated {
+			if _, err := db.Pool.Exec(t.Context(), `DELETE FROM public.runclaim_runs_keys WHERE key = $1`, fmt.Sprintf("k:%05d", runclaim.MaxKeyStates+1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkStderr := func(cmd string, r result) {
+			t.Helper()
+			if got := strings.Contains(r.stderr, warning); got != truncated {
+				t.Errorf("%s with %d keys: stderr %q; want the warning: %v", cmd, runclaim.MaxKeyStates+map[bool]int{true: 1}[truncated], r.stderr, truncated)
+			}
+		}
+
+		r := mustRun(t, db, exitOK, "status")
+		if !matches(fmt.Sprintf(`(?m)^alpha +%d +host-a `, run.ID), r.stdout) {
+			t.Errorf("status does not print the run:\n%.500s", r.stdout)
+		}
+		if n, k := keyLines(r.stdout); n != runclaim.MaxKeyStates || k != last {
+			t.Errorf("status: %d keys cooling down, the last %q; want %d, the last %q", n, k, runclaim.MaxKeyStates, last)
+		}
+		checkStderr("status", r)
+
+		r = mustRun(t, db, exitOK, "status", "--json")
+		running := statusRunning(t, r.stdout)
+		cooling := statusCooling(t, r.stdout)
+		if len(running) != 1 || running[0]["source"] != "alpha" {
+			t.Errorf("status --json: running %v, want alpha's run", running)
+		}
+		if len(cooling) != runclaim.MaxKeyStates || cooling[len(cooling)-1]["key"] != last {
+			t.Errorf("status --json: %d keys cooling down; want %d, the last %q", len(cooling), runclaim.MaxKeyStates, last)
+		}
+		if got := statusObject(t, r.stdout)["cooling_truncated"]; string(got) != fmt.Sprint(truncated) {
+			t.Errorf("status --json: cooling_truncated %s, want %v", got, truncated)
+		}
+		checkStderr("status --json", r)
+
+		r = mustRun(t, db, exitOK, "limits")
+		if n, k := keyLines(r.stdout); n != runclaim.MaxKeyStates || k != last {
+			t.Errorf("limits: %d keys, the last %q; want %d, the last %q", n, k, runclaim.MaxKeyStates, last)
+		}
+		checkStderr("limits", r)
+
+		r = mustRun(t, db, exitOK, "limits", "--json")
+		objs := decodeObjects(t, r.stdout, "key", "max_running", "max_starts", "per_seconds", "running", "starts", "cooling_until", "note", "checked_at")
+		if len(objs) != runclaim.MaxKeyStates || objs[len(objs)-1]["key"] != last {
+			t.Errorf("limits --json: %d keys; want %d, the last %q", len(objs), runclaim.MaxKeyStates, last)
+		}
+		checkStderr("limits --json", r)
+	}
+}

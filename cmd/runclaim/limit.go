@@ -166,6 +166,9 @@ Examples:
   runclaim limits
   runclaim limits --json | jq '.[] | select(.cooling_until)'
 
+At most 10000 keys (runclaim.MaxKeyStates) are listed: the first by name.
+When more have a limit or a cooldown, a warning says so on stderr.
+
 JSON output: an array of {"key", "max_running", "max_starts",
 "per_seconds", "running", "starts", "cooling_until" (null: none), "note",
 "checked_at"}`,
@@ -186,7 +189,7 @@ func runLimits(ctx context.Context, c *cli, _ *limitsOptions) int {
 	if err != nil {
 		return c.fail("limits", err)
 	}
-	keys, now, err := store.Keys(ctx)
+	keys, now, _, err := c.readKeys(ctx, "limits", store)
 	if err != nil {
 		return c.fail("limits", err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -38,7 +39,8 @@ Examples:
   runclaim status --json | jq -r '.paused[].source'
   runclaim status --overdue 26h || alert "some source is overdue"
 
-JSON output: {"running": [...], "paused": [...], "triggered": [...]}:
+JSON output: {"running": [...], "paused": [...], "triggered": [...],
+"cooling": [...], "cooling_truncated": false}:
 running lists the running runs, each
   {"source", "run_id", "owner", "status", "started_at", "lease_until",
    "heartbeat_at", "tick", "checked_at", "age_seconds", "heartbeat_age_seconds",
@@ -55,7 +57,10 @@ paused_until is null for a pause until 'runclaim resume', and
 triggered_at is null without a pending trigger; and, without a source,
 cooling lists the keys cooling down ('runclaim cooldown'), each
   {"key", "status": "cooling", "cooling_until", "note", "checked_at"}
-Every list is there, empty if need be.
+Every list is there, empty if need be. cooling_truncated is true when
+more than 10000 keys (runclaim.MaxKeyStates) have a limit or a cooldown:
+only the first 10000 by name are read, so cooling may lack some, and a
+warning says so on stderr (see 'runclaim limits').
 
 With --overdue: an array of check's JSON objects (see 'runclaim check
 --help'), and exit code 1 if a source is overdue, as check's, so that
@@ -142,15 +147,18 @@ func runStatus(ctx context.Context, c *cli, o *statusOptions) int {
 	if err != nil {
 		return c.fail("status", err)
 	}
-	var cools []runclaim.KeyState
-	var coolNow time.Time
+	var (
+		cools     []runclaim.KeyState
+		coolNow   time.Time
+		truncated bool // more keys have a limit or a cooldown than were read
+	)
 	if source == "" {
-		if cools, coolNow, err = coolingKeys(ctx, store); err != nil {
+		if cools, coolNow, truncated, err = c.coolingKeys(ctx, store); err != nil {
 			return c.fail("status", err)
 		}
 	}
 	if c.json {
-		err = c.writeStatusRestJSON(controls, ctlNow, cools, coolNow)
+		err = c.writeStatusRestJSON(controls, ctlNow, cools, coolNow, truncated)
 	} else {
 		err = c.writeControls(controls, ctlNow)
 		if err == nil {
@@ -200,14 +208,16 @@ func (c *cli) writeControls(controls []runclaim.SourceControl, now time.Time) er
 }
 
 // coolingKeys returns the keys cooling down, and the database clock; none
-// on a table before keys (schema version 8).
-func coolingKeys(ctx context.Context, store *runclaim.PostgresStore) ([]runclaim.KeyState, time.Time, error) {
-	keys, now, err := store.Keys(ctx)
+// on a table before keys (schema version 8). Of more than MaxKeyStates
+// keys with a limit or a cooldown, it reads the first MaxKeyStates by name,
+// warns on stderr and reports them truncated.
+func (c *cli) coolingKeys(ctx context.Context, store *runclaim.PostgresStore) ([]runclaim.KeyState, time.Time, bool, error) {
+	keys, now, truncated, err := c.readKeys(ctx, "status", store)
 	if err != nil {
 		if have, _, verr := store.SchemaVersion(ctx); verr == nil && have < 8 {
-			return nil, time.Time{}, nil
+			return nil, time.Time{}, false, nil
 		}
-		return nil, time.Time{}, err
+		return nil, time.Time{}, false, err
 	}
 	out := keys[:0]
 	for _, k := range keys {
@@ -215,7 +225,20 @@ func coolingKeys(ctx context.Context, store *runclaim.PostgresStore) ([]runclaim
 			out = append(out, k)
 		}
 	}
-	return out, now, nil
+	return out, now, truncated, nil
+}
+
+// readKeys is store.Keys for cmd: of more than MaxKeyStates keys with a
+// limit or a cooldown, it returns the first MaxKeyStates by name, reports
+// them truncated and warns on stderr, rather than failing.
+func (c *cli) readKeys(ctx context.Context, cmd string, store *runclaim.PostgresStore) ([]runclaim.KeyState, time.Time, bool, error) {
+	keys, now, err := store.Keys(ctx)
+	if errors.Is(err, runclaim.ErrKeysTruncated) {
+		fmt.Fprintf(c.stderr, "runclaim %s: warning: more than %d keys have a limit or a cooldown; only the first %d by name are listed\n",
+			cmd, runclaim.MaxKeyStates, runclaim.MaxKeyStates)
+		return keys, now, true, nil
+	}
+	return keys, now, false, err
 }
 
 // writeCooldowns prints the keys cooling down, after the pauses.
@@ -323,13 +346,15 @@ func (l *statusList) close() error {
 
 // writeStatusRestJSON prints the rest of status's object after the
 // running list: the pauses, the pending triggers and the keys cooling
-// down, each in a list of its own.
-func (c *cli) writeStatusRestJSON(controls []runclaim.SourceControl, ctlNow time.Time, cools []runclaim.KeyState, coolNow time.Time) error {
+// down, each in a list of its own, and whether that last list is
+// truncated.
+func (c *cli) writeStatusRestJSON(controls []runclaim.SourceControl, ctlNow time.Time, cools []runclaim.KeyState, coolNow time.Time, truncated bool) error {
 	out := struct {
-		Paused    []controlJSON  `json:"paused"`
-		Triggered []controlJSON  `json:"triggered"`
-		Cooling   []cooldownJSON `json:"cooling"`
-	}{[]controlJSON{}, []controlJSON{}, []cooldownJSON{}}
+		Paused           []controlJSON  `json:"paused"`
+		Triggered        []controlJSON  `json:"triggered"`
+		Cooling          []cooldownJSON `json:"cooling"`
+		CoolingTruncated bool           `json:"cooling_truncated"`
+	}{[]controlJSON{}, []controlJSON{}, []cooldownJSON{}, truncated}
 	for _, k := range controls {
 		j := controlJSON{
 			Source:      k.Source,

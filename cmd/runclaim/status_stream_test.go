@@ -88,7 +88,7 @@ FROM generate_series(1, $1) AS i`, runs); err != nil {
 					t.Errorf("%d lines, ending %q; want a header and %d rows, src-030000 last", out.lines, tail[max(0, len(tail)-200):], runs)
 				}
 			case "json":
-				if !strings.Contains(tail, `"source": "src-030000"`) || !strings.HasSuffix(tail, "\n  ],\n  \"paused\": [],\n  \"triggered\": [],\n  \"cooling\": []\n}\n") {
+				if !strings.Contains(tail, `"source": "src-030000"`) || !strings.HasSuffix(tail, "\n  ],\n  \"paused\": [],\n  \"triggered\": [],\n  \"cooling\": [],\n  \"cooling_truncated\": false\n}\n") {
 					t.Errorf("JSON ends %q", tail[max(0, len(tail)-400):])
 				}
 			}
@@ -117,8 +117,9 @@ func TestStatusJSONDocument(t *testing.T) {
 			Paused    []controlJSON  `json:"paused"`
 			Triggered []controlJSON  `json:"triggered"`
 			Cooling   []cooldownJSON `json:"cooling"`
+			Truncated bool           `json:"cooling_truncated"`
 		}
-		want := doc{Running: []statusJSON{}, Triggered: []controlJSON{}}
+		want := doc{Running: []statusJSON{}, Triggered: []controlJSON{}, Truncated: n == len(runs)}
 		for _, r := range runs[:n] {
 			left := r.LeaseUntil.Sub(now)
 			want.Running = append(want.Running, statusJSON{r.Source, r.ID, r.Owner, string(r.Status), jsonTime(r.StartedAt), jsonTime(r.LeaseUntil),
@@ -146,7 +147,7 @@ func TestStatusJSONDocument(t *testing.T) {
 		if err := list.close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.writeStatusRestJSON(controls, now, cools, now); err != nil {
+		if err := c.writeStatusRestJSON(controls, now, cools, now, want.Truncated); err != nil {
 			t.Fatal(err)
 		}
 		if out.String() != wantOut.String() {

@@ -35,15 +35,19 @@ func statusCooling(t *testing.T, out string) []map[string]any {
 	return decodeObjects(t, string(statusObject(t, out)["cooling"]), coolingJSONKeys...)
 }
 
-// statusObject decodes status --json into its four lists, undecoded.
+// statusObject decodes status --json into its four lists and
+// cooling_truncated, undecoded.
 func statusObject(t *testing.T, out string) map[string]json.RawMessage {
 	t.Helper()
 	var lists map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(out), &lists); err != nil {
 		t.Fatalf("status --json is not an object: %v\n%s", err, out)
 	}
-	if len(lists) != 4 || lists["running"] == nil || lists["paused"] == nil || lists["triggered"] == nil || lists["cooling"] == nil {
-		t.Fatalf("status --json has keys other than running, paused, triggered and cooling:\n%s", out)
+	if len(lists) != 5 || lists["running"] == nil || lists["paused"] == nil || lists["triggered"] == nil || lists["cooling"] == nil {
+		t.Fatalf("status --json has keys other than running, paused, triggered, cooling and cooling_truncated:\n%s", out)
+	}
+	if b := string(lists["cooling_truncated"]); b != "true" && b != "false" {
+		t.Fatalf("status --json: cooling_truncated is %q, want true or false:\n%s", b, out)
 	}
 	return lists
 }
