@@ -60,7 +60,7 @@ func checkForm(t *testing.T, rec *sqlRecorder, store *runclaim.PostgresStore, f 
 			if f.version < 3 {
 				t.Errorf("%s form: the claim function was called: %q", f.name, q)
 			}
-			if withTick := strings.Contains(q, "$7::timestamptz"); withTick != (f.version >= 4) {
+			if withTick := strings.Contains(q, "$7::pg_catalog.timestamptz"); withTick != (f.version >= 4) {
 				t.Errorf("%s form: the claim function was called with a tick %v: %q", f.name, withTick, q)
 			}
 		}

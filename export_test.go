@@ -1,6 +1,9 @@
 package runclaim
 
-import "time"
+import (
+	"reflect"
+	"time"
+)
 
 // Hooks for the external tests (package runclaim_test); this file is
 // compiled only into the test binary.
@@ -33,3 +36,19 @@ const StateFuncArgs = stateFuncArgs
 // TickFuncArgs are the argument types of the claim function's overload
 // with a tick.
 const TickFuncArgs = tickFuncArgs
+
+// StoreStatements returns the statements s sends, by the name of the field
+// of s.sql that holds each (the fields' texts as filled for s's table).
+func StoreStatements(s *PostgresStore) map[string]string {
+	out := map[string]string{}
+	v := reflect.ValueOf(s.sql)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.String && f.String() != "" {
+			out[v.Type().Field(i).Name] = f.String()
+		}
+	}
+	return out
+}
+
+// PinSearchPathSQL starts every step that Migrations returns.
+const PinSearchPathSQL = pinSearchPathSQL

@@ -420,7 +420,7 @@ func TestNoKeySamePath(t *testing.T) {
 	if !strings.Contains(queries[0], "$9::bigint[], true)") {
 		t.Errorf("a claim naming no key sent %q, not the overload of version 9", queries[0])
 	}
-	if q := queries[1]; !strings.Contains(q, "$7::timestamptz") || strings.Contains(q, "$9::bigint[]") || strings.Contains(q, "$10::text[]") {
+	if q := queries[1]; !strings.Contains(q, "$7::pg_catalog.timestamptz") || strings.Contains(q, "$9::bigint[]") || strings.Contains(q, "$10::pg_catalog.text[]") {
 		t.Errorf("a ClaimMany naming no key sent %q, not the statement of version 7", q)
 	}
 	if q := queries[2]; !strings.Contains(q, "_cursors") {

@@ -74,7 +74,7 @@ const claimFuncSuffix = "_claim"
 // claimFuncArgs are the claim function's argument types: the advisory key,
 // the source, the owner, the lease and the minimum interval in
 // microseconds, and the lock timeout in milliseconds.
-const claimFuncArgs = "(bigint, text, text, bigint, bigint, bigint)"
+const claimFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint)"
 
 // funcClaim is what a call of the claim function sends and returns, in
 // one allocation: its arguments, its row, and the decision made of it.

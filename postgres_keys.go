@@ -48,7 +48,7 @@ const keysVersion = 8
 
 // keyFuncArgs are the argument types of the claim function's overload
 // with keys.
-const keyFuncArgs = "(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[], text[], integer[])"
+const keyFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], pg_catalog.text[], integer[])"
 
 var _ Limiter = (*PostgresStore)(nil)
 

@@ -157,10 +157,23 @@ func (s *PostgresStore) Migrations() []Migration {
 		if m.version == 1 && s.schema != DefaultSchema {
 			up = s.createSchemaSQL() + up
 		}
-		out = append(out, Migration{Version: m.version, Name: m.name, Up: up, Down: s.renderStep(m.file + ".down.sql")})
+		out = append(out, Migration{Version: m.version, Name: m.name, Up: pinSearchPathSQL + up, Down: pinSearchPathSQL + s.renderStep(m.file+".down.sql")})
 	}
 	return out
 }
+
+// pinSearchPathSQL starts every step, as Migrations returns it and as
+// Migrate runs it: for the rest of the step's transaction, names that are
+// not schema-qualified resolve in pg_catalog alone, whatever the caller's
+// search_path holds (G7). The steps' files were written before this rule
+// and name many operators and types without pg_catalog (the guard's
+// oid = regclass, a predicate's text = text): without the pin, a role
+// that can create objects in a schema on the search path could have them
+// run by whoever migrates. pg_temp is listed last so that no temporary
+// object comes first. The setting is transaction-local: the step must run
+// as one transaction (a single query string, as Migrate sends it, or one
+// transaction of a migration tool).
+const pinSearchPathSQL = "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);\n"
 
 // renderStep fills the store's names into a step's file. Each function
 // body and DO block in the file is dollar-quoted with the tag $q$; should
@@ -422,8 +435,8 @@ func (s *PostgresStore) MigrateApplied(ctx context.Context) (applied []int, err 
 func (s *PostgresStore) applyStep(ctx context.Context, m Migration, up string) (bool, error) {
 	// No arguments: pgx sends it with the simple protocol, as one
 	// transaction, whatever the pool's query mode.
-	q := fmt.Sprintf("SELECT pg_catalog.pg_advisory_xact_lock(%d);\n%s\nSELECT pg_catalog.set_config('lock_timeout', '%d', true);\n%s",
-		migrateKey, s.stepGuard(m.Version), migrateLockTimeout.Milliseconds(), up)
+	q := fmt.Sprintf("%sSELECT pg_catalog.pg_advisory_xact_lock(%d);\n%s\nSELECT pg_catalog.set_config('lock_timeout', '%d', true);\n%s",
+		pinSearchPathSQL, migrateKey, s.stepGuard(m.Version), migrateLockTimeout.Milliseconds(), up)
 	what := fmt.Sprintf("migrate: step to schema version %d (%s)", m.Version, m.Name)
 	for attempt := 1; ; attempt++ {
 		_, err := s.db.Exec(ctx, q)

@@ -48,7 +48,7 @@ const stateFuncVersion = 9
 
 // stateFuncArgs are the argument types of the claim function's overload
 // of version 9.
-const stateFuncArgs = "(bigint, text, text, bigint, bigint, bigint, timestamptz, text[], bigint[], boolean)"
+const stateFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean)"
 
 // statesTable returns the quoted, schema-qualified name of the table of
 // states.

@@ -27,7 +27,7 @@ package runclaim
 const tickFuncVersion = 4
 
 // tickFuncArgs are the argument types of the version 4 claim function.
-const tickFuncArgs = "(bigint, text, text, bigint, bigint, bigint, timestamptz)"
+const tickFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz)"
 
 // tickSuffix makes the name of the index of ticks served from the
 // table's.

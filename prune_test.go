@@ -260,7 +260,7 @@ CREATE TRIGGER hold_delete BEFORE DELETE ON %s FOR EACH ROW WHEN (OLD.id = 500) 
 	prunerWaits := func() bool {
 		err := db.Pool.QueryRow(ctx, `SELECT pid FROM pg_catalog.pg_stat_activity
 WHERE datname = pg_catalog.current_database() AND pid <> pg_catalog.pg_backend_pid()
-  AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM%'`).Scan(&prunePID)
+  AND wait_event_type = 'Lock' AND query LIKE 'WITH scope AS%'`).Scan(&prunePID)
 		return err == nil
 	}
 	waitUntil(t, 30*time.Second, 5*time.Millisecond, "Prune to wait for the locked row", prunerWaits)

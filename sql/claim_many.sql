@@ -15,7 +15,7 @@
 -- won are held until the statement commits. Each row: the element's
 -- ordinal, then the function's row.
 SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $7::timestamptz[])
+FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.text[]), pg_catalog.unnest($4::bigint[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($7::pg_catalog.timestamptz[]))
      WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, ord)
 -- LATERAL: the function is called once per element, after the previous
 -- call has returned.
@@ -25,8 +25,8 @@ ORDER BY s.ord
 -- name: call_many
 -- call_many_tick for a table at schema version 3: the six-argument
 -- function, without ticks. done_tick is NULL.
-SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, NULL::timestamptz
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])
+SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, NULL::pg_catalog.timestamptz
+FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.text[]), pg_catalog.unnest($4::bigint[]), pg_catalog.unnest($5::bigint[]))
      WITH ORDINALITY AS s(key, source, owner, lease, min_interval, ord)
 CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint) AS c
 ORDER BY s.ord
@@ -36,8 +36,8 @@ ORDER BY s.ord
 -- heartbeat_many), won by a
 -- ClaimMany whose caller gave up or that failed after it committed, so
 -- that a failed ClaimMany leaves no row.
-DELETE FROM {{table}} AS r USING unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS d(id, started_at, source)
-WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at AND r.source = d.source AND r.status = 'running'
+DELETE FROM {{table}} AS r USING ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.timestamptz[]), pg_catalog.unnest($3::pg_catalog.text[])) AS d(id, started_at, source)
+WHERE r.id OPERATOR(pg_catalog.=) ANY($1::bigint[]) AND r.id OPERATOR(pg_catalog.=) d.id AND r.started_at OPERATOR(pg_catalog.=) d.started_at AND r.source OPERATOR(pg_catalog.=) d.source AND r.status OPERATOR(pg_catalog.=) 'running'
 
 -- name: unclaim_many_trigger
 -- unclaim_many for runs of which some used up a trigger (schema version
@@ -46,15 +46,15 @@ WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at A
 -- gives each trigger back to its source, unless another is pending by
 -- now, in the same transaction.
 WITH gone AS (
-	DELETE FROM {{table}} AS r USING unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::text[]) AS d(id, started_at, trigger_at, source)
-	WHERE r.id = ANY($1::bigint[]) AND r.id = d.id AND r.started_at = d.started_at AND r.source = d.source AND r.status = 'running'
+	DELETE FROM {{table}} AS r USING ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.timestamptz[]), pg_catalog.unnest($3::pg_catalog.timestamptz[]), pg_catalog.unnest($4::pg_catalog.text[])) AS d(id, started_at, trigger_at, source)
+	WHERE r.id OPERATOR(pg_catalog.=) ANY($1::bigint[]) AND r.id OPERATOR(pg_catalog.=) d.id AND r.started_at OPERATOR(pg_catalog.=) d.started_at AND r.source OPERATOR(pg_catalog.=) d.source AND r.status OPERATOR(pg_catalog.=) 'running'
 	RETURNING r.source, d.trigger_at
 ), back AS (
 	UPDATE {{table_control}} AS k SET triggered_at = gone.trigger_at
-	FROM gone WHERE k.source = gone.source AND gone.trigger_at IS NOT NULL AND k.triggered_at IS NULL
+	FROM gone WHERE k.source OPERATOR(pg_catalog.=) gone.source AND gone.trigger_at IS NOT NULL AND k.triggered_at IS NULL
 	RETURNING 1
 )
-SELECT count(*) FROM gone
+SELECT pg_catalog.count(*) FROM gone
 
 -- name: heartbeat_many
 -- Extends the leases of the runs $1 of the sources $2, started at $4
@@ -62,12 +62,12 @@ SELECT count(*) FROM gone
 -- a running run whose lease has not ended. A run it does not return is
 -- lost.
 UPDATE {{table}} AS r
-SET lease_until = GREATEST(r.lease_until, c.now + $3::bigint * interval '1 microsecond'),
+SET lease_until = GREATEST(r.lease_until, c.now OPERATOR(pg_catalog.+) ($3::bigint OPERATOR(pg_catalog.*) interval '1 microsecond')),
     heartbeat_at = GREATEST(r.heartbeat_at, c.now) -- never back: see heartbeat
 FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c,
-     unnest($1::bigint[], $2::text[], $4::timestamptz[]) AS h(id, source, started_at)
+     ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($4::pg_catalog.timestamptz[])) AS h(id, source, started_at)
 -- id = ANY lets the primary key find the rows whatever the statistics
 -- say of the unnest; the join then checks each one's source.
-WHERE r.id = ANY($1::bigint[]) AND r.id = h.id AND r.source = h.source AND r.started_at = h.started_at
-  AND r.status = 'running' AND r.lease_until > c.now
+WHERE r.id OPERATOR(pg_catalog.=) ANY($1::bigint[]) AND r.id OPERATOR(pg_catalog.=) h.id AND r.source OPERATOR(pg_catalog.=) h.source AND r.started_at OPERATOR(pg_catalog.=) h.started_at
+  AND r.status OPERATOR(pg_catalog.=) 'running' AND r.lease_until OPERATOR(pg_catalog.>) c.now
 RETURNING r.id, r.lease_until

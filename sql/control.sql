@@ -17,8 +17,8 @@ WITH clock AS MATERIALIZED (
 	FROM (SELECT pg_catalog.pg_advisory_xact_lock($4::bigint)) AS locked
 ), paused AS (
 	INSERT INTO {{table_control}} AS k (source, paused_at, pause_until, pause_note)
-	SELECT $1::text, clock.now, $2::timestamptz, $3::text FROM clock
-	WHERE $2::timestamptz IS NULL OR $2::timestamptz > clock.now
+	SELECT $1::pg_catalog.text, clock.now, $2::pg_catalog.timestamptz, $3::pg_catalog.text FROM clock
+	WHERE $2::pg_catalog.timestamptz IS NULL OR $2::pg_catalog.timestamptz OPERATOR(pg_catalog.>) clock.now
 	ON CONFLICT (source) DO UPDATE
 	SET paused_at = excluded.paused_at, pause_until = excluded.pause_until, pause_note = excluded.pause_note
 	RETURNING 1
@@ -30,7 +30,7 @@ SELECT clock.now, EXISTS (SELECT FROM paused) FROM clock
 -- stays. Its row: whether it had one.
 WITH resumed AS (
 	UPDATE {{table_control}} AS k SET paused_at = NULL, pause_until = NULL, pause_note = ''
-	WHERE k.source = $1::text AND k.paused_at IS NOT NULL
+	WHERE k.source OPERATOR(pg_catalog.=) $1::pg_catalog.text AND k.paused_at IS NOT NULL
 	RETURNING 1
 )
 SELECT EXISTS (SELECT FROM resumed)
@@ -39,7 +39,7 @@ SELECT EXISTS (SELECT FROM resumed)
 -- Leaves a trigger for the next claim of the source $1 that wins; one
 -- that is pending already stays as it is. Its row: whether it made one.
 WITH triggered AS (
-	INSERT INTO {{table_control}} AS k (source, triggered_at) VALUES ($1::text, pg_catalog.clock_timestamp())
+	INSERT INTO {{table_control}} AS k (source, triggered_at) VALUES ($1::pg_catalog.text, pg_catalog.clock_timestamp())
 	ON CONFLICT (source) DO UPDATE SET triggered_at = excluded.triggered_at
 	WHERE k.triggered_at IS NULL
 	RETURNING 1
@@ -50,9 +50,9 @@ SELECT EXISTS (SELECT FROM triggered)
 -- The sources that are paused now or have a pending trigger, of every
 -- source or of $1 only, by source, with the clock. A pause whose end has
 -- passed is over and not listed.
-SELECT k.source, k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until > clock.now),
+SELECT k.source, k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) clock.now),
 	k.paused_at, k.pause_until, k.pause_note, k.triggered_at, clock.now
 FROM {{table_control}} AS k, (SELECT pg_catalog.clock_timestamp() AS now) AS clock
-WHERE ($1::text IS NULL OR k.source = $1::text)
-  AND (k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until > clock.now) OR k.triggered_at IS NOT NULL)
+WHERE ($1::pg_catalog.text IS NULL OR k.source OPERATOR(pg_catalog.=) $1::pg_catalog.text)
+  AND (k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) clock.now) OR k.triggered_at IS NOT NULL)
 ORDER BY k.source

@@ -10,10 +10,10 @@ SELECT id FROM {{table}}
 -- By id, source ($2), owner ($3) and started_at ($4), so that a
 -- transaction on another database never locks a row there that happens
 -- to bear the same id.
-WHERE id = $1 AND source = $2 AND owner = $3 AND started_at = $4
+WHERE id OPERATOR(pg_catalog.=) $1 AND source OPERATOR(pg_catalog.=) $2 AND owner OPERATOR(pg_catalog.=) $3 AND started_at OPERATOR(pg_catalog.=) $4
   -- Only a running run whose lease has not ended, so that a Fence that
   -- fails seldom leaves a lock behind.
-  AND status = 'running' AND lease_until > pg_catalog.clock_timestamp()
+  AND status OPERATOR(pg_catalog.=) 'running' AND lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
 FOR KEY SHARE
 
 -- name: fence_savepoint
@@ -26,13 +26,13 @@ SAVEPOINT runclaim_fence
 -- changed after the transaction's snapshot. By id alone, to tell a lost
 -- run from a transaction on another database.
 WITH r AS (
-	SELECT source, owner, started_at, status, lease_until FROM {{table}} WHERE id = $1 FOR SHARE
+	SELECT source, owner, started_at, status, lease_until FROM {{table}} WHERE id OPERATOR(pg_catalog.=) $1 FOR SHARE
 )
 SELECT r.source, r.owner, r.started_at, r.status, r.lease_until, pg_catalog.clock_timestamp(),
 	pg_catalog.current_setting('transaction_isolation'),
 	-- Without a row: whether a newer run of the source exists (the run was
 	-- pruned, long over).
-	CASE WHEN r.source IS NULL THEN EXISTS (SELECT FROM {{table}} WHERE source = $2 AND id > $1) END
+	CASE WHEN r.source IS NULL THEN EXISTS (SELECT FROM {{table}} WHERE source OPERATOR(pg_catalog.=) $2 AND id OPERATOR(pg_catalog.>) $1) END
 FROM (SELECT) AS one LEFT JOIN r ON true
 
 -- name: fence_rollback

@@ -6,7 +6,7 @@
 -- the keys, in the order the claim names them, and $9 their advisory
 -- locks, ascending. Its row: call_tick's, and limited_key, the key that
 -- had no room, if any.
-SELECT * FROM {{table_claim}}($1::bigint, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::timestamptz, $8::text[], $9::bigint[], NULL, NULL)
+SELECT * FROM {{table_claim}}($1::bigint, $2::pg_catalog.text, $3::pg_catalog.text, $4::bigint, $5::bigint, $6::bigint, $7::pg_catalog.timestamptz, $8::pg_catalog.text[], $9::bigint[], NULL, NULL)
 
 -- name: call_many_keys
 -- call_many_tick with keys: $8 and $9 each element's offset and count in
@@ -25,17 +25,17 @@ SELECT * FROM {{table_claim}}($1::bigint, $2::text, $3::text, $4::bigint, $5::bi
 -- array from its start, which made a call cost more the later it came).
 WITH c AS MATERIALIZED (
 	SELECT s.ord, s.koff, s.kn, s.k1, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
-	FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $7::timestamptz[], $8::int[], $9::int[], $14::text[])
+	FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.text[]), pg_catalog.unnest($4::bigint[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($7::pg_catalog.timestamptz[]), pg_catalog.unnest($8::int[]), pg_catalog.unnest($9::int[]), pg_catalog.unnest($14::pg_catalog.text[]))
 	     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, koff, kn, k1, ord)
 	CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick,
-		CASE WHEN s.kn = 1 THEN ARRAY[s.k1] WHEN s.kn > 1 THEN ($10::text[])[s.koff + 1 : s.koff + s.kn] END,
-		CASE WHEN s.ord = 1 THEN $11::bigint[] END,
-		$12::text[], $13::int[]) AS c
+		CASE WHEN s.kn OPERATOR(pg_catalog.=) 1 THEN ARRAY[s.k1] WHEN s.kn OPERATOR(pg_catalog.>) 1 THEN ($10::pg_catalog.text[])[s.koff OPERATOR(pg_catalog.+) 1 : s.koff OPERATOR(pg_catalog.+) s.kn] END,
+		CASE WHEN s.ord OPERATOR(pg_catalog.=) 1 THEN $11::bigint[] END,
+		$12::pg_catalog.text[], $13::int[]) AS c
 ), st AS (
 	INSERT INTO {{table_starts}} (key, started_at, run_id)
 	SELECT u.k, c.run_started, c.run_id
-	  FROM c CROSS JOIN LATERAL unnest(CASE WHEN c.kn = 1 THEN ARRAY[c.k1] ELSE ($10::text[])[c.koff + 1 : c.koff + c.kn] END) AS u(k)
-	 WHERE c.won AND c.kn > 0
+	  FROM c CROSS JOIN LATERAL pg_catalog.unnest(CASE WHEN c.kn OPERATOR(pg_catalog.=) 1 THEN ARRAY[c.k1] ELSE ($10::pg_catalog.text[])[c.koff OPERATOR(pg_catalog.+) 1 : c.koff OPERATOR(pg_catalog.+) c.kn] END) AS u(k)
+	 WHERE c.won AND c.kn OPERATOR(pg_catalog.>) 0
 	ON CONFLICT DO NOTHING
 )
 SELECT c.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
@@ -45,8 +45,8 @@ FROM c ORDER BY c.ord
 -- Deletes the starts of the runs $3 started at $2 (pairwise) for the
 -- keys $1 (each run's keys, flattened, pairwise too): a claim given up
 -- after it won started nothing.
-DELETE FROM {{table_starts}} AS o USING unnest($1::text[], $2::timestamptz[], $3::bigint[]) AS d(key, started_at, run_id)
-WHERE o.key = d.key AND o.started_at = d.started_at AND o.run_id = d.run_id
+DELETE FROM {{table_starts}} AS o USING ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.timestamptz[]), pg_catalog.unnest($3::bigint[])) AS d(key, started_at, run_id)
+WHERE o.key OPERATOR(pg_catalog.=) d.key AND o.started_at OPERATOR(pg_catalog.=) d.started_at AND o.run_id OPERATOR(pg_catalog.=) d.run_id
 
 -- name: set_limit
 -- Creates or replaces the limit of key $1: $2 running, $3 starts per $4
@@ -60,7 +60,7 @@ RETURNING k.limit_at
 -- name: delete_limit
 -- Removes the limit of key $1; its cooldown stays. The row stays too,
 -- constraining nothing.
-UPDATE {{table_keys}} SET max_running = 0, max_starts = 0, per_us = 0, limit_at = NULL WHERE key = $1
+UPDATE {{table_keys}} SET max_running = 0, max_starts = 0, per_us = 0, limit_at = NULL WHERE key OPERATOR(pg_catalog.=) $1
 
 -- name: cooldown
 -- A cooldown of key $1 until $2, or, when $2 is NULL, for $4 microseconds
@@ -70,19 +70,19 @@ UPDATE {{table_keys}} SET max_running = 0, max_starts = 0, per_us = 0, limit_at 
 WITH c AS (
 	SELECT pg_catalog.clock_timestamp() AS now
 ), e AS (
-	SELECT c.now, coalesce($2::timestamptz, c.now + $4::bigint * interval '1 microsecond') AS until FROM c
+	SELECT c.now, coalesce($2::pg_catalog.timestamptz, c.now OPERATOR(pg_catalog.+) ($4::bigint OPERATOR(pg_catalog.*) interval '1 microsecond')) AS until FROM c
 ), up AS (
 	INSERT INTO {{table_keys}} AS k (key, cooling_until, cooling_note, cooling_at)
-	SELECT $1, e.until, $3, e.now FROM e WHERE e.until > e.now
+	SELECT $1, e.until, $3, e.now FROM e WHERE e.until OPERATOR(pg_catalog.>) e.now
 	ON CONFLICT (key) DO UPDATE SET cooling_until = EXCLUDED.cooling_until, cooling_note = EXCLUDED.cooling_note, cooling_at = EXCLUDED.cooling_at
-	WHERE k.cooling_until IS NULL OR k.cooling_until < EXCLUDED.cooling_until
+	WHERE k.cooling_until IS NULL OR k.cooling_until OPERATOR(pg_catalog.<) EXCLUDED.cooling_until
 	RETURNING 1
 )
 SELECT e.now, e.until FROM e
 
 -- name: end_cooldown
 -- Ends the cooldown of key $1, if any.
-UPDATE {{table_keys}} SET cooling_until = NULL, cooling_note = '', cooling_at = NULL WHERE key = $1 AND cooling_until IS NOT NULL
+UPDATE {{table_keys}} SET cooling_until = NULL, cooling_note = '', cooling_at = NULL WHERE key OPERATOR(pg_catalog.=) $1 AND cooling_until IS NOT NULL
 
 -- name: keys_state
 -- Every key with a limit or a cooldown, by name: its limit, its live runs
@@ -90,18 +90,18 @@ UPDATE {{table_keys}} SET cooling_until = NULL, cooling_note = '', cooling_at = 
 -- cooldown if in force, and the database clock. At most $1 rows.
 SELECT k.key, k.max_running, k.max_starts, k.per_us,
 	(SELECT pg_catalog.count(*) FROM {{table}} AS r
-	  WHERE r.status = 'running' AND pg_catalog.cardinality(r.keys) = 1 AND r.keys = ARRAY[k.key] AND r.lease_until > c.now)
-	+ (SELECT pg_catalog.count(*) FROM {{table}} AS r
-	  WHERE r.status = 'running' AND pg_catalog.cardinality(r.keys) > 1 AND r.keys @> ARRAY[k.key] AND r.lease_until > c.now),
-	CASE WHEN k.max_starts > 0 THEN (
+	  WHERE r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.=) 1 AND r.keys OPERATOR(pg_catalog.=) ARRAY[k.key] AND r.lease_until OPERATOR(pg_catalog.>) c.now)
+	OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM {{table}} AS r
+	  WHERE r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.>) 1 AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k.key] AND r.lease_until OPERATOR(pg_catalog.>) c.now),
+	CASE WHEN k.max_starts OPERATOR(pg_catalog.>) 0 THEN (
 		SELECT pg_catalog.count(*) FROM (
 			SELECT FROM {{table_starts}} AS s
-			 WHERE s.key = k.key AND s.started_at > c.now - k.per_us * interval '1 microsecond'
+			 WHERE s.key OPERATOR(pg_catalog.=) k.key AND s.started_at OPERATOR(pg_catalog.>) (c.now OPERATOR(pg_catalog.-) (k.per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))
 			 LIMIT k.max_starts) AS w) ELSE 0 END,
-	CASE WHEN k.cooling_until > c.now THEN k.cooling_until END,
-	CASE WHEN k.cooling_until > c.now THEN k.cooling_note ELSE '' END,
+	CASE WHEN k.cooling_until OPERATOR(pg_catalog.>) c.now THEN k.cooling_until END,
+	CASE WHEN k.cooling_until OPERATOR(pg_catalog.>) c.now THEN k.cooling_note ELSE '' END,
 	c.now
 FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c, {{table_keys}} AS k
-WHERE k.max_running > 0 OR k.max_starts > 0 OR k.cooling_until > c.now
+WHERE k.max_running OPERATOR(pg_catalog.>) 0 OR k.max_starts OPERATOR(pg_catalog.>) 0 OR k.cooling_until OPERATOR(pg_catalog.>) c.now
 ORDER BY k.key
 LIMIT $1

@@ -20,22 +20,23 @@ SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description
 	-- bodies of both functions that read it: the one with a tick names the
 	-- table, the other calls the one with a tick.
 	pg_catalog.to_regclass($3) IS NOT NULL AND pg_catalog.to_regclass($4) IS NOT NULL,
-	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'min_interval' AND NOT a.attisdropped),
+	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attname OPERATOR(pg_catalog.=) 'min_interval' AND NOT a.attisdropped),
 	pg_catalog.to_regprocedure($5) IS NOT NULL,
-	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'tick' AND NOT a.attisdropped)
+	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attname OPERATOR(pg_catalog.=) 'tick' AND NOT a.attisdropped)
 	AND pg_catalog.to_regclass($6) IS NOT NULL AND pg_catalog.to_regprocedure($7) IS NOT NULL,
 	pg_catalog.to_regclass($8) IS NOT NULL
-	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($7) AND pg_catalog.strpos(p.prosrc, $8) > 0)
-	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($5) AND pg_catalog.strpos(p.prosrc, $9) > 0),
-	EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($7) AND p.proconfig IS NULL
-	        AND pg_catalog.strpos(p.prosrc, 'OPERATOR(pg_catalog.=)') > 0)
-	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($5) AND p.proconfig IS NULL),
-	EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure($7) AND p.proconfig IS NULL
-	        AND pg_catalog.strpos(p.prosrc, $10) > 0),
-	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'keys' AND NOT a.attisdropped)
+	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure($7) AND pg_catalog.strpos(p.prosrc, $8) OPERATOR(pg_catalog.>) 0)
+	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure($5) AND pg_catalog.strpos(p.prosrc, $9) OPERATOR(pg_catalog.>) 0),
+	EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure($7) AND p.proconfig IS NULL
+	        AND pg_catalog.strpos(p.prosrc, 'OPERATOR(pg_catalog.=)') OPERATOR(pg_catalog.>) 0)
+	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure($5) AND p.proconfig IS NULL),
+	EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure($7) AND p.proconfig IS NULL
+	        AND pg_catalog.strpos(p.prosrc, $10) OPERATOR(pg_catalog.>) 0),
+	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attname OPERATOR(pg_catalog.=) 'keys' AND NOT a.attisdropped)
 	AND pg_catalog.to_regclass($11) IS NOT NULL AND pg_catalog.to_regclass($12) IS NOT NULL
 	AND pg_catalog.to_regclass($13) IS NOT NULL AND pg_catalog.to_regclass($17) IS NOT NULL AND pg_catalog.to_regprocedure($14) IS NOT NULL,
 	pg_catalog.to_regclass($15) IS NOT NULL AND pg_catalog.to_regprocedure($16) IS NOT NULL
 FROM (SELECT) AS one
-LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = $1
-LEFT JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = $2 AND c.relkind IN ('r', 'p')
+LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname OPERATOR(pg_catalog.=) $1::pg_catalog.name
+LEFT JOIN pg_catalog.pg_class AS c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) $2::pg_catalog.name
+	AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog."char"[])

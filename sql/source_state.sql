@@ -16,7 +16,7 @@ LEFT JOIN LATERAL (
 	-- one before it has ended), else the last one to end.
 	(SELECT 'latest' AS kind, r.id, r.owner, r.started_at, r.lease_until, r.status, r.heartbeat_at, r.finished_at, r.error
 	FROM %[1]s AS r
-	WHERE r.source = s.source
+	WHERE r.source OPERATOR(pg_catalog.=) s.source
 	ORDER BY r.started_at DESC
 	LIMIT 1)
 	UNION ALL
@@ -24,23 +24,23 @@ LEFT JOIN LATERAL (
 	-- running run.
 	(SELECT 'finished', r.id, r.owner, r.started_at, r.lease_until, r.status, r.heartbeat_at, r.finished_at, r.error
 	FROM %[1]s AS r
-	WHERE r.source = s.source AND r.status <> 'running'
+	WHERE r.source OPERATOR(pg_catalog.=) s.source AND r.status OPERATOR(pg_catalog.<>) 'running'
 	ORDER BY r.started_at DESC
 	LIMIT 1)
 	UNION ALL
 	-- The newest succeeded run among the $2 newest; if none of them
 	-- succeeded, the $2-th newest run, if there is one, as 'unread': the
 	-- runs older than it were not read.
-	(SELECT CASE WHEN recent.status = 'succeeded' THEN 'succeeded' ELSE 'unread' END,
+	(SELECT CASE WHEN recent.status OPERATOR(pg_catalog.=) 'succeeded' THEN 'succeeded' ELSE 'unread' END,
 		recent.id, recent.owner, recent.started_at, recent.lease_until, recent.status, recent.heartbeat_at, recent.finished_at, recent.error
 	FROM (
 		SELECT r.*, pg_catalog.row_number() OVER (ORDER BY r.started_at DESC) AS nth
 		FROM %[1]s AS r
-		WHERE r.source = s.source
+		WHERE r.source OPERATOR(pg_catalog.=) s.source
 		ORDER BY r.started_at DESC
 		LIMIT $2
 	) AS recent
-	WHERE recent.status = 'succeeded' OR recent.nth = $2
+	WHERE recent.status OPERATOR(pg_catalog.=) 'succeeded' OR recent.nth OPERATOR(pg_catalog.=) $2
 	ORDER BY recent.started_at DESC
 	LIMIT 1)
 ) AS pick ON true

@@ -4,6 +4,6 @@
 -- $1-th source.
 (SELECT r.source, 1 FROM %[1]s AS r ORDER BY r.source LIMIT 1)
 UNION ALL
-SELECT (SELECT r.source FROM %[1]s AS r WHERE r.source > sources.source ORDER BY r.source LIMIT 1), sources.n + 1
+SELECT (SELECT r.source FROM %[1]s AS r WHERE r.source OPERATOR(pg_catalog.>) sources.source ORDER BY r.source LIMIT 1), sources.n OPERATOR(pg_catalog.+) 1
 FROM sources
-WHERE sources.source IS NOT NULL AND sources.n < $1
+WHERE sources.source IS NOT NULL AND sources.n OPERATOR(pg_catalog.<) $1

@@ -1,2 +1,2 @@
 -- The one source $1 asks for.
-SELECT $1::text, 1
+SELECT $1::pg_catalog.text, 1

@@ -7,7 +7,7 @@
 -- NULL for a claim that names no key), and true: a win returns the state.
 -- Its row: call_keys row, and run_state, the source state when it won,
 -- NULL if it has none or the claim lost.
-SELECT * FROM {{table_claim}}($1::bigint, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint, $7::timestamptz, $8::text[], $9::bigint[], true)
+SELECT * FROM {{table_claim}}($1::bigint, $2::pg_catalog.text, $3::pg_catalog.text, $4::bigint, $5::bigint, $6::bigint, $7::pg_catalog.timestamptz, $8::pg_catalog.text[], $9::bigint[], true)
 
 -- name: save_state
 -- Saves $5 as the state of source $2 for run $1, started at $4 by owner
@@ -20,24 +20,24 @@ WITH c AS MATERIALIZED (
 	SELECT pg_catalog.clock_timestamp() AS now
 ), r AS (
 	SELECT t.id, t.source FROM {{table}} AS t, c
-	WHERE t.id = $1 AND t.source = $2 AND t.owner = $3 AND t.started_at = $4::timestamptz
-	  AND t.status = 'running' AND t.lease_until > c.now
+	WHERE t.id OPERATOR(pg_catalog.=) $1 AND t.source OPERATOR(pg_catalog.=) $2 AND t.owner OPERATOR(pg_catalog.=) $3 AND t.started_at OPERATOR(pg_catalog.=) $4::pg_catalog.timestamptz
+	  AND t.status OPERATOR(pg_catalog.=) 'running' AND t.lease_until OPERATOR(pg_catalog.>) c.now
 	FOR SHARE OF t
 )
 INSERT INTO {{table_states}} AS s (source, state, run_id, saved_at)
-SELECT r.source, $5::bytea, r.id, c.now FROM r, c
+SELECT r.source, $5::pg_catalog.bytea, r.id, c.now FROM r, c
 ON CONFLICT (source) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, saved_at = excluded.saved_at
 RETURNING s.run_id
 
 -- name: read_states
 -- The states of the sources $1 (those a ClaimMany won): source and state,
 -- one row per source that has one.
-SELECT source, state FROM {{table_states}} WHERE source = ANY ($1::text[])
+SELECT source, state FROM {{table_states}} WHERE source OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])
 
 -- name: read_state
 -- The state of source $1, when it was saved and by which run (NULL when
 -- an operator set it); no row without one.
-SELECT state, saved_at, run_id FROM {{table_states}} WHERE source = $1
+SELECT state, saved_at, run_id FROM {{table_states}} WHERE source OPERATOR(pg_catalog.=) $1
 
 -- name: lock_source
 -- Waits for the advisory lock $1 of a source, which every claim that may
@@ -52,10 +52,10 @@ SELECT pg_catalog.pg_advisory_xact_lock($1::bigint)
 -- of the source is running with a live lease. The row is the state set;
 -- no row: refused, the source is held. After lock_source.
 WITH held AS MATERIALIZED (
-	SELECT EXISTS (SELECT FROM {{table}} AS t WHERE t.source = $1 AND t.status = 'running' AND t.lease_until > pg_catalog.clock_timestamp()) AS held
+	SELECT EXISTS (SELECT FROM {{table}} AS t WHERE t.source OPERATOR(pg_catalog.=) $1 AND t.status OPERATOR(pg_catalog.=) 'running' AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS held
 )
 INSERT INTO {{table_states}} AS s (source, state, run_id, saved_at)
-SELECT $1, $2::bytea, NULL, pg_catalog.clock_timestamp() FROM held WHERE NOT ($3::boolean AND held.held)
+SELECT $1, $2::pg_catalog.bytea, NULL, pg_catalog.clock_timestamp() FROM held WHERE NOT ($3::boolean AND held.held)
 ON CONFLICT (source) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, saved_at = excluded.saved_at
 RETURNING s.source
 
@@ -64,8 +64,8 @@ RETURNING s.source
 -- run of the source is running with a live lease. The row: whether the
 -- source was held, and whether a state was deleted. After lock_source.
 WITH held AS MATERIALIZED (
-	SELECT EXISTS (SELECT FROM {{table}} AS t WHERE t.source = $1 AND t.status = 'running' AND t.lease_until > pg_catalog.clock_timestamp()) AS held
+	SELECT EXISTS (SELECT FROM {{table}} AS t WHERE t.source OPERATOR(pg_catalog.=) $1 AND t.status OPERATOR(pg_catalog.=) 'running' AND t.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS held
 ), d AS (
-	DELETE FROM {{table_states}} AS s USING held WHERE s.source = $1 AND NOT ($2::boolean AND held.held) RETURNING s.source
+	DELETE FROM {{table_states}} AS s USING held WHERE s.source OPERATOR(pg_catalog.=) $1 AND NOT ($2::boolean AND held.held) RETURNING s.source
 )
 SELECT held.held, EXISTS (SELECT FROM d) FROM held
