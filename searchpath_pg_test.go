@@ -243,7 +243,9 @@ func (s *sqlSeen) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceB
 	return ctx
 }
 
-func (s *sqlSeen) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) { s.add(d.SQL) }
+func (s *sqlSeen) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	s.add(d.SQL)
+}
 
 func (s *sqlSeen) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
