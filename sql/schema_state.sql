@@ -14,7 +14,12 @@
 -- version 9s table of states, $16 the signature of its overload with a
 -- state. $17 is version 8s index of running runs naming more than one
 -- key ($13 is that of the runs naming one).
-SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), ''),
+-- The table's comment is read from pg_description, not with
+-- obj_description: on PostgreSQL 13 that is an SQL function whose body
+-- names = without pg_catalog, so the caller's search_path would pick it.
+SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce((SELECT d.description FROM pg_catalog.pg_description AS d
+	WHERE d.objoid OPERATOR(pg_catalog.=) c.oid AND d.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+	  AND d.objsubid OPERATOR(pg_catalog.=) 0), ''),
 	-- Version 1's indexes, version 2's column, version 3's function,
 	-- version 4's column, index and function, version 5's table and the
 	-- bodies of both functions that read it: the one with a tick names the
