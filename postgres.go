@@ -115,7 +115,7 @@ type PostgresStore struct {
 		fenceLock, fenceCheck                                                    string
 		clock, running, history, releaseLockTimeout, release, prune              string
 		runningTick, historyTick, releaseTick, pruneTick                         string
-		pause, resume, trigger, controls                                         string
+		pause, resume, trigger, controls, operatorLockTimeout                    string
 		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
 		callKeys, callManyKeys, unclaimStarts                                    string // claims that name keys
 		setLimit, deleteLimit, cooldown, endCooldown, keysState                  string // Limiter's, and Keys
@@ -199,6 +199,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.resume = s.statement("resume")
 	s.sql.trigger = s.statement("trigger")
 	s.sql.controls = s.statement("controls")
+	s.sql.operatorLockTimeout = s.statement("operator_lock_timeout")
 	s.sql.callKeys = s.statement("call_keys")
 	s.sql.callManyKeys = s.statement("call_many_keys")
 	s.sql.unclaimStarts = s.statement("unclaim_starts")

@@ -78,7 +78,13 @@ func (s *PostgresStore) Pause(ctx context.Context, source string, until time.Tim
 	end := pgtype.Timestamptz{Time: until.Truncate(time.Microsecond), Valid: !until.IsZero()}
 	var now time.Time
 	var paused bool
-	if err := s.queryRow(ctx, s.sql.pause, []any{source, end, note, AdvisoryKey(s.namespace, source)}, &now, &paused); err != nil {
+	err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
+		b.Queue(s.sql.operatorLockTimeout)
+		b.Queue(s.sql.pause, source, end, note, AdvisoryKey(s.namespace, source)).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&now, &paused)
+		})
+	})
+	if err != nil {
 		return s.controlError(ctx, what, err)
 	}
 	if !paused {
@@ -193,6 +199,8 @@ var errControlSchema = errors.New("pauses and triggers need schema version 5: ru
 func (s *PostgresStore) controlError(ctx context.Context, what string, err error) error {
 	if ctx.Err() == nil {
 		switch pgCode(err) {
+		case "55P03": // lock_not_available
+			return operatorLockError(what, err)
 		case "42P01": // undefined_table
 			return fmt.Errorf("runclaim: %s: the table %s is missing; %w (%w)", what, s.controlTable(), errControlSchema, err)
 		case "42501": // insufficient_privilege
@@ -201,4 +209,18 @@ func (s *PostgresStore) controlError(ctx context.Context, what string, err error
 		}
 	}
 	return s.wrap(ctx, what, err)
+}
+
+// operatorLockWait bounds how long Pause, SetState and ClearState wait for
+// the source's advisory lock, which a claim in flight holds for
+// milliseconds (sql/control.sql's operator_lock_timeout).
+const operatorLockWait = 5 * time.Second
+
+// operatorLockError is the error of an operator's call whose wait for a
+// lock ran out: another session held the source's advisory lock (or a row
+// the call writes) for operatorLockWait. Nothing was changed.
+func operatorLockError(what string, err error) error {
+	return fmt.Errorf("runclaim: %s: another session held the source's lock for %v, far longer than a claim holds it "+
+		"(a stuck session, or a role that can connect and takes the lock on purpose: see docs/security.md); nothing was changed; try again: %w",
+		what, operatorLockWait, err)
 }

@@ -351,6 +351,25 @@ const (
 	migrateRetryDelay  = time.Second
 )
 
+// migrateLockWait bounds Migrate's wait for the migration lock, which
+// another Migrate holds while it applies a step. Its key is no secret: any
+// role that can connect could hold it for good, and Migrate would hang.
+const migrateLockWait = 30 * time.Second
+
+// migrateLockCode is the SQLSTATE with which a step ends when its wait for
+// the migration lock ran out, to tell that wait from a wait for the runs
+// table (both are lock_timeout's 55P03).
+const migrateLockCode = "RCMLK"
+
+// migrateLockSQL takes the migration lock for the step's transaction,
+// waiting at most migrateLockWait. The lock taken in the block's
+// subtransaction stays with the transaction.
+var migrateLockSQL = fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true);
+DO $l$BEGIN PERFORM pg_catalog.pg_advisory_xact_lock(%d);
+EXCEPTION WHEN lock_not_available THEN
+	RAISE EXCEPTION USING ERRCODE = '%s', MESSAGE = 'runclaim: the migration lock is held by another session';
+END$l$;`, migrateLockWait.Milliseconds(), migrateKey, migrateLockCode)
+
 // skipStepCode is the SQLSTATE with which a step's guard aborts a step that
 // another Migrate applied meanwhile.
 const skipStepCode = "RCSKP"
@@ -435,8 +454,8 @@ func (s *PostgresStore) MigrateApplied(ctx context.Context) (applied []int, err 
 func (s *PostgresStore) applyStep(ctx context.Context, m Migration, up string) (bool, error) {
 	// No arguments: pgx sends it with the simple protocol, as one
 	// transaction, whatever the pool's query mode.
-	q := fmt.Sprintf("%sSELECT pg_catalog.pg_advisory_xact_lock(%d);\n%s\nSELECT pg_catalog.set_config('lock_timeout', '%d', true);\n%s",
-		pinSearchPathSQL, migrateKey, s.stepGuard(m.Version), migrateLockTimeout.Milliseconds(), up)
+	q := fmt.Sprintf("%s%s\n%s\nSELECT pg_catalog.set_config('lock_timeout', '%d', true);\n%s",
+		pinSearchPathSQL, migrateLockSQL, s.stepGuard(m.Version), migrateLockTimeout.Milliseconds(), up)
 	what := fmt.Sprintf("migrate: step to schema version %d (%s)", m.Version, m.Name)
 	for attempt := 1; ; attempt++ {
 		_, err := s.db.Exec(ctx, q)
@@ -445,6 +464,9 @@ func (s *PostgresStore) applyStep(ctx context.Context, m Migration, up string) (
 			return true, nil
 		case pgCode(err) == skipStepCode:
 			return false, nil
+		case pgCode(err) == migrateLockCode:
+			return false, fmt.Errorf("runclaim: %s: another session held the migration lock for %v (another Migrate applying a long step, or a stuck session, or a role that can connect and takes the lock on purpose: see docs/security.md); nothing was changed; try again: %w",
+				what, migrateLockWait, err)
 		case pgCode(err) != "55P03" || attempt == migrateAttempts:
 			if pgCode(err) == "55P03" {
 				return false, fmt.Errorf("runclaim: %s: the runs table stayed locked by another transaction (maintenance, DDL or a long transaction) through %d attempts of %v each; claims went on meanwhile; try again later: %w",

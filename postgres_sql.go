@@ -55,6 +55,7 @@ func loadStatements() map[string]string {
 	consts := strings.NewReplacer(
 		"{{lock_timeout_ms}}", strconv.FormatInt(claimLockTimeout.Milliseconds(), 10),
 		"{{release_lock_wait_ms}}", strconv.FormatInt(releaseLockWait.Milliseconds(), 10),
+		"{{operator_lock_wait_ms}}", strconv.FormatInt(operatorLockWait.Milliseconds(), 10),
 	)
 	out := map[string]string{}
 	files, err := fs.Glob(sqlFiles, "sql/*.sql")

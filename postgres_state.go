@@ -188,6 +188,7 @@ func (s *PostgresStore) SetState(ctx context.Context, source string, state []byt
 	}
 	var got string
 	err := s.sendBatch(ctx, true, func(b *pgx.Batch) {
+		b.Queue(s.sql.operatorLockTimeout)
 		b.Queue(s.sql.lockSource, AdvisoryKey(s.namespace, source))
 		b.Queue(s.sql.setState, source, state, !force).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
 	})
@@ -195,6 +196,9 @@ func (s *PostgresStore) SetState(ctx context.Context, source string, state []byt
 		return fmt.Errorf("runclaim: set state of %s: %w (release it, wait for it, or force)", quoteForError(source), ErrSourceHeld)
 	}
 	if err != nil {
+		if pgCode(err) == "55P03" && ctx.Err() == nil {
+			return operatorLockError("set state of "+quoteForError(source), err)
+		}
 		return s.wrap(ctx, "set state of "+quoteForError(source), err)
 	}
 	return nil
@@ -210,10 +214,14 @@ func (s *PostgresStore) ClearState(ctx context.Context, source string, force boo
 	}
 	var held, deleted bool
 	err := s.sendBatch(ctx, true, func(b *pgx.Batch) {
+		b.Queue(s.sql.operatorLockTimeout)
 		b.Queue(s.sql.lockSource, AdvisoryKey(s.namespace, source))
 		b.Queue(s.sql.clearState, source, !force).QueryRow(func(row pgx.Row) error { return row.Scan(&held, &deleted) })
 	})
 	if err != nil {
+		if pgCode(err) == "55P03" && ctx.Err() == nil {
+			return false, operatorLockError("clear state of "+quoteForError(source), err)
+		}
 		return false, s.wrap(ctx, "clear state of "+quoteForError(source), err)
 	}
 	if held && !force {

@@ -56,3 +56,13 @@ FROM {{table_control}} AS k, (SELECT pg_catalog.clock_timestamp() AS now) AS clo
 WHERE ($1::pg_catalog.text IS NULL OR k.source OPERATOR(pg_catalog.=) $1::pg_catalog.text)
   AND (k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) clock.now) OR k.triggered_at IS NOT NULL)
 ORDER BY k.source
+
+-- name: operator_lock_timeout
+-- Bounds the lock waits of an operator's call that waits for the claims
+-- in flight (pause; a state's set and clear): such a claim holds the
+-- source's advisory lock for milliseconds, so a wait longer than
+-- {{operator_lock_wait_ms}} ms means a session holding it for good (stuck,
+-- or any role that can connect: the key is no secret). The call then
+-- fails with 55P03, having changed nothing, rather than hang and commit
+-- after its caller gave up. Queued first, in the call's transaction.
+SELECT pg_catalog.set_config('lock_timeout', '{{operator_lock_wait_ms}}', true)

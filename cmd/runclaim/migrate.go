@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/runclaim/runclaim"
 	"github.com/spf13/cobra"
@@ -159,6 +162,9 @@ func runMigrate(ctx context.Context, c *cli, o *migrateOptions) int {
 	return exitOK
 }
 
+// migrateLockWait bounds how long migrateLock waits.
+const migrateLockWait = 30 * time.Second
+
 // migrateLock waits until no other 'runclaim migrate' of store's table
 // runs, and holds it off until unlock: a transaction-scoped advisory lock,
 // on a connection of its own, so that it works behind PgBouncer in
@@ -170,10 +176,19 @@ func (c *cli) migrateLock(ctx context.Context, store *runclaim.PostgresStore) (u
 	}
 	tx, err := conn.Begin(ctx)
 	if err == nil {
+		// Bounded: the key is no secret, and any role that can connect
+		// could hold it for good.
+		_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true)`, migrateLockWait.Milliseconds()))
+	}
+	if err == nil {
 		_, err = tx.Exec(ctx, `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`, "runclaim migrate "+store.Table())
 	}
 	if err != nil {
 		conn.Release()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+			return nil, fmt.Errorf("wait for the other migrates: another session held the lock of 'runclaim migrate' for %v (another migrate applying a long step, or a stuck session: see docs/security.md); nothing was changed: %w", migrateLockWait, err)
+		}
 		return nil, fmt.Errorf("wait for the other migrates: %w", err)
 	}
 	return func() {
