@@ -74,13 +74,15 @@ type HeartbeatResult struct {
 
 // ValidateClaims returns an error if reqs cannot be claimed together: more
 // than MaxClaimMany requests, an invalid request (see
-// ClaimRequest.Validate), or two requests for one source. A store checks
-// it before it sends anything.
+// ClaimRequest.Validate), two requests for one source, or more than
+// MaxClaimManyKeys distinct keys in all. A store checks it before it sends
+// anything.
 func ValidateClaims(reqs []ClaimRequest) error {
 	if len(reqs) > MaxClaimMany {
 		return fmt.Errorf("runclaim: claim many: %d sources, more than MaxClaimMany (%d); claim them in slices of at most %d", len(reqs), MaxClaimMany, MaxClaimMany)
 	}
 	seen := make(map[string]int, len(reqs))
+	var keys map[string]struct{}
 	for i, r := range reqs {
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("runclaim: claim many: source %d: %w", i, err)
@@ -89,6 +91,16 @@ func ValidateClaims(reqs []ClaimRequest) error {
 			return fmt.Errorf("runclaim: claim many: source %s is listed twice, at %d and %d", quoteForError(r.Source), j, i)
 		}
 		seen[r.Source] = i
+		for _, k := range r.Keys {
+			if keys == nil {
+				keys = make(map[string]struct{})
+			}
+			keys[k] = struct{}{}
+		}
+	}
+	if len(keys) > MaxClaimManyKeys {
+		return fmt.Errorf("runclaim: claim many: the sources name %d distinct keys, more than MaxClaimManyKeys (%d): the call would hold a lock per source and per key until it commits, in the database server's shared lock table; claim the sources of fewer keys at once",
+			len(keys), MaxClaimManyKeys)
 	}
 	return nil
 }

@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 	"github.com/runclaim/runclaim/internal/tcpproxy"
 )
 
@@ -452,3 +455,89 @@ func TestClaimManySynchronousCommit(t *testing.T) {
 		t.Errorf("%d of the batches %q are explicit with synchronous_commit, want 2", explicit, batches)
 	}
 }
+
+// Rule: one ClaimMany cannot take more of the server's shared lock table
+// than MaxClaimMany sources and MaxClaimManyKeys distinct keys: 1,000
+// sources naming 16 keys each, all distinct, which took some 17,000
+// advisory locks and made other sessions of the server fail with 53200,
+// are refused before anything is sent, by both stores alike, and nothing
+// is written; MaxClaimManyKeys keys are claimed.
+func TestClaimManyKeysBound(t *testing.T) {
+	t.Parallel()
+	for _, sc := range sharedtest.Stores() {
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			store := sc.Open(t).(interface {
+				runclaim.Store
+				runclaim.ManyClaimer
+			})
+			reqs := make([]runclaim.ClaimRequest, runclaim.MaxClaimMany)
+			for i := range reqs {
+				keys := make([]string, runclaim.MaxKeys)
+				for j := range keys {
+					keys[j] = fmt.Sprintf("site-%d-%d", i, j)
+				}
+				reqs[i] = runclaim.ClaimRequest{Source: fmt.Sprintf("s%d", i), Owner: "o", Lease: time.Minute, Keys: keys}
+			}
+			_, err := store.ClaimMany(ctx, reqs)
+			if err == nil || !strings.Contains(err.Error(), "MaxClaimManyKeys") {
+				t.Fatalf("ClaimMany of %d sources naming %d distinct keys: %v; want a refusal that names MaxClaimManyKeys",
+					len(reqs), len(reqs)*runclaim.MaxKeys, err)
+			}
+			if err := runclaim.ValidateClaims(reqs); err == nil {
+				t.Error("ValidateClaims accepts what ClaimMany refuses")
+			}
+			// Nothing was written: the first and the last source are free.
+			for _, src := range []string{reqs[0].Source, reqs[len(reqs)-1].Source} {
+				if _, err := store.Claim(ctx, runclaim.ClaimRequest{Source: src, Owner: "other", Lease: time.Minute}); err != nil {
+					t.Errorf("after the refusal, a claim of %s: %v; want a win", src, err)
+				}
+			}
+			// At the bound: MaxClaimManyKeys distinct keys are claimed.
+			at := make([]runclaim.ClaimRequest, runclaim.MaxClaimManyKeys)
+			for i := range at {
+				at[i] = runclaim.ClaimRequest{Source: fmt.Sprintf("k%d", i), Owner: "o", Lease: time.Minute, Keys: []string{fmt.Sprintf("key-%d", i)}}
+			}
+			res, err := store.ClaimMany(ctx, at)
+			if err != nil || len(res) != len(at) || res[0].Err != nil {
+				t.Fatalf("ClaimMany of %d sources naming %d distinct keys: %v", len(at), len(at), err)
+			}
+		})
+	}
+}
+
+// Rule: a claim that meets a full lock table (53200, out of shared
+// memory) says what to do: the error names max_locks_per_transaction and
+// keeps the server's error in its chain.
+func TestLockTableFullError(t *testing.T) {
+	t.Parallel()
+	full := &pgconn.PgError{Severity: "ERROR", Code: "53200", Message: "out of shared memory", Hint: "You might need to increase \"max_locks_per_transaction\"."}
+	store, err := runclaim.NewPostgresStore(failingQuerier{err: full})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.Claim(t.Context(), runclaim.ClaimRequest{Source: "a", Owner: "o", Lease: time.Minute})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "53200" || !strings.Contains(err.Error(), "raise max_locks_per_transaction") {
+		t.Errorf("claim on a full lock table: %v; want the server's 53200 and what to do", err)
+	}
+	_, err = store.ClaimMany(t.Context(), []runclaim.ClaimRequest{{Source: "a", Owner: "o", Lease: time.Minute}, {Source: "b", Owner: "o", Lease: time.Minute}})
+	if !errors.As(err, &pgErr) || pgErr.Code != "53200" || !strings.Contains(err.Error(), "raise max_locks_per_transaction") {
+		t.Errorf("ClaimMany on a full lock table: %v; want the server's 53200 and what to do", err)
+	}
+}
+
+// failingQuerier is a Querier whose every statement fails with err.
+type failingQuerier struct {
+	runclaim.Querier
+	err error
+}
+
+func (q failingQuerier) QueryRow(context.Context, string, ...any) pgx.Row { return errRow{q.err} }
+
+func (q failingQuerier) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, q.err }
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

@@ -519,6 +519,8 @@ func (s *PostgresStore) wrap(ctx context.Context, what string, err error) error 
 	switch pgCode(err) {
 	case "42703", "42883": // undefined column, undefined function
 		return fmt.Errorf("runclaim: %s: %w (%w)", what, err, errSchemaHint)
+	case "53200": // out_of_memory: the shared lock table is full
+		return fmt.Errorf("runclaim: %s: %w (the server's shared lock table is full: every session shares max_locks_per_transaction × max_connections slots, and a claim holds an advisory lock per source and per key until it commits; raise max_locks_per_transaction, or claim fewer sources at once: see MaxClaimMany)", what, err)
 	}
 	return fmt.Errorf("runclaim: %s: %w", what, err)
 }
