@@ -82,7 +82,9 @@ type Migration struct {
 	Name string
 	// Up applies the step. It is idempotent, and it records the version in
 	// the table's comment ("runclaim schema version N"), from which
-	// SchemaVersion reads it.
+	// SchemaVersion reads it. Like Down, it starts by pinning the
+	// search_path to pg_catalog for its transaction: run each step as one
+	// transaction.
 	Up string
 	// Down undoes the step and records the version before it. Run it only
 	// once no replica needs the step any more: rolling back the code does
@@ -213,7 +215,9 @@ func (s *PostgresStore) createSchemaSQL() string {
 
 // SchemaSQL returns the DDL of every step of the schema (see Migrations),
 // in order, as one idempotent script that brings a table of any version to
-// LatestSchemaVersion.
+// LatestSchemaVersion. Run it as one transaction (psql
+// --single-transaction): each step pins the search_path for its
+// transaction only.
 func (s *PostgresStore) SchemaSQL() string {
 	var b strings.Builder
 	for _, m := range s.Migrations() {
