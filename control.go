@@ -2,7 +2,6 @@ package runclaim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -63,15 +62,20 @@ type Controller interface {
 // ValidatePauseNote returns an error if note cannot be stored with a pause:
 // longer than MaxPauseNoteLen bytes, not valid UTF-8, or with a NUL byte.
 // An empty note is valid.
-func ValidatePauseNote(note string) error {
+func ValidatePauseNote(note string) error { return validateNote("pause", note) }
+
+// validateNote checks a note of the kind named (a pause's, a cooldown's)
+// for ValidatePauseNote and ValidateCooldownNote, and names the kind in
+// its error.
+func validateNote(kind, note string) error {
 	switch {
 	case len(note) > MaxPauseNoteLen:
-		return fmt.Errorf("runclaim: pause note is %d bytes, more than %d", len(note), MaxPauseNoteLen)
+		return fmt.Errorf("runclaim: %s note is %d bytes, more than %d", kind, len(note), MaxPauseNoteLen)
 	case !utf8.ValidString(note):
-		return errors.New("runclaim: pause note is not valid UTF-8")
+		return fmt.Errorf("runclaim: %s note is not valid UTF-8", kind)
 	}
 	if i := strings.IndexByte(note, 0); i >= 0 {
-		return fmt.Errorf("runclaim: pause note has a NUL byte at offset %d", i)
+		return fmt.Errorf("runclaim: %s note has a NUL byte at offset %d", kind, i)
 	}
 	return nil
 }

@@ -126,12 +126,7 @@ func validateKeys(keys []string) error {
 // ValidateCooldownNote returns an error if note cannot be stored with a
 // cooldown: longer than MaxCooldownNoteLen bytes, not valid UTF-8, or with
 // a NUL byte. An empty note is valid.
-func ValidateCooldownNote(note string) error {
-	if err := ValidatePauseNote(note); err != nil {
-		return fmt.Errorf("runclaim: cooldown note: %w", err)
-	}
-	return nil
-}
+func ValidateCooldownNote(note string) error { return validateNote("cooldown", note) }
 
 // checkKeyCall validates the arguments of a Limiter call that names one key.
 func checkKeyCall(ctx context.Context, key string) error {

@@ -120,3 +120,22 @@ func TestLimitValidate(t *testing.T) {
 		}
 	}
 }
+
+// Rule: a cooldown note that cannot be stored is refused with an error
+// that names a cooldown note, never a pause note.
+func TestCooldownNoteErrors(t *testing.T) {
+	t.Parallel()
+	for _, note := range []string{strings.Repeat("n", runclaim.MaxCooldownNoteLen+1), "bad \xff", "nul \x00"} {
+		err := runclaim.ValidateCooldownNote(note)
+		if err == nil || !strings.Contains(err.Error(), "cooldown note") || strings.Contains(err.Error(), "pause") {
+			t.Errorf("ValidateCooldownNote(%.20q): %v; want an error about the cooldown note alone", note, err)
+		}
+		err = runclaim.NewMemoryStore().Cooldown(t.Context(), "k", time.Now().Add(time.Hour), note)
+		if err == nil || !strings.Contains(err.Error(), "cooldown note") || strings.Contains(err.Error(), "pause") {
+			t.Errorf("Cooldown with note %.20q: %v; want an error about the cooldown note alone", note, err)
+		}
+	}
+	if err := runclaim.ValidatePauseNote(strings.Repeat("n", runclaim.MaxPauseNoteLen+1)); err == nil || !strings.Contains(err.Error(), "pause note") {
+		t.Errorf("ValidatePauseNote of a long note: %v", err)
+	}
+}
