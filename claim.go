@@ -203,7 +203,7 @@ func (r *Run) heartbeatRequest() HeartbeatRequest {
 func (r *Run) heartbeatAnswer(ctx context.Context, sent, until time.Time, err error) error {
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
-			if ferr := r.finishedMeanwhile(ctx); ferr != nil {
+			if ferr := r.finishedMeanwhile(ctx, "heartbeat"); ferr != nil {
 				return ferr
 			}
 		}
@@ -221,11 +221,12 @@ func (r *Run) heartbeatAnswer(ctx context.Context, sent, until time.Time, err er
 	return nil
 }
 
-// finishedMeanwhile tells a heartbeat that the store found not running
-// whether a Finish of this run got there first: it waits for a Finish in
-// flight (or for ctx), and returns ErrFinished if the run is now finished,
-// nil if it is not, and ctx's error if ctx ended first.
-func (r *Run) finishedMeanwhile(ctx context.Context) error {
+// finishedMeanwhile tells a heartbeat or a save of state (what) that the
+// store found not running whether a Finish of this run got there first:
+// it waits for a Finish in flight (or for ctx), and returns ErrFinished if
+// the run is now finished, nil if it is not, and ctx's error if ctx ended
+// first.
+func (r *Run) finishedMeanwhile(ctx context.Context, what string) error {
 	r.mu.Lock()
 	var inFlight chan struct{}
 	if r.finishing {
@@ -239,14 +240,14 @@ func (r *Run) finishedMeanwhile(ctx context.Context) error {
 		select {
 		case <-inFlight:
 		case <-ctx.Done():
-			return fmt.Errorf("runclaim: heartbeat run %d: waiting for the Finish in flight: %w", r.ID, ctx.Err())
+			return fmt.Errorf("runclaim: %s run %d: waiting for the Finish in flight: %w", what, r.ID, ctx.Err())
 		}
 	}
 	r.mu.Lock()
 	done := r.finished != nil
 	r.mu.Unlock()
 	if done {
-		return fmt.Errorf("runclaim: heartbeat run %d: %w", r.ID, ErrFinished)
+		return fmt.Errorf("runclaim: %s run %d: %w", what, r.ID, ErrFinished)
 	}
 	return nil
 }

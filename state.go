@@ -90,7 +90,9 @@ func (r *Run) State() []byte {
 //
 // It returns an error matching ErrLeaseLost, and changes nothing, if the
 // run is not running any more or its lease has ended by the store's
-// clock, and then closes Lost; ErrFinished after Finish; an error, before
+// clock, and then closes Lost; ErrFinished after Finish (also when a
+// Finish recorded the run while this save was on its way, which closes
+// nothing and fires no LeaseLost hook); an error, before
 // anything is sent, for a state longer than MaxStateLen or a Store that is
 // not a StateSaver; and the store's error, wrapped, otherwise. A nil or
 // empty state is saved as an empty state. ctx bounds this call only.
@@ -116,6 +118,11 @@ func (r *Run) SaveState(ctx context.Context, state []byte) error {
 	}
 	err := ss.SaveState(ctx, SaveStateRequest{ID: r.ID, Source: r.Source, Owner: r.Owner, StartedAt: r.StartedAt, State: state})
 	if errors.Is(err, ErrLeaseLost) {
+		// The run's own Finish may have recorded it while the save was
+		// on its way: that is no lost lease.
+		if ferr := r.finishedMeanwhile(ctx, "save state of"); ferr != nil {
+			return ferr
+		}
 		r.failed(err, false)
 	}
 	return err

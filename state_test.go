@@ -124,3 +124,53 @@ func TestRunSaveStateNotStateSaver(t *testing.T) {
 		t.Fatalf("SaveState on a Store that is not a StateSaver = %v, want an error that says so", err)
 	}
 }
+
+// heldSave is a MemoryStore whose SaveState waits, once it has been
+// called, until release is closed: a save on its way while the run's own
+// Finish is recorded.
+type heldSave struct {
+	*runclaim.MemoryStore
+	called, release chan struct{}
+}
+
+func (s heldSave) SaveState(ctx context.Context, req runclaim.SaveStateRequest) error {
+	close(s.called)
+	<-s.release
+	return s.MemoryStore.SaveState(ctx, req)
+}
+
+// Rule: a save of state that the run's own Finish overtakes returns
+// ErrFinished, as a heartbeat does: the run was recorded finished by its
+// holder, so Lost stays open and no LeaseLost hook fires.
+func TestSaveStateRacingFinish(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	store := heldSave{runclaim.NewMemoryStore(), make(chan struct{}), make(chan struct{})}
+	var lost int
+	c, err := runclaim.New(store, runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.Event) { lost++ }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.Claim(ctx, "feed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := make(chan error, 1)
+	go func() { saved <- run.SaveState(ctx, []byte("late")) }()
+	<-store.called
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	close(store.release)
+	if err := <-saved; !errors.Is(err, runclaim.ErrFinished) || errors.Is(err, runclaim.ErrLeaseLost) {
+		t.Errorf("SaveState overtaken by the run's Finish: %v; want ErrFinished", err)
+	}
+	select {
+	case <-run.Lost():
+		t.Error("Lost closed for a run its holder finished")
+	default:
+	}
+	if lost != 0 {
+		t.Errorf("the LeaseLost hook fired %d times for a run its holder finished", lost)
+	}
+}
