@@ -29,7 +29,9 @@ Examples:
   runclaim cooldown site:avito --for 1h --note "HTTP 429, Retry-After 3600"
   runclaim cooldown site:avito --end
 
-JSON output: {"key", "cooling_until" (null after --end), "note"}`,
+JSON output: {"key", "cooling_until", "note"}: the cooldown in force
+afterwards (a later one kept wins over the one asked); cooling_until is
+null after --end`,
 		Args:        maxArgs(1),
 		Annotations: map[string]string{annotWrites: "true"},
 	}, runCooldown)
@@ -108,19 +110,44 @@ func runCooldown(ctx context.Context, c *cli, o *cooldownOptions) int {
 	if err != nil {
 		return c.fail("cooldown", err)
 	}
+	// A cooldown never shortens one in force: report the one in force,
+	// which a later end asked before may have kept.
+	note, kept := o.note, false
+	if !o.end {
+		if k, ok := keyState(ctx, store, o.key); ok && !k.CoolingUntil.IsZero() {
+			kept = k.CoolingUntil.After(until)
+			until, note = k.CoolingUntil, k.Note
+		}
+	}
 	if c.json {
 		err = writeJSON(c.stdout, struct {
 			Key          string     `json:"key"`
 			CoolingUntil *time.Time `json:"cooling_until"`
 			Note         string     `json:"note"`
-		}{o.key, jsonTime(until), o.note})
+		}{o.key, jsonTime(until), note})
 	} else if o.end {
 		_, err = fmt.Fprintf(c.stdout, "ended the cooldown of key %q\n", o.key)
+	} else if kept {
+		_, err = fmt.Fprintf(c.stdout, "key %q already cools down until %s, later than asked, with note \"%s\": kept\n", o.key, formatTime(until), visible(note))
 	} else {
-		_, err = fmt.Fprintf(c.stdout, "key %q cools down until %s, unless a later cooldown is in force; see 'runclaim limits'\n", o.key, formatTime(until))
+		_, err = fmt.Fprintf(c.stdout, "key %q cools down until %s\n", o.key, formatTime(until))
 	}
 	if err != nil {
 		return c.fail("cooldown", err)
 	}
 	return exitOK
+}
+
+// keyState returns what the store reports of key now, if it can tell.
+func keyState(ctx context.Context, store *runclaim.PostgresStore, key string) (runclaim.KeyState, bool) {
+	keys, _, err := store.Keys(ctx)
+	if err != nil && !errors.Is(err, runclaim.ErrKeysTruncated) {
+		return runclaim.KeyState{}, false
+	}
+	for _, k := range keys {
+		if k.Key == key {
+			return k, true
+		}
+	}
+	return runclaim.KeyState{}, false
 }

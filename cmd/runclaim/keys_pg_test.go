@@ -52,6 +52,17 @@ func TestLimitCommands(t *testing.T) {
 	if _, err := c.Claim(ctx, "avito/kazan", runclaim.WithKeys("site:avito")); !errors.As(err, &nc) || nc.Note != "HTTP 429" || !nc.RetryAfter.Equal(until) {
 		t.Errorf("claim during the cooldown: %v, want ErrLimited until %v with the note", err, until)
 	}
+	// A shorter cooldown keeps the one in force, and says so: the end and
+	// the note printed are those in force, not those asked.
+	r = mustRun(t, db, exitOK, "cooldown", "site:avito", "--for", "1m", "--note", "shorter", "--json")
+	kept := decodeObject(t, r.stdout, "key", "cooling_until", "note")
+	if got := rfc3339(t, kept["cooling_until"]); !got.Equal(until) || kept["note"] != "HTTP 429" {
+		t.Errorf("cooldown --json shorter than the one in force: %v; want the end in force, %v, and its note", kept, until)
+	}
+	r = mustRun(t, db, exitOK, "cooldown", "site:avito", "--for", "1m")
+	if !strings.Contains(r.stdout, "already cools down until") || !strings.Contains(r.stdout, "HTTP 429") {
+		t.Errorf("cooldown shorter than the one in force: %q; want the one in force named", r.stdout)
+	}
 	r = mustRun(t, db, exitOK, "status")
 	if !strings.Contains(r.stdout, "site:avito") || !strings.Contains(r.stdout, "HTTP 429") {
 		t.Errorf("status does not show the cooldown:\n%s", r.stdout)
