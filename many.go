@@ -34,7 +34,11 @@ type ManyHeartbeater interface {
 	// end of the lease or an error matching ErrLeaseLost for that run
 	// alone. An error of the whole call extends no lease that the caller
 	// can count on. It refuses an invalid request, and two requests for
-	// one run ID, before it writes anything.
+	// one run (the same ID, source and start), before it writes anything.
+	// Two requests that share an ID but name other sources or starts are
+	// two runs: after an asynchronous failover an ID can be handed out
+	// again (G14), and only the request that names the row's run extends
+	// it; the other is lost.
 	HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error)
 }
 
@@ -105,18 +109,34 @@ func ValidateClaims(reqs []ClaimRequest) error {
 	return nil
 }
 
+// runRef names a run as a heartbeat does: by its ID, source and start.
+// After an asynchronous failover the new primary can hand an ID out
+// again, to another source's run (G14), so two requests of one batch may
+// share an ID and still name two runs.
+type runRef struct {
+	id     int64
+	source string
+	start  int64 // StartedAt in microseconds, the store's precision
+}
+
+// refOf returns the run a heartbeat request names.
+func refOf(r HeartbeatRequest) runRef {
+	return runRef{r.ID, r.Source, r.StartedAt.UnixMicro()}
+}
+
 // validateHeartbeats returns an error for an invalid request or two
-// requests for one run.
+// requests for one run (the same ID, source and start).
 func validateHeartbeats(reqs []HeartbeatRequest) error {
-	seen := make(map[int64]struct{}, len(reqs))
+	seen := make(map[runRef]struct{}, len(reqs))
 	for _, r := range reqs {
 		if err := r.Validate(); err != nil {
 			return err
 		}
-		if _, dup := seen[r.ID]; dup {
-			return fmt.Errorf("runclaim: heartbeat many: run %d is listed twice", r.ID)
+		if _, dup := seen[refOf(r)]; dup {
+			return fmt.Errorf("runclaim: heartbeat many: run %d of %s, started at %s, is listed twice",
+				r.ID, quoteForError(r.Source), r.StartedAt.UTC().Format(time.RFC3339Nano))
 		}
-		seen[r.ID] = struct{}{}
+		seen[refOf(r)] = struct{}{}
 	}
 	return nil
 }

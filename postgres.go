@@ -110,7 +110,7 @@ type PostgresStore struct {
 	// sql holds the statements of sql/, filled in for the store's table.
 	sql struct {
 		lock, expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
-		unclaimRun, unclaimTrigger, unclaimManyTrigger                           string
+		unclaimRun, unclaimRunKeys, unclaimTrigger, unclaimManyTrigger           string
 		callMany, callManyTick, unclaimMany, heartbeatMany                       string // ClaimMany's and HeartbeatMany's
 		fenceLock, fenceCheck                                                    string
 		clock, running, history, releaseLockTimeout, release, prune              string
@@ -180,6 +180,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.finish = s.statement("finish")
 	s.sql.unclaim = s.statement("unclaim")
 	s.sql.unclaimRun = s.statement("unclaim_run")
+	s.sql.unclaimRunKeys = s.statement("unclaim_run_keys")
 	s.sql.unclaimTrigger = s.statement("unclaim_trigger")
 	s.sql.unclaimManyTrigger = s.statement("unclaim_many_trigger")
 	s.sql.readRun = s.statement("read_run")
@@ -299,11 +300,11 @@ func graceContext(ctx context.Context) (cctx context.Context, release func()) {
 const claimGrace = 5 * time.Second
 
 // Unclaim implements Unclaimer in one statement: it deletes the run's
-// row. A trigger that the claim used up stays used up: the row does not
-// record it; so do the starts the run recorded for its keys (RunInfo does
-// not name them), which count against the keys' MaxStarts until they
-// leave the window. Claim and ClaimMany, which know the keys, delete both
-// when their caller gave up.
+// row and, from schema version 8, the starts it recorded for the keys its
+// row names, so that they count against no key's MaxStarts. A trigger
+// that the claim used up stays used up: the row does not record it. Claim
+// and ClaimMany, which know the trigger, give it back when their caller
+// gave up.
 func (s *PostgresStore) Unclaim(ctx context.Context, run RunInfo) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -311,8 +312,17 @@ func (s *PostgresStore) Unclaim(ctx context.Context, run RunInfo) error {
 	if err := validateRunRef(run.ID, run.Source, run.StartedAt); err != nil {
 		return err
 	}
+	if s.schemaVer.version.Load() == 0 {
+		if _, err := s.schemaState(ctx); err != nil {
+			return s.wrap(ctx, "unclaim run "+strconv.FormatInt(run.ID, 10), err)
+		}
+	}
+	sql := s.sql.unclaimRun
+	if s.schemaVer.version.Load() >= keysVersion {
+		sql = s.sql.unclaimRunKeys
+	}
 	var gone int64
-	err := s.queryRow(ctx, s.sql.unclaimRun, []any{run.ID, run.Source, run.StartedAt}, &gone)
+	err := s.queryRow(ctx, sql, []any{run.ID, run.Source, run.StartedAt}, &gone)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("runclaim: unclaim run %d: %w", run.ID, ErrLeaseLost)
 	}

@@ -444,18 +444,22 @@ func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatReque
 		for j, i := range idx {
 			ids[j], sources[j], starts[j] = reqs[i].ID, reqs[i].Source, reqs[i].StartedAt
 		}
-		extended := make(map[int64]time.Time, len(idx))
+		// By ID, source and start: two requests may share an ID handed
+		// out again after a failover, and only the one that names the
+		// row's run was extended.
+		extended := make(map[runRef]time.Time, len(idx))
 		var (
-			id    int64
-			until pgtype.Timestamptz
+			ref          runRef
+			started, end pgtype.Timestamptz
 		)
 		err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
 			b.Queue(s.sql.heartbeatMany, ids, sources, lease.Microseconds(), starts).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
-					if err := rows.Scan(&id, &until); err != nil {
+					if err := rows.Scan(&ref.id, &ref.source, &started, &end); err != nil {
 						return err
 					}
-					extended[id] = until.Time
+					ref.start = started.Time.UnixMicro()
+					extended[ref] = end.Time
 				}
 				return rows.Err()
 			})
@@ -464,7 +468,7 @@ func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatReque
 			return nil, s.wrap(ctx, what, err)
 		}
 		for _, i := range idx {
-			if t, ok := extended[reqs[i].ID]; ok {
+			if t, ok := extended[refOf(reqs[i])]; ok {
 				out[i].LeaseUntil = t
 			} else {
 				out[i].Err = fmt.Errorf("runclaim: heartbeat run %d: %w", reqs[i].ID, ErrLeaseLost)

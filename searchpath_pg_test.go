@@ -121,6 +121,11 @@ func TestNoSearchPathHijack(t *testing.T) {
 	if runs, err := sharedtest.NewClaimer(t, v3).ClaimMany(ctx, []string{"v3-a", "v3-b"}); err != nil || len(runs) != 2 {
 		t.Errorf("ClaimMany, version 3: %d runs, %v", len(runs), err)
 	}
+	if r, err := v3.Claim(ctx, runclaim.ClaimRequest{Source: "v3-u", Owner: "o", Lease: time.Minute}); err != nil {
+		t.Errorf("Claim, version 3: %v", err)
+	} else if err := v3.Unclaim(ctx, r); err != nil {
+		t.Errorf("Unclaim, version 3: %v", err)
+	}
 	v8 := formStore(t, hostile, claimForm{"keys", 8})
 	if _, err := sharedtest.NewClaimer(t, v8).Claim(ctx, "v8", runclaim.WithKeys("v8-key")); err != nil {
 		t.Errorf("keyed Claim, version 8: %v", err)

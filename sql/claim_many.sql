@@ -60,7 +60,8 @@ SELECT pg_catalog.count(*) FROM gone
 -- Extends the leases of the runs $1 of the sources $2, started at $4
 -- (pairwise), to $3 microseconds from now, as heartbeat does for one: only
 -- a running run whose lease has not ended. A run it does not return is
--- lost.
+-- lost. Each row names its run by ID, source and start: two requests may
+-- share an ID handed out again after a failover (G14).
 UPDATE {{table}} AS r
 SET lease_until = GREATEST(r.lease_until, c.now OPERATOR(pg_catalog.+) ($3::bigint OPERATOR(pg_catalog.*) interval '1 microsecond')),
     heartbeat_at = GREATEST(r.heartbeat_at, c.now) -- never back: see heartbeat
@@ -70,4 +71,4 @@ FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c,
 -- say of the unnest; the join then checks each one's source.
 WHERE r.id OPERATOR(pg_catalog.=) ANY($1::bigint[]) AND r.id OPERATOR(pg_catalog.=) h.id AND r.source OPERATOR(pg_catalog.=) h.source AND r.started_at OPERATOR(pg_catalog.=) h.started_at
   AND r.status OPERATOR(pg_catalog.=) 'running' AND r.lease_until OPERATOR(pg_catalog.>) c.now
-RETURNING r.id, r.lease_until
+RETURNING r.id, r.source, r.started_at, r.lease_until

@@ -68,6 +68,19 @@ DELETE FROM {{table}} WHERE id OPERATOR(pg_catalog.=) $1 AND started_at OPERATOR
 -- running, is not deleted, and no row comes back.
 DELETE FROM {{table}} WHERE id OPERATOR(pg_catalog.=) $1 AND source OPERATOR(pg_catalog.=) $2 AND started_at OPERATOR(pg_catalog.=) $3::pg_catalog.timestamptz AND status OPERATOR(pg_catalog.=) 'running' RETURNING id
 
+-- name: unclaim_run_keys
+-- unclaim_run on a table with keys (schema version 8): the run's starts,
+-- one per key its row names, go with it, so that a key's MaxStarts counts
+-- the claim no more, as if it had never been made.
+WITH gone AS (
+	DELETE FROM {{table}} WHERE id OPERATOR(pg_catalog.=) $1 AND source OPERATOR(pg_catalog.=) $2 AND started_at OPERATOR(pg_catalog.=) $3::pg_catalog.timestamptz AND status OPERATOR(pg_catalog.=) 'running'
+	RETURNING id, keys, started_at
+), starts AS (
+	DELETE FROM {{table_starts}} AS o USING gone
+	WHERE o.key OPERATOR(pg_catalog.=) ANY (gone.keys) AND o.started_at OPERATOR(pg_catalog.=) gone.started_at AND o.run_id OPERATOR(pg_catalog.=) gone.id
+)
+SELECT id FROM gone
+
 -- name: unclaim_trigger
 -- unclaim for a run whose claim used up a trigger, made at $3, of the
 -- source $4 (schema

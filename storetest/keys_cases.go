@@ -489,3 +489,33 @@ func testKeyReplicas(t *testing.T, open func() runclaim.Store) {
 		}
 	}
 }
+
+// testKeyUnclaim: a keyed run taken back with Unclaim counts for none of
+// its keys, as if its claim had never been made: not for MaxRunning, and
+// not for MaxStarts in the window, so that the next claim of a key
+// allowed one start an hour wins.
+func testKeyUnclaim(t *testing.T, s runclaim.Store) {
+	l := limiterOf(t, s)
+	uc, ok := s.(runclaim.Unclaimer)
+	if !ok {
+		t.Skipf("storetest: %T does not implement runclaim.Unclaimer", s)
+	}
+	ctx, prefix := setup(t)
+	one, two := prefix+"/key-one", prefix+"/key-two"
+	mustSetLimit(t, ctx, l, one, runclaim.Limit{MaxStarts: 1, Per: time.Hour})
+	mustSetLimit(t, ctx, l, two, runclaim.Limit{MaxRunning: 1})
+	taken := mustClaim(t, ctx, s, keyReq(prefix+"/a", "first", one, two))
+	if err := uc.Unclaim(ctx, taken); err != nil {
+		t.Fatalf("Unclaim(run %d): %v", taken.ID, err)
+	}
+	next, err := s.Claim(ctx, keyReq(prefix+"/b", "second", one, two))
+	if err != nil {
+		t.Fatalf("a claim of keys whose only start and run were taken back: %v; want a win (the run taken back counts for no key)", err)
+	}
+	// The start of the run that won does count.
+	_, err = s.Claim(ctx, keyReq(prefix+"/c", "third", one))
+	if nc := skipOf(t, err, prefix+"/c", runclaim.ErrLimited); nc != nil && nc.Key != one {
+		t.Errorf("the skip names key %q, want %q", nc.Key, one)
+	}
+	mustFinish(t, ctx, s, succeeded(next))
+}

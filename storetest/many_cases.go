@@ -371,3 +371,45 @@ func testManyHeartbeats(t *testing.T, s runclaim.Store) {
 	mustFinish(t, ctx, s, succeeded(live))
 	mustFinish(t, ctx, s, succeeded(live2))
 }
+
+// testManyHeartbeatsByRun: a batch of heartbeats names each run by its
+// ID, source and start, not its ID alone. After an asynchronous failover
+// a new primary can hand a run's ID out again, to another source's run
+// (G14), so one Claimer's batch can hold a stale run and a healthy one
+// with the same ID. The batch is not refused for it: the healthy run is
+// extended, and the stale requests, which share its ID, are lost.
+func testManyHeartbeatsByRun(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	live := mustClaim(t, ctx, s, claimReq(prefix+"/live", "many", longLease))
+	hb := func(r runclaim.RunInfo) runclaim.HeartbeatRequest {
+		return runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: longLease}
+	}
+	otherSource, otherStart := hb(live), hb(live)
+	otherSource.Source = prefix + "/stale"
+	otherStart.StartedAt = live.StartedAt.Add(-time.Second)
+	for _, reqs := range [][]runclaim.HeartbeatRequest{
+		{otherSource, otherStart, hb(live)},
+		{hb(live), otherSource, otherStart},
+	} {
+		res, err := heartbeatMany(ctx, s, reqs)
+		if err != nil || len(res) != len(reqs) {
+			t.Fatalf("heartbeats of one run and two stale ones with its ID: %v, %v; want a result for each", res, err)
+		}
+		for i, r := range reqs {
+			if r == hb(live) {
+				if res[i].Err != nil {
+					t.Errorf("heartbeat of the live run %d, in a batch with stale runs of its ID: %v", live.ID, res[i].Err)
+				}
+			} else if !errors.Is(res[i].Err, runclaim.ErrLeaseLost) {
+				t.Errorf("heartbeat of a stale run with ID %d (%s, started %v): %v, want ErrLeaseLost", r.ID, r.Source, r.StartedAt, res[i].Err)
+			}
+		}
+	}
+	// The same run twice is refused, as before.
+	if _, err := heartbeatMany(ctx, s, []runclaim.HeartbeatRequest{hb(live), hb(live)}); err == nil {
+		if _, ok := s.(runclaim.ManyHeartbeater); ok {
+			t.Error("heartbeats of one run listed twice: no error; want the batch refused")
+		}
+	}
+	mustFinish(t, ctx, s, succeeded(live))
+}

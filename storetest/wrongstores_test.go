@@ -154,6 +154,13 @@ const (
 	// alone: a run that named other keys too does not count, as a count
 	// that read one index of running runs' keys and not the other.
 	bugKeyCountAloneOnly
+	// Unclaim deletes the run but leaves the starts it recorded for its
+	// keys, as a store whose Unclaim does not know the run's keys.
+	bugUnclaimKeepsStarts
+	// HeartbeatMany reports its results by run ID alone: a stale request
+	// that shares an extended run's ID (handed out again after a
+	// failover) is reported extended too.
+	bugManyBeatByID
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -401,6 +408,19 @@ func (s *copyStore) ClaimMany(ctx context.Context, reqs []runclaim.ClaimRequest)
 
 // HeartbeatMany extends each lease as Heartbeat does.
 func (s *copyStore) HeartbeatMany(ctx context.Context, reqs []runclaim.HeartbeatRequest) ([]runclaim.HeartbeatResult, error) {
+	type ref struct {
+		id     int64
+		source string
+		start  int64
+	}
+	seen := map[ref]bool{}
+	for _, r := range reqs {
+		k := ref{r.ID, r.Source, r.StartedAt.UnixMicro()}
+		if seen[k] {
+			return nil, fmt.Errorf("heartbeat many: run %d is listed twice", r.ID)
+		}
+		seen[k] = true
+	}
 	out := make([]runclaim.HeartbeatResult, len(reqs))
 	lost := false
 	for i, r := range reqs {
@@ -409,6 +429,19 @@ func (s *copyStore) HeartbeatMany(ctx context.Context, reqs []runclaim.Heartbeat
 			return nil, out[i].Err
 		}
 		lost = lost || out[i].Err != nil
+	}
+	if s.bug == bugManyBeatByID {
+		extended := map[int64]time.Time{}
+		for i, r := range reqs {
+			if out[i].Err == nil {
+				extended[r.ID] = out[i].LeaseUntil
+			}
+		}
+		for i, r := range reqs {
+			if t, ok := extended[r.ID]; ok {
+				out[i] = runclaim.HeartbeatResult{LeaseUntil: t}
+			}
+		}
 	}
 	if lost && s.bug == bugManyBeatAllLost {
 		for i := range out {
@@ -670,7 +703,9 @@ func (s *copyStore) Unclaim(ctx context.Context, run runclaim.RunInfo) error {
 		return fmt.Errorf("unclaim run %d: %w", run.ID, runclaim.ErrLeaseLost)
 	}
 	delete(s.b.running, r.info.Source)
-	s.b.keys.unstarted(r.keys, r.info.ID)
+	if s.bug != bugUnclaimKeepsStarts {
+		s.b.keys.unstarted(r.keys, r.info.ID)
+	}
 	if s.bug == bugUnclaimFinishes {
 		r.status, r.errText = runclaim.StatusFailed, "taken back"
 		if r.info.Tick.After(s.b.served[r.info.Source]) {
@@ -976,6 +1011,10 @@ var wrongStores = []wrongStore{
 		"ManyKeysRoom", copyBackend(bugManyStartsUnrecorded)},
 	{"key-count-alone-only", "a key's running runs counted among runs naming it alone",
 		"KeyShared", copyBackend(bugKeyCountAloneOnly)},
+	{"many-beat-by-id", "HeartbeatMany's results keyed by run ID alone: a stale run sharing a live run's ID is extended too",
+		"ManyHeartbeatsByRun", copyBackend(bugManyBeatByID)},
+	{"unclaim-keeps-starts", "a run taken back with Unclaim leaves its keys' starts behind",
+		"KeyUnclaim", copyBackend(bugUnclaimKeepsStarts)},
 	{"state-unfenced", "a save of state not fenced by the lease: a run whose lease ended still saves",
 		"StateFencedByLease", copyBackend(bugStateUnfenced)},
 	{"state-succeeded-only", "the state taken from the latest succeeded run only",
