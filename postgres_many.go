@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -411,6 +412,13 @@ func (s *PostgresStore) claimManyError(ctx context.Context, reqs []ClaimRequest,
 		return fmt.Errorf("runclaim: %s: a concurrent claim inserted a running run of one of them, or a run of the same tick, without waiting for this store's advisory lock; "+
 			"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
 			what, s.Table(), s.namespace, err)
+	case "25006": // read_only_sql_transaction
+		// The claim function says it in these words; a batch with keys,
+		// whose statement also writes the starts, is refused by the
+		// server before the function runs.
+		if !strings.Contains(err.Error(), readOnlyClaim) {
+			return fmt.Errorf("runclaim: %s: %s: %w", what, readOnlyClaim, err)
+		}
 	case "42501": // insufficient_privilege
 		if function {
 			return fmt.Errorf("runclaim: %s: %w (the role needs EXECUTE on function %s as well as SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)",
@@ -477,3 +485,7 @@ func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatReque
 	}
 	return out, nil
 }
+
+// readOnlyClaim is what the claim function says on a server that cannot
+// write, and what a batch the server refused for it says too.
+const readOnlyClaim = "cannot claim on a server that cannot write (a standby, or default_transaction_read_only): its answer could come from stale data"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -499,7 +500,8 @@ func TestDBAIdleInTransactionTimeout(t *testing.T) {
 
 // TestDBAReadOnly: with default_transaction_read_only on (as on a
 // standby, or a database a DBA froze), every write fails with 25006
-// read_only_sql_transaction, wrapped: Claim in both forms, Do (whose
+// read_only_sql_transaction, wrapped; every kind of claim (single or
+// many, with keys or without) says so in the same words: Claim in both forms, Do (whose
 // function is not called), Heartbeat, Finish, Release, Prune and Migrate.
 // Nothing is written and no lock is held; the reads work.
 // migrateOlder makes the table look like one of schema version 1, so that
@@ -546,17 +548,29 @@ func TestDBAReadOnly(t *testing.T) {
 			}
 			c := newClaimer(t, ro)
 			_, claimErr := c.Claim(ctx, "src")
+			_, keyedErr := c.Claim(ctx, "src", runclaim.WithKeys("site"))
+			_, manyErr := c.ClaimMany(ctx, []string{"m1", "m2"})
+			_, manyKeysErr := c.ClaimMany(ctx, []string{"m1", "m2"}, runclaim.WithKeys("site"))
+			// Every claim says why, in the same words.
+			for what, err := range map[string]error{"Claim": claimErr, "Claim with keys": keyedErr, "ClaimMany": manyErr, "ClaimMany with keys": manyKeysErr} {
+				if err == nil || !strings.Contains(err.Error(), "cannot claim on a server that cannot write") {
+					t.Errorf("%s on a read-only database: %v; want the error that says the server cannot write", what, err)
+				}
+			}
 			_, heartbeatErr := ro.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Lease: time.Minute})
 			_, releaseErr := ro.Release(ctx, held.ID, "")
 			_, pruneErr := ro.Prune(ctx, 0)
 			for what, err := range map[string]error{
-				"Claim":     claimErr,
-				"Do":        c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { t.Error("Do called its function"); return nil }),
-				"Heartbeat": heartbeatErr,
-				"Finish":    ro.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Status: runclaim.StatusSucceeded}),
-				"Release":   releaseErr,
-				"Prune":     pruneErr,
-				"Migrate":   migrateOlder(t, check, ro),
+				"Claim":               claimErr,
+				"Claim with keys":     keyedErr,
+				"ClaimMany":           manyErr,
+				"ClaimMany with keys": manyKeysErr,
+				"Do":                  c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { t.Error("Do called its function"); return nil }),
+				"Heartbeat":           heartbeatErr,
+				"Finish":              ro.Finish(ctx, runclaim.FinishRequest{ID: held.ID, Source: held.Source, StartedAt: held.StartedAt, Status: runclaim.StatusSucceeded}),
+				"Release":             releaseErr,
+				"Prune":               pruneErr,
+				"Migrate":             migrateOlder(t, check, ro),
 			} {
 				switch {
 				case err == nil:
