@@ -52,3 +52,8 @@ func StoreStatements(s *PostgresStore) map[string]string {
 
 // PinSearchPathSQL starts every step that Migrations returns.
 const PinSearchPathSQL = pinSearchPathSQL
+
+// SetPreviousKeyLocks makes s lock keys as the release before this one
+// did: by KeyLock of its namespace only, as a replica of that release
+// beside this one in a rolling deploy.
+func SetPreviousKeyLocks(s *PostgresStore) { s.previousKeyLocks = true }

@@ -97,20 +97,106 @@ func TestKeysOnOlderTable(t *testing.T) {
 // time, so that the check meant something.
 func TestKeyStress(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	db := pgtest.New(t)
 	migratedStore(t, db.Pool)
-	const replicas, sources, limit = 4, 40, 3
-	key := "site:stress"
 	var stores []*runclaim.PostgresStore
-	for range replicas {
+	for range 4 {
 		s, err := runclaim.NewPostgresStore(db.NewPool(t, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
 		stores = append(stores, s)
 	}
-	if err := stores[0].SetLimit(ctx, key, runclaim.Limit{MaxRunning: limit}); err != nil {
+	keyStress(t, db, stores, nil, "site:stress", 3)
+}
+
+// Rule (G17): a key binds every store on the table, whatever its
+// namespace. Two services that share a table (and so a key's limit row,
+// its runs and its starts) but not their sources use two namespaces;
+// their claims of one key still never exceed MaxRunning, in Go and in
+// SQL. And during a rolling deploy a replica of the previous release,
+// which locks a key by namespace only, still excludes a new one of its
+// namespace.
+func TestKeyAcrossNamespaces(t *testing.T) {
+	t.Parallel()
+	store := func(t *testing.T, db *pgtest.DB, ns string, previous bool) *runclaim.PostgresStore {
+		s, err := runclaim.NewPostgresStore(db.NewPool(t, nil), runclaim.WithNamespace(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if previous {
+			runclaim.SetPreviousKeyLocks(s)
+		}
+		return s
+	}
+	t.Run("two namespaces", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		migratedStore(t, db.Pool)
+		stores := []*runclaim.PostgresStore{store(t, db, "svc-a", false), store(t, db, "svc-a", false), store(t, db, "svc-b", false), store(t, db, "svc-b", false)}
+		// Each service claims its own sources: a namespace is for
+		// services that share no source.
+		keyStress(t, db, stores, []string{"a/", "a/", "b/", "b/"}, "site:shared", 2)
+	})
+	t.Run("previous release beside this one", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		migratedStore(t, db.Pool)
+		stores := []*runclaim.PostgresStore{store(t, db, "svc", true), store(t, db, "svc", true), store(t, db, "svc", false), store(t, db, "svc", false)}
+		keyStress(t, db, stores, nil, "site:deploy", 2)
+	})
+	t.Run("starts in two namespaces", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		db := pgtest.New(t)
+		migratedStore(t, db.Pool)
+		a, b := store(t, db, "svc-a", false), store(t, db, "svc-b", false)
+		const most = 5
+		if err := a.SetLimit(ctx, "site:starts", runclaim.Limit{MaxStarts: most, Per: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		var wins atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 4 * most {
+			s := a
+			if i%2 == 1 {
+				s = b
+			}
+			c := newClaimer(t, s, runclaim.WithOwner(fmt.Sprintf("w%d", i)))
+			wg.Go(func() {
+				run, err := c.Claim(ctx, fmt.Sprintf("src-%d", i), runclaim.WithKeys("site:starts"))
+				switch {
+				case err == nil:
+					wins.Add(1)
+					if err := run.Finish(ctx, nil); err != nil {
+						t.Error(err)
+					}
+				case errors.Is(err, runclaim.ErrLimited), pgCode(err) == "55P03":
+				default:
+					t.Errorf("claim: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := wins.Load(); n > most {
+			t.Errorf("%d starts of a key allowed %d an hour, from two namespaces", n, most)
+		}
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM runclaim_runs WHERE 'site:starts' = ANY (keys)`).Scan(&n); err != nil || n > most {
+			t.Errorf("in SQL, %d runs of a key allowed %d starts an hour (%v)", n, most, err)
+		}
+	})
+}
+
+// keyStress has two claimers per store claim random sources of 40 naming
+// key, which allows limit running runs, for three seconds, and checks in
+// Go and in SQL that no more than limit ran at once. The sources of
+// store i start with prefixes[i], if given.
+func keyStress(t *testing.T, db *pgtest.DB, stores []*runclaim.PostgresStore, prefixes []string, key string, limit int64) {
+	t.Helper()
+	ctx := t.Context()
+	const sources = 40
+	if err := stores[0].SetLimit(ctx, key, runclaim.Limit{MaxRunning: int(limit)}); err != nil {
 		t.Fatal(err)
 	}
 	var held, most, wins, limited, timeouts atomic.Int64
@@ -118,11 +204,15 @@ func TestKeyStress(t *testing.T) {
 	var wg sync.WaitGroup
 	for r, s := range stores {
 		c := newClaimer(t, s, runclaim.WithOwner(fmt.Sprintf("replica-%d", r)))
+		prefix := ""
+		if prefixes != nil {
+			prefix = prefixes[r]
+		}
 		for w := range 2 {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(r), uint64(w)))
 				for time.Now().Before(deadline) && ctx.Err() == nil {
-					src := fmt.Sprintf("src-%02d", rng.IntN(sources))
+					src := fmt.Sprintf("%ssrc-%02d", prefix, rng.IntN(sources))
 					run, err := c.Claim(ctx, src, runclaim.WithKeys(key))
 					switch {
 					case errors.Is(err, runclaim.ErrLimited):
@@ -160,7 +250,7 @@ func TestKeyStress(t *testing.T) {
 	if m := most.Load(); m > limit {
 		t.Errorf("the Go side saw %d runs of the key held at once, more than MaxRunning %d", m, limit)
 	}
-	var overlap int
+	var overlap int64
 	err := db.Pool.QueryRow(ctx, `
 SELECT coalesce(max(n), 0) FROM (
 	SELECT (SELECT count(*) FROM runclaim_runs AS o

@@ -60,9 +60,11 @@ const (
 	// MaxClaimManyKeys is the most distinct keys the requests of one
 	// ClaimMany call name, all together. More is refused before anything is
 	// sent, as MaxClaimMany is. The Postgres store's call holds one advisory
-	// lock per source and one per distinct key until it commits, in the
-	// server's shared lock table (MaxClaimMany's doc): with both bounds a
-	// call holds at most 1,100 locks, a sixth of a default server's 6,400,
+	// lock per source and two per distinct key (the table's, and, while
+	// replicas of the previous release may run, the namespace's: see
+	// KeyLock) until it commits, in the server's shared lock table
+	// (MaxClaimMany's doc): with both bounds a call holds at most 1,200
+	// locks, under a fifth of a default server's 6,400,
 	// where 1,000 sources naming 16 keys each, all distinct, took 17,000
 	// and made other sessions of the server fail with "out of shared
 	// memory". The lock table is the server's: see docs/many.md for the

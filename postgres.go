@@ -105,6 +105,9 @@ type PostgresStore struct {
 	schema    string
 	table     string
 	namespace string
+	// previousKeyLocks makes the store lock keys as the release before
+	// this one did (tests only: a replica of it in a rolling deploy).
+	previousKeyLocks bool
 	// syncCommit is the SET LOCAL statement of WithSynchronousCommit, or "".
 	syncCommit string
 	// sql holds the statements of sql/, filled in for the store's table.

@@ -65,18 +65,41 @@ func (s *PostgresStore) startsTable() string {
 }
 
 // KeyLock returns the 64-bit key of the transaction-scoped advisory lock
-// that serialises the claims naming key: AdvisoryKey of namespace and
-// key behind a NUL byte and "key" and a NUL byte, which no source can
-// spell (a source has no NUL byte). The derivation is fixed across
-// releases, as AdvisoryKey's is.
+// by which the releases before this one serialised the claims naming key:
+// AdvisoryKey of namespace and key behind a NUL byte and "key" and a NUL
+// byte, which no source can spell (a source has no NUL byte). Its
+// derivation is fixed across releases, as AdvisoryKey's is.
+//
+// A key binds every store on the table, whatever its namespace (G17): the
+// claims naming it share its limit row, its runs and its starts. So a
+// claim now also takes the key's lock of the table, which no namespace
+// enters (see TableKeyLock), and takes KeyLock of its namespace as well,
+// all in ascending order, for as long as replicas of a release that took
+// KeyLock alone may run beside it: old and new replicas of one namespace
+// then still exclude each other.
 func KeyLock(namespace, key string) int64 {
 	return AdvisoryKey(namespace, "\x00key\x00"+key)
 }
 
-// keyLocks returns the advisory locks of keys, ascending, once each.
+// TableKeyLock returns the 64-bit key of the transaction-scoped advisory
+// lock that serialises the claims naming key on the runs table table (as
+// PostgresStore.Table returns it: quoted and schema-qualified), whatever
+// their namespace: AdvisoryKey of "runclaim.key" and the table's and the
+// key's names, NUL-separated. Its derivation is fixed across releases.
+func TableKeyLock(table, key string) int64 {
+	return AdvisoryKey("runclaim.key", table+"\x00"+key)
+}
+
+// keyLocks returns the advisory locks of keys, ascending, once each: each
+// key's lock of the table and, for replicas of the previous release, of
+// the namespace (see KeyLock).
 func (s *PostgresStore) keyLocks(locks []int64, keys []string) []int64 {
+	table := s.Table()
 	for _, k := range keys {
 		locks = append(locks, KeyLock(s.namespace, k))
+		if !s.previousKeyLocks {
+			locks = append(locks, TableKeyLock(table, k))
+		}
 	}
 	slices.Sort(locks)
 	return slices.Compact(locks)
