@@ -42,6 +42,12 @@ var ErrElectorClosed = errors.New("gocronlock: elector closed")
 // shorter than the lease, or have them watch the leadership run's Lost
 // channel (see Run).
 //
+// An Elector promises that two schedulers never run jobs at once, not that
+// each firing runs once: across a hand-over the new leader may run a
+// firing that the old one ran just before it closed (one a few hundred
+// milliseconds late was seen to). For each firing once, use the Locker
+// (New) with a schedule (WithSchedule), which names each firing's tick.
+//
 // An Elector is safe for concurrent use.
 type Elector struct {
 	claimer *runclaim.Claimer // without a minimum interval
