@@ -241,20 +241,32 @@ func (c *schemaCache) set(v int) {
 // version before it until the next recheck.
 func (c *schemaCache) noFunc() { c.set(claimFuncVersion - 1) }
 
-// missingFunc reports whether err says the claim function is missing: 42883
-// undefined_function when the call is parsed, or, for a call planned just
-// before a concurrent DROP FUNCTION committed (a step 3 Down under load),
-// XX000 "cache lookup failed for function".
-func missingFunc(err error) bool {
+// missingFunc reports whether err says the store's claim function is
+// missing: 42883 undefined_function naming it when the call is parsed, or,
+// for a call planned just before a concurrent DROP FUNCTION committed (a
+// step's Down under load), XX000 "cache lookup failed for function". Any
+// other 42883 (an operator or function the call's body uses, say) is an
+// error of its own, not an older table.
+func (s *PostgresStore) missingFunc(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
 	switch pgErr.Code {
 	case "42883": // undefined_function
-		return true
+		name := s.table + claimFuncSuffix
+		return strings.HasPrefix(pgErr.Message, "function ") &&
+			(strings.Contains(pgErr.Message, name) || strings.Contains(pgErr.Message, pgx.Identifier{name}.Sanitize()))
 	case "XX000": // internal_error
 		return strings.HasPrefix(pgErr.Message, "cache lookup failed for function")
 	}
 	return false
+}
+
+// missingStates reports whether err says the table of states is missing
+// (42P01): a call of the overload of version 9 under way when the step's
+// Down dropped the table. The call wrote nothing.
+func (s *PostgresStore) missingStates(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01" && strings.Contains(pgErr.Message, s.table+statesSuffix)
 }

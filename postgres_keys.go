@@ -130,7 +130,7 @@ func (s *PostgresStore) claimKeyed(ctx context.Context, req ClaimRequest, explic
 	switch {
 	case err == nil:
 		return r.result(req, explicit)
-	case missingFunc(err):
+	case s.missingFunc(err):
 		return RunInfo{}, time.Time{}, fmt.Errorf("runclaim: claim %s with keys: the runs table %s is at a schema version older than %d, which keys need; run Migrate (or apply the Migrations): %w",
 			quoteForError(req.Source), s.Table(), keysVersion, err)
 	}

@@ -115,7 +115,7 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 				s.schemaVer.set(tickFuncVersion)
 			}
 			return r.result(req, explicit)
-		case !missingFunc(err):
+		case !s.missingFunc(err):
 			return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true)
 		case !req.Tick.IsZero():
 			return RunInfo{}, time.Time{}, fmt.Errorf("runclaim: claim %s for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
@@ -133,7 +133,7 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		switch {
 		case err == nil:
 			return r.result(req, explicit)
-		case !missingFunc(err):
+		case !s.missingFunc(err):
 			return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true)
 		}
 		// No function: a table at version 2, or one that lost it (a step

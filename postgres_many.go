@@ -110,7 +110,7 @@ func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, expl
 		switch {
 		case err == nil || err == errNeedExplicit:
 			return res, triggers, err
-		case missingFunc(err):
+		case s.missingFunc(err):
 			return nil, nil, fmt.Errorf("runclaim: claim %d sources with keys: the runs table %s is at a schema version older than %d, which keys need; run Migrate (or apply the Migrations): %w",
 				len(reqs), s.Table(), keysVersion, err)
 		}
@@ -124,7 +124,7 @@ func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, expl
 				s.schemaVer.set(tickFuncVersion)
 			}
 			return res, triggers, err
-		case !missingFunc(err):
+		case !s.missingFunc(err):
 			return nil, nil, s.claimManyError(ctx, reqs, err, true)
 		case ticks:
 			return nil, nil, fmt.Errorf("runclaim: claim %d sources for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
@@ -137,7 +137,7 @@ func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, expl
 		switch {
 		case err == nil || err == errNeedExplicit:
 			return res, triggers, err
-		case !missingFunc(err):
+		case !s.missingFunc(err):
 			return nil, nil, s.claimManyError(ctx, reqs, err, true)
 		}
 		s.schemaVer.noFunc()

@@ -95,7 +95,7 @@ func (s *PostgresStore) claimState(ctx context.Context, req ClaimRequest, explic
 			info.State, info.HasState = string(r.state), true
 		}
 		return info, trigger, err, true
-	case missingFunc(err):
+	case s.missingFunc(err) || s.missingStates(err):
 		s.schemaVer.noStateFunc()
 		return RunInfo{}, time.Time{}, nil, false
 	}

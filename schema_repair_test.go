@@ -3,6 +3,7 @@ package runclaim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,20 +33,32 @@ func claimFuncExists(t *testing.T, pool *pgxpool.Pool, store *runclaim.PostgresS
 	return ok
 }
 
-// TestDowngradeUnderLoad: step 3's Down (dropping the claim function) and
-// its Up again, applied over and over while 6 claimers claim and finish.
-// A claim that planned the call a moment before the drop commits meets the
-// function missing in one of its forms (42883 undefined_function, or XX000
-// "cache lookup failed for function"); it must then be sent as the batch.
-// Every claim wins or is skipped: none fails.
+// TestDowngradeUnderLoad: a step's Down and its Up again, applied over
+// and over while 6 claimers claim and finish, one at a time and many at
+// once: step 3's (the claim function) and the newest step's (version 9's
+// overload with a state, and the table of states). A claim that planned
+// the call a moment before the drop commits meets the function missing in
+// one of its forms (42883 undefined_function, or XX000 "cache lookup
+// failed for function"), or, inside a call already under way, the table of
+// states gone (42P01); it wrote nothing, and must then be decided by the
+// version before. Every claim wins or is skipped: none fails.
 func TestDowngradeUnderLoad(t *testing.T) {
 	t.Parallel()
+	for _, version := range []int{3, runclaim.LatestSchemaVersion} {
+		t.Run(fmt.Sprintf("step %d", version), func(t *testing.T) {
+			t.Parallel()
+			downgradeUnderLoad(t, version)
+		})
+	}
+}
+
+func downgradeUnderLoad(t *testing.T, version int) {
 	ctx := t.Context()
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
 	var down, up string
 	for _, m := range store.Migrations() {
-		if m.Version == 3 {
+		if m.Version == version {
 			down, up = m.Down, m.Up
 		}
 	}
@@ -59,6 +72,11 @@ func TestDowngradeUnderLoad(t *testing.T) {
 		mu              sync.Mutex
 		failures        []error
 	)
+	fail := func(err error) {
+		mu.Lock()
+		failures = append(failures, err)
+		mu.Unlock()
+	}
 	for i := range claimers {
 		s, err := runclaim.NewPostgresStore(db.Pool)
 		if err != nil {
@@ -67,6 +85,7 @@ func TestDowngradeUnderLoad(t *testing.T) {
 		runclaim.SetSchemaRecheck(s, 5*time.Millisecond)
 		c := newClaimer(t, s, runclaim.WithLease(time.Minute))
 		source := []string{"a", "b", "c"}[i%3] // two claimers per source: some claims lose
+		many := i >= claimers/2                // the others claim two sources at once
 		wg.Go(func() {
 			for {
 				select {
@@ -74,33 +93,40 @@ func TestDowngradeUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				run, err := c.Claim(ctx, source)
+				var runs []*runclaim.Run
+				var err error
+				if many {
+					runs, err = c.ClaimMany(ctx, []string{source + "-many", source + "-many2"})
+				} else {
+					var run *runclaim.Run
+					if run, err = c.Claim(ctx, source); err == nil {
+						runs = append(runs, run)
+					}
+				}
 				claims.Add(1)
 				switch {
 				case err == nil:
-					if err := run.Finish(ctx, nil); err != nil {
-						mu.Lock()
-						failures = append(failures, err)
-						mu.Unlock()
+					for _, run := range runs {
+						if err := run.Finish(ctx, nil); err != nil {
+							fail(err)
+						}
 					}
 				case errors.Is(err, runclaim.ErrNotClaimed):
 					skipped.Add(1)
 				default:
-					mu.Lock()
-					failures = append(failures, err)
-					mu.Unlock()
+					fail(err)
 				}
 			}
 		})
 	}
-	// Bounded by count, not time: 40 drops and 40 creations of the
-	// function while the claims run.
+	// Bounded by count, not time: 40 drops and 40 creations while the
+	// claims run.
 	for range 40 {
 		for _, q := range []string{down, up} {
 			if _, err := db.Pool.Exec(ctx, q); err != nil {
 				close(stop)
 				wg.Wait()
-				t.Fatalf("step 3: %v", err)
+				t.Fatalf("step %d: %v", version, err)
 			}
 		}
 	}

@@ -1,8 +1,11 @@
 package runclaim
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestCutComment: a "--" comment is cut with the blanks before it; one
@@ -55,3 +58,39 @@ func TestStatementsFilled(t *testing.T) {
 		}
 	}
 }
+
+// Rule: only the claim function's own absence (42883 naming it, or the
+// cache lookup of a function dropped under way) or, in the overload of
+// version 9, the table of states dropped under way, sends a claim to the
+// version before; another 42883 (a function or operator the body uses) is
+// an error, not an older table.
+func TestMissingFuncNarrow(t *testing.T) {
+	s, err := NewPostgresStore(noQuerier{}, WithTable("ops", "job runs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		code, msg      string
+		missing, state bool
+	}{
+		{"42883", `function ops."job runs_claim"(bigint, text, text, bigint, bigint, bigint) does not exist`, true, false},
+		{"42883", `function ops.job runs_claim(bigint) does not exist`, true, false},
+		{"XX000", "cache lookup failed for function 16999", true, false},
+		{"42883", "function pg_catalog.make_interval(text) does not exist", false, false},
+		{"42883", "operator does not exist: text = integer", false, false},
+		{"42883", `function ops."other runs_claim"(bigint) does not exist`, false, false},
+		{"42P01", `relation "ops.job runs_cursors" does not exist`, false, true},
+		{"42P01", `relation "ops.job runs_keys" does not exist`, false, false},
+	} {
+		err := fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: tc.code, Message: tc.msg})
+		if got := s.missingFunc(err); got != tc.missing {
+			t.Errorf("missingFunc(%s %q) = %v, want %v", tc.code, tc.msg, got, tc.missing)
+		}
+		if got := s.missingStates(err); got != tc.state {
+			t.Errorf("missingStates(%s %q) = %v, want %v", tc.code, tc.msg, got, tc.state)
+		}
+	}
+}
+
+// noQuerier is a Querier for a store whose SQL is never sent.
+type noQuerier struct{ Querier }
