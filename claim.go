@@ -171,6 +171,19 @@ func (r *Run) Deadline() time.Time {
 	return r.leaseUntil
 }
 
+// LocalDeadline returns the end of the run's lease by this process's
+// monotonic clock: a full lease from when the claim, or the last
+// successful heartbeat, was sent. It is never later than Deadline, by the
+// database clock, since the store read its clock after the request was
+// sent. Lost closes ExpiryMargin before it (see Settings). A process that
+// watches over the run's work on its own, such as runclaim exec's keeper,
+// stops the work by then if the time passes without a newer one.
+func (r *Run) LocalDeadline() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.localExpiry
+}
+
 // Heartbeat extends the run's lease to a full lease from now. It returns an
 // error matching ErrLeaseLost if the run is not running any more (another
 // claim expired it, or an operator released it) or its lease has already

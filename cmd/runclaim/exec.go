@@ -82,6 +82,16 @@ group does not reach it. A dead exec cannot record the outcome: the run
 stays running until its lease passes. On Linux the command is also
 killed if the keeper itself dies (PR_SET_PDEATHSIG).
 
+The keeper also enforces the lease on its own: exec tells it, after each
+heartbeat, the time by which the command's group must be stopped, before
+the lease can end. If exec is stopped (kill -STOP of its group, Ctrl-Z at
+a terminal) or starved past that time, the keeper kills the group then,
+though exec lives. Not covered: exec and the keeper both killed by PID
+("pkill -9 -f runclaim"), or both stopped. The command itself still dies
+with the keeper on Linux, but processes it started live on, and may
+overlap the next host's run: stop exec with a signal it forwards, or kill
+its group, not its keeper.
+
 Out of reach: a process that leaves the group (setsid, setpgid, a daemon)
 is neither waited for nor killed, and may overlap the next host's run;
 exec follows a process group, not a cgroup as systemd's default kill mode
@@ -406,7 +416,7 @@ func runExec(ctx context.Context, c *cli, o *execOptions) int {
 	stopForwarding := fw.listen()
 	defer stopForwarding()
 
-	x := &execution{c: c, o: o, path: path, fw: fw}
+	x := &execution{c: c, o: o, path: path, fw: fw, margin: claimer.Settings().ExpiryMargin}
 	var claimOpts []runclaim.ClaimOption
 	if !o.tickAt.IsZero() {
 		claimOpts = append(claimOpts, runclaim.ForTick(o.tickAt))
@@ -478,6 +488,9 @@ type execution struct {
 	o    *execOptions
 	path string // the program
 	fw   *forwarder
+	// margin is the claimer's ExpiryMargin: the command's group is
+	// stopped within it, before the lease can end.
+	margin time.Duration
 
 	// Set by run, which Do calls on exitCode's goroutine.
 	started  bool
@@ -493,7 +506,7 @@ func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
 		// Bounds the copying of output when stdout or stderr is not a
 		// file and a background process of the command keeps the pipe
 		// open.
-		x.o.killGrace)
+		x.o.killGrace, x.stopBy(run))
 	startErr, cause := x.fw.start(ctx, p)
 	if cause != nil {
 		return cause
@@ -503,8 +516,14 @@ func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
 		return startErr
 	}
 	x.started = true
+	stopKeeping := x.keepStopBy(run, p)
 	stopCause := x.supervise(ctx, run, p)
+	stopKeeping()
 	x.fw.exited()
+	if p.stoppedByKeeper() {
+		fmt.Fprintf(x.c.stderr, "runclaim exec: run %d of %q: the keeper killed the command's group on its own: the lease could no longer be known held "+
+			"(exec was stopped, or starved, past its end by this host's clock)\n", run.ID, run.Source)
+	}
 	status, err := p.result()
 	if err != nil {
 		return err
@@ -518,6 +537,43 @@ func (x *execution) run(ctx context.Context, run *runclaim.Run) error {
 		return fmt.Errorf("%w; stopped because %w", waitErr, stopCause)
 	}
 	return waitErr
+}
+
+// stopBy is the time by which the keeper stops the command's group on its
+// own unless a heartbeat moves it: the run's lease end by this process's
+// clock, less half of what the expiry margin leaves after the kill grace.
+// exec's own stop of a lost run (SIGTERM at the margin, SIGKILL a kill
+// grace later) comes first, and the keeper's still before the lease can
+// end.
+func (x *execution) stopBy(run *runclaim.Run) time.Time {
+	return run.LocalDeadline().Add(-(x.margin - x.o.killGrace) / 2)
+}
+
+// keepStopBy tells the keeper each later stopBy of run while the command
+// runs, until the function it returns is called.
+func (x *execution) keepStopBy(run *runclaim.Run, p *proc) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	// Often enough that a heartbeat's extension reaches the keeper long
+	// before the time it replaces: a fraction of the margin.
+	every := min(x.margin/8, time.Second)
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				p.setStopBy(x.stopBy(run))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 // supervise waits until the command has ended and no process of its group

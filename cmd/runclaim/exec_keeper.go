@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // exec does not start the command itself but through a keeper: a second
@@ -74,6 +76,17 @@ import (
 // reach another group, and only if the PIDs had wrapped around meanwhile
 // and the new process with that PID had made itself a group leader.
 //
+// The keeper also enforces the lease on its own. exec writes on the
+// lifeline, as "until T", the time by which the command's group must be
+// stopped unless a later one comes (T on the system's monotonic clock, in
+// nanoseconds: the run's lease end by exec's own clock, less half of what
+// the expiry margin leaves after the kill grace, so after exec's own stop
+// and before the lease can end), first as the keeper's first argument and
+// again after each heartbeat. If T passes, exec was stopped (SIGSTOP to
+// its group, Ctrl-Z), starved, or is wedged: the keeper reports
+// "lease-expired" and sends SIGKILL to the command's group until it is
+// empty, whether exec is alive, dead or stopped.
+//
 // The keeper reports to exec on a second pipe: "started GROUP" once the
 // command runs in the group GROUP, or "start-error CODE MESSAGE" (CODE 127
 // when the command does not exist, 126 otherwise) or "keeper-error
@@ -99,15 +112,35 @@ const groupPollInterval = 10 * time.Millisecond
 // binary built with -race, which takes long enough for exec to see the
 // command as still running.
 func init() {
-	if len(os.Args) > 1 && os.Args[0] == keeperName {
-		syscall.Exit(keeperMain(os.Args[1], os.Args[2:]))
+	if len(os.Args) > 2 && os.Args[0] == keeperName {
+		syscall.Exit(keeperMain(os.Args[1], os.Args[2], os.Args[3:]))
 	}
+}
+
+// monoNow reads the system's monotonic clock, in nanoseconds: the same
+// clock in exec and in the keeper, which no change of the wall clock moves.
+func monoNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic("runclaim: read the monotonic clock: " + err.Error())
+	}
+	return ts.Nano()
+}
+
+// monoOf returns t, a time of this process with a monotonic reading, on
+// the system's monotonic clock. The clock is read before the time left
+// until t, so that a stop in between makes the result earlier, never
+// later.
+func monoOf(t time.Time) int64 {
+	now := monoNow()
+	return now + int64(time.Until(t))
 }
 
 // keeperMain is the keeper: it starts path with args (argv[0] first) in a
 // process group of its own, reports on it, and exits once the group is
-// empty; it kills the group if exec dies.
-func keeperMain(path string, args []string) int {
+// empty; it kills the group if exec dies, or once the time by which it
+// must stop (until, then the lifeline's "until" lines) has passed.
+func keeperMain(until, path string, args []string) int {
 	// The command's death signal is tied to the thread that starts it: keep
 	// this goroutine, which never returns, on its thread.
 	runtime.LockOSThread()
@@ -137,16 +170,39 @@ func keeperMain(path string, args []string) int {
 	if err := becomeSubreaper(); err != nil {
 		return keeperErr(fmt.Errorf("become a child subreaper: %w", err))
 	}
-	// Once exec has exited, the command's group gets SIGKILL: at once if
-	// the command runs, and again below until the group is empty. If exec
-	// exits before the command starts, the command is not started.
+	stopBy, err := strconv.ParseInt(strings.TrimPrefix(until, "until="), 10, 64)
+	if err != nil {
+		return keeperErr(fmt.Errorf("bad first argument %q: want until=T", until))
+	}
+	// Once exec has exited, or the time to stop has passed, the command's
+	// group gets SIGKILL: at once if the command runs, and again below
+	// until the group is empty. If exec exits before the command starts,
+	// the command is not started.
 	var (
-		mu       sync.Mutex // protects orphaned and group
+		mu       sync.Mutex // protects orphaned, expired, deadline and group
 		orphaned bool       // exec has exited
+		expired  bool       // the time to stop passed
+		deadline = stopBy   // when to stop, on the monotonic clock
 		group    int        // the command's group, once started
+		renewed  = make(chan struct{}, 1)
 	)
 	go func() {
-		_, _ = io.Copy(io.Discard, lifeline) // returns when exec has exited
+		sc := bufio.NewScanner(lifeline)
+		for sc.Scan() { // until exec has exited
+			if t, ok := strings.CutPrefix(sc.Text(), "until "); ok {
+				if v, err := strconv.ParseInt(t, 10, 64); err == nil {
+					mu.Lock()
+					if v > deadline {
+						deadline = v
+					}
+					mu.Unlock()
+					select {
+					case renewed <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
 		mu.Lock()
 		orphaned = true
 		g := group
@@ -155,10 +211,10 @@ func keeperMain(path string, args []string) int {
 			_ = syscall.Kill(-g, syscall.SIGKILL)
 		}
 	}()
-	isOrphaned := func() bool {
+	doomed := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return orphaned
+		return orphaned || expired
 	}
 
 	cmd := &exec.Cmd{Path: path, Args: args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
@@ -168,6 +224,10 @@ func keeperMain(path string, args []string) int {
 	if orphaned {
 		mu.Unlock()
 		return keeperErr(errors.New("exec exited before the command started"))
+	}
+	if monoNow() >= deadline {
+		mu.Unlock()
+		return keeperErr(errors.New("the run's lease could not be known held when the command was to start"))
 	}
 	if err := cmd.Start(); err != nil {
 		mu.Unlock()
@@ -182,6 +242,30 @@ func keeperMain(path string, args []string) int {
 	mu.Unlock()
 	fmt.Fprintf(report, "started %d\n", group)
 
+	// The watchdog: once the time to stop passes with no later one, the
+	// run's lease can no longer be known held, and the group must go.
+	go func() {
+		for {
+			mu.Lock()
+			left := time.Duration(deadline - monoNow())
+			if left <= 0 {
+				expired = true
+				g := group
+				mu.Unlock()
+				fmt.Fprintln(report, "lease-expired")
+				_ = syscall.Kill(-g, syscall.SIGKILL)
+				return
+			}
+			mu.Unlock()
+			t := time.NewTimer(left)
+			select {
+			case <-t.C:
+			case <-renewed:
+				t.Stop()
+			}
+		}
+	}()
+
 	ws, err := reap(cmd.Process.Pid)
 	if err != nil {
 		_ = syscall.Kill(-group, syscall.SIGKILL)
@@ -191,7 +275,7 @@ func keeperMain(path string, args []string) int {
 	if groupLeft(group) {
 		fmt.Fprintln(report, "remaining")
 		for groupLeft(group) {
-			if isOrphaned() {
+			if doomed() {
 				_ = syscall.Kill(-group, syscall.SIGKILL)
 			}
 			time.Sleep(groupPollInterval)
@@ -257,20 +341,49 @@ type proc struct {
 	status exitStatus
 	err    error
 
-	mu     sync.Mutex // protects reaped
-	reaped bool       // the keeper has exited: the group is empty, its ID may be reused
+	mu      sync.Mutex // protects reaped and expired
+	reaped  bool       // the keeper has exited: the group is empty, its ID may be reused
+	expired bool       // the keeper stopped the group: the time to stop passed
+	stopBy  int64      // the last time to stop sent to the keeper
 }
 
 // newProc prepares to run path with args (argv[0] first) and env, with
 // the given standard streams. waitDelay bounds the copying of output that
 // a process that left the group keeps open (see exec.Cmd.WaitDelay).
-func newProc(path string, args, env []string, stdin io.Reader, stdout, stderr io.Writer, waitDelay time.Duration) *proc {
-	k := &exec.Cmd{Args: append([]string{keeperName, path}, args...), Env: env,
+// stopBy is the time by which the command's group must be stopped unless
+// stopBy moves later (see stopBy).
+func newProc(path string, args, env []string, stdin io.Reader, stdout, stderr io.Writer, waitDelay time.Duration, stopBy time.Time) *proc {
+	mono := monoOf(stopBy)
+	k := &exec.Cmd{Args: append([]string{keeperName, "until=" + strconv.FormatInt(mono, 10), path}, args...), Env: env,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr, WaitDelay: waitDelay,
 		// A group of its own, joined before the keeper runs, so that a
 		// kill of exec's group does not reach it.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
-	return &proc{keeper: k, remaining: make(chan struct{}), gone: make(chan struct{})}
+	return &proc{keeper: k, remaining: make(chan struct{}), gone: make(chan struct{}), stopBy: mono}
+}
+
+// setStopBy tells the keeper a later time by which the command's group
+// must be stopped: the run's lease was extended.
+func (p *proc) setStopBy(t time.Time) {
+	mono := monoOf(t)
+	p.mu.Lock()
+	later := mono > p.stopBy
+	if later {
+		p.stopBy = mono
+	}
+	p.mu.Unlock()
+	if later {
+		// An error means the keeper has exited: nothing is left to stop.
+		_, _ = fmt.Fprintf(p.lifeline, "until %d\n", mono)
+	}
+}
+
+// stoppedByKeeper reports whether the keeper stopped the command's group
+// on its own, its time to stop having passed.
+func (p *proc) stoppedByKeeper() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.expired
 }
 
 // keeperError is a failure of the keeper itself, not of the command.
@@ -374,6 +487,10 @@ func (p *proc) watch() {
 			}
 		} else if line == "remaining" {
 			close(p.remaining)
+		} else if line == "lease-expired" {
+			p.mu.Lock()
+			p.expired = true
+			p.mu.Unlock()
 		}
 	}
 	// EOF: the keeper has exited, so the group is empty if it exited 0,

@@ -310,7 +310,8 @@ func TestKeeperExecGoneAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer repR.Close()
-	k := &exec.Cmd{Path: path, Args: []string{keeperName, "/bin/sh", "sh", "-c", `sleep 300 & echo $! > "$1"; wait`, "sh", pidFile},
+	until := "until=" + strconv.FormatInt(monoOf(time.Now().Add(time.Hour)), 10)
+	k := &exec.Cmd{Path: path, Args: []string{keeperName, until, "/bin/sh", "sh", "-c", `sleep 300 & echo $! > "$1"; wait`, "sh", pidFile},
 		ExtraFiles: []*os.File{lifeR, repW}, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
 	lifeW.Close() // exec is gone
 	err = k.Start()
@@ -355,5 +356,74 @@ func TestKeeperExecGoneAtStart(t *testing.T) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("the command's child %d still runs after the keeper exited", pid)
 		}
+	}
+}
+
+// TestKeeperStopsAtItsTime starts a keeper whose exec is alive (its
+// lifeline open) but says nothing more, as a stopped exec does: once the
+// time to stop it was given has passed, the keeper reports lease-expired,
+// kills the command's whole group and exits, though exec still holds the
+// lifeline. Until then, each later time written on the lifeline keeps the
+// command running.
+func TestKeeperStopsAtItsTime(t *testing.T) {
+	path, err := keeperPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lifeW.Close()
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repR.Close()
+	// The first time is 300 ms away; it is moved on three times, each
+	// 300 ms later, before it passes, and then no more.
+	const step = 300 * time.Millisecond
+	start := time.Now()
+	until := "until=" + strconv.FormatInt(monoOf(start.Add(step)), 10)
+	k := &exec.Cmd{Path: path, Args: []string{keeperName, until, "/bin/sh", "sh", "-c", `sleep 300 & echo $! > "$1"; wait`, "sh", pidFile},
+		ExtraFiles: []*os.File{lifeR, repW}, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+	err = k.Start()
+	lifeR.Close()
+	repW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- k.Wait() }()
+	last := start.Add(step)
+	for i := 2; i <= 4; i++ {
+		time.Sleep(step / 2)
+		last = start.Add(time.Duration(i) * step)
+		if _, err := fmt.Fprintf(lifeW, "until %d\n", monoOf(last)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-time.After(testTimeout):
+		_ = k.Process.Kill()
+		<-done
+		t.Fatalf("the keeper did not stop the command within %v of its last time", testTimeout)
+	}
+	if ended := time.Now(); ended.Before(last) {
+		t.Errorf("the keeper stopped the command at %v, before its last time to stop, %v", ended.Sub(start), last.Sub(start))
+	}
+	report, err := io.ReadAll(repR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(report), "lease-expired\n") || waitErr != nil {
+		t.Errorf("the keeper: %v; report %q, want lease-expired", waitErr, report)
+	}
+	if pid := readPID(t, pidFile); alive(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("the command's child %d still runs after the keeper exited", pid)
 	}
 }

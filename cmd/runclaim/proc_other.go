@@ -26,7 +26,7 @@ type proc struct {
 // newProc prepares to run path with args (argv[0] first) and env, with
 // the given standard streams. waitDelay bounds the copying of output that
 // a background process of the command keeps open (see exec.Cmd.WaitDelay).
-func newProc(path string, args, env []string, stdin io.Reader, stdout, stderr io.Writer, waitDelay time.Duration) *proc {
+func newProc(path string, args, env []string, stdin io.Reader, stdout, stderr io.Writer, waitDelay time.Duration, _ time.Time) *proc {
 	return &proc{cmd: &exec.Cmd{Path: path, Args: args, Env: env, Stdin: stdin, Stdout: stdout, Stderr: stderr, WaitDelay: waitDelay},
 		done: make(chan struct{})}
 }
@@ -83,3 +83,10 @@ func signalNumber(sig os.Signal) int {
 	}
 	return 0
 }
+
+// setStopBy does nothing: without a keeper, nothing stops the command if
+// exec is stopped.
+func (p *proc) setStopBy(time.Time) {}
+
+// stoppedByKeeper is always false: there is no keeper.
+func (p *proc) stoppedByKeeper() bool { return false }
