@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -316,4 +318,29 @@ func (s *PostgresStore) Keys(ctx context.Context) ([]KeyState, time.Time, error)
 		}
 	}
 	return out, now, nil
+}
+
+// keyLockBusy reports whether err is a claim's wait for a key's lock that
+// ran out (55P03 lock_not_available): a claim of the key that held it
+// longer than the claim's bound, or any session that holds it. The claim
+// functions take the keys' locks in an assignment of their own, before
+// they read anything; every wait for a table's lock is in an SQL
+// statement, and stays an error (G9). The call wrote nothing.
+func (s *PostgresStore) keyLockBusy(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		return false
+	}
+	name := s.table + claimFuncSuffix
+	return strings.Contains(pgErr.Where, "at assignment") &&
+		(strings.Contains(pgErr.Where, name) || strings.Contains(pgErr.Where, pgx.Identifier{name}.Sanitize()))
+}
+
+// keyBusy is the skip of a claim of req whose wait for a key's lock ran
+// out (keyLockBusy): ErrLimited, naming the first key (the locks are taken
+// in their own order, and the error does not say which one waited), with
+// RetryAfter now, by this process's clock.
+func keyBusy(req ClaimRequest, err error) *NotClaimedError {
+	return &NotClaimedError{Source: req.Source, Reason: ErrLimited, Key: req.Keys[0], RetryAfter: time.Now(), Tick: req.Tick,
+		Note: fmt.Sprintf("the lock of a key it names stayed busy for %v (%v)", claimLockTimeout, err)}
 }

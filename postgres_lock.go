@@ -154,6 +154,9 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 // claimError explains a claim that failed in the database; function says
 // whether it was the call of the claim function.
 func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err error, function bool) error {
+	if len(req.Keys) > 0 && ctx.Err() == nil && s.keyLockBusy(err) {
+		return keyBusy(req, err)
+	}
 	switch pgCode(err) {
 	case "23505": // unique_violation: two running runs, or two runs of a tick
 		return fmt.Errorf("runclaim: claim %s: a concurrent claim inserted a running run of it, or a run of the same tick, without waiting for this store's advisory lock; "+

@@ -113,6 +113,8 @@ func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, expl
 		case s.missingFunc(err):
 			return nil, nil, fmt.Errorf("runclaim: claim %d sources with keys: the runs table %s is at a schema version older than %d, which keys need; run Migrate (or apply the Migrations): %w",
 				len(reqs), s.Table(), keysVersion, err)
+		case ctx.Err() == nil && s.keyLockBusy(err):
+			return s.keysBusy(ctx, reqs, explicit, err)
 		}
 		return nil, nil, s.claimManyError(ctx, reqs, err, true)
 	}
@@ -143,6 +145,34 @@ func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, expl
 		s.schemaVer.noFunc()
 	}
 	return s.claimEach(ctx, reqs, explicit)
+}
+
+// keysBusy answers a ClaimMany whose wait for a key's lock ran out: the
+// statement wrote nothing. Each source that names a key is skipped
+// (keyBusy); the others, which need no key's lock, are claimed again in a
+// statement of their own.
+func (s *PostgresStore) keysBusy(ctx context.Context, reqs []ClaimRequest, explicit bool, busy error) ([]ClaimResult, []time.Time, error) {
+	res, triggers := make([]ClaimResult, len(reqs)), make([]time.Time, len(reqs))
+	var plain []ClaimRequest
+	var at []int
+	for i, r := range reqs {
+		if len(r.Keys) > 0 {
+			res[i].Err = keyBusy(r, busy)
+		} else {
+			plain, at = append(plain, r), append(at, i)
+		}
+	}
+	if len(plain) == 0 {
+		return res, triggers, nil
+	}
+	pres, ptriggers, err := s.claimMany(ctx, plain, explicit)
+	if err != nil {
+		return nil, nil, err
+	}
+	for j, i := range at {
+		res[i], triggers[i] = pres[j], ptriggers[j]
+	}
+	return res, triggers, nil
 }
 
 // manyArgs are the arrays a ClaimMany statement sends.
