@@ -210,3 +210,90 @@ func BenchmarkClaimManyKeys500(b *testing.B) {
 	b.ReportMetric(ratio(p50["many-keys-lose"], p50["many-lose"]), "keys/none-lose")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkClaimKeysFullWindow: what a key's starts in its window cost,
+// with 20,000 of them, interleaved on one pool:
+//   - a win naming a key allowed 1,000,000 starts an hour whose window
+//     holds 20,000 (window), beside a win naming no key (nokey), against
+//     one autocommit INSERT;
+//   - a skip for a key allowed 20,000 starts an hour whose window is full
+//     (full), beside a skip for a held source (nokey-lose), against
+//     SELECT 1.
+//
+// The targets (issue "Keys that bind every replica at any scale") are
+// window/nokey ≤ 1.3 and full/nokey-lose ≤ 1.3: a key's decision should
+// not grow with its window.
+func BenchmarkClaimKeysFullWindow(b *testing.B) {
+	db := benchDB(b)
+	store := benchStore(b, db.Pool)
+	ctx := context.Background()
+	c := benchClaimer(b, store, "bench")
+	floor := newInsertFloor(store, db.Pool)
+	sources := benchSources(16)
+	const window, full, starts = "site:window", "site:full", 20000
+	for _, l := range []struct {
+		key string
+		l   runclaim.Limit
+	}{{window, runclaim.Limit{MaxStarts: 1_000_000, Per: time.Hour}}, {full, runclaim.Limit{MaxStarts: starts, Per: time.Hour}}} {
+		if err := store.SetLimit(ctx, l.key, l.l); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO `+runclaim.StartsTable(store)+` (key, started_at, run_id)
+SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FROM pg_catalog.generate_series(1, $2::int) AS i`, l.key, starts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const held = "held"
+	mustWin(b, benchClaimer(b, store, "holder"), held)
+	if _, err := db.Pool.Exec(ctx, "VACUUM (ANALYZE) "+store.Table()+", "+runclaim.StartsTable(store)); err != nil {
+		b.Fatal(err)
+	}
+	win := func(opts ...runclaim.ClaimOption) func(int) time.Duration {
+		return func(i int) time.Duration {
+			var run *runclaim.Run
+			var err error
+			d := timed(func() { run, err = c.Claim(ctx, sources[i%len(sources)], opts...) })
+			if err != nil {
+				b.Fatalf("claim: %v", err)
+			}
+			mustFinish(b, run)
+			return d
+		}
+	}
+	lose := func(source string, want error, opts ...runclaim.ClaimOption) func(int) time.Duration {
+		return func(int) time.Duration {
+			var err error
+			d := timed(func() { _, err = c.Claim(ctx, source, opts...) })
+			if !errors.Is(err, want) {
+				b.Fatalf("claim of %s: %v, want %v", source, err, want)
+			}
+			return d
+		}
+	}
+	ops := []timedOp{
+		{"insert", func(i int) time.Duration {
+			src := "floor/" + sources[i%len(sources)]
+			var id int64
+			var started time.Time
+			d := timed(func() { id, started = floor.insertRow(b, src) })
+			floor.finishRow(b, id, started, src)
+			return d
+		}},
+		{"nokey", win()},
+		{"window", win(runclaim.WithKeys(window))},
+		{"select1", func(int) time.Duration { return timed(func() { selectOne(b, db.Pool) }) }},
+		{"nokey-lose", lose(held, runclaim.ErrAlreadyRunning)},
+		{"full", lose("free", runclaim.ErrLimited, runclaim.WithKeys(full))},
+	}
+	res, _ := interleave(b, ops)
+	p50 := make(map[string]float64, len(ops))
+	for i, op := range ops {
+		p50[op.name] = micros(res[i].pct(50))
+		b.ReportMetric(p50[op.name], op.name+"-p50-µs")
+	}
+	b.ReportMetric(ratio(p50["nokey"], p50["insert"]), "nokey/insert")
+	b.ReportMetric(ratio(p50["window"], p50["nokey"]), "window/nokey")
+	b.ReportMetric(ratio(p50["nokey-lose"], p50["select1"]), "nokey-lose/select1")
+	b.ReportMetric(ratio(p50["full"], p50["nokey-lose"]), "full/nokey-lose")
+	b.ReportMetric(0, "ns/op")
+}

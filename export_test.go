@@ -57,3 +57,7 @@ const PinSearchPathSQL = pinSearchPathSQL
 // did: by KeyLock of its namespace only, as a replica of that release
 // beside this one in a rolling deploy.
 func SetPreviousKeyLocks(s *PostgresStore) { s.previousKeyLocks = true }
+
+// StartsTable returns the quoted, schema-qualified name of s's table of
+// keys' starts.
+func StartsTable(s *PostgresStore) string { return s.startsTable() }
