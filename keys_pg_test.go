@@ -601,7 +601,7 @@ func TestKeyLockBusyIsSkip(t *testing.T) {
 	if err := store.SetLimit(ctx, "site:busy", runclaim.Limit{MaxRunning: 5}); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := db.Pool.Acquire(ctx)
+	conn, err := db.NewPool(t, nil).Acquire(ctx) // a pool of its own: the store's keeps every connection
 	if err != nil {
 		t.Fatal(err)
 	}

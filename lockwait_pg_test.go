@@ -22,10 +22,11 @@ func TestOperatorLockBounded(t *testing.T) {
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
 	ctx := t.Context()
-	// The squatter: a session-level lock on a connection of its own.
+	// The squatter: a session-level lock on a connection of its own, from
+	// a pool of its own, so that the store's pool keeps every connection.
 	squat := func(t *testing.T, key int64) {
 		t.Helper()
-		conn, err := db.Pool.Acquire(ctx)
+		conn, err := db.NewPool(t, nil).Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
