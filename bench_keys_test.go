@@ -55,18 +55,7 @@ FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '202
 	if _, err := db.Pool.Exec(ctx, "VACUUM (ANALYZE) "+store.Table()); err != nil {
 		b.Fatal(err)
 	}
-	win := func(opts ...runclaim.ClaimOption) func(int) time.Duration {
-		return func(i int) time.Duration {
-			var run *runclaim.Run
-			var err error
-			d := timed(func() { run, err = c.Claim(ctx, sources[i%len(sources)], opts...) })
-			if err != nil {
-				b.Fatalf("claim: %v", err)
-			}
-			mustFinish(b, run)
-			return d
-		}
-	}
+	win := func(opts ...runclaim.ClaimOption) func(int) time.Duration { return claimWinOp(b, c, sources, opts...) }
 	lose := func(source string, want error, opts ...runclaim.ClaimOption) func() {
 		return func() {
 			if _, err := c.Claim(ctx, source, opts...); !errors.Is(err, want) {
@@ -76,14 +65,7 @@ FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '202
 	}
 	limited := lose("free", runclaim.ErrLimited, runclaim.WithKeys(cool))
 	ops := []timedOp{
-		{"insert", func(i int) time.Duration {
-			src := "floor/" + sources[i%len(sources)]
-			var id int64
-			var started time.Time
-			d := timed(func() { id, started = floor.insertRow(b, src) })
-			floor.finishRow(b, id, started, src)
-			return d
-		}},
+		{"insert", insertFloorOp(b, floor, sources)},
 		{"nokey", win()},
 		{"key", win(runclaim.WithKeys(running))},
 		{"key-starts", win(runclaim.WithKeys(starts))},
@@ -95,11 +77,7 @@ FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '202
 		{"limited", func(int) time.Duration { return timed(limited) }},
 	}
 	res, n := interleave(b, ops)
-	p50 := make(map[string]float64, len(ops))
-	for i, op := range ops {
-		p50[op.name] = micros(res[i].pct(50))
-		b.ReportMetric(p50[op.name], op.name+"-p50-µs")
-	}
+	p50 := reportP50(b, ops, res)
 	b.ReportMetric(ratio(p50["nokey"], p50["insert"]), "nokey/insert")
 	b.ReportMetric(ratio(p50["key"], p50["nokey"]), "key/nokey")
 	b.ReportMetric(ratio(p50["key-starts"], p50["nokey"]), "key-starts/nokey")
@@ -248,18 +226,7 @@ SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FR
 	if _, err := db.Pool.Exec(ctx, "VACUUM (ANALYZE) "+store.Table()+", "+runclaim.StartsTable(store)); err != nil {
 		b.Fatal(err)
 	}
-	win := func(opts ...runclaim.ClaimOption) func(int) time.Duration {
-		return func(i int) time.Duration {
-			var run *runclaim.Run
-			var err error
-			d := timed(func() { run, err = c.Claim(ctx, sources[i%len(sources)], opts...) })
-			if err != nil {
-				b.Fatalf("claim: %v", err)
-			}
-			mustFinish(b, run)
-			return d
-		}
-	}
+	win := func(opts ...runclaim.ClaimOption) func(int) time.Duration { return claimWinOp(b, c, sources, opts...) }
 	lose := func(source string, want error, opts ...runclaim.ClaimOption) func(int) time.Duration {
 		return func(int) time.Duration {
 			var err error
@@ -271,14 +238,7 @@ SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FR
 		}
 	}
 	ops := []timedOp{
-		{"insert", func(i int) time.Duration {
-			src := "floor/" + sources[i%len(sources)]
-			var id int64
-			var started time.Time
-			d := timed(func() { id, started = floor.insertRow(b, src) })
-			floor.finishRow(b, id, started, src)
-			return d
-		}},
+		{"insert", insertFloorOp(b, floor, sources)},
 		{"nokey", win()},
 		{"window", win(runclaim.WithKeys(window))},
 		{"select1", func(int) time.Duration { return timed(func() { selectOne(b, db.Pool) }) }},
@@ -286,14 +246,48 @@ SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FR
 		{"full", lose("free", runclaim.ErrLimited, runclaim.WithKeys(full))},
 	}
 	res, _ := interleave(b, ops)
-	p50 := make(map[string]float64, len(ops))
-	for i, op := range ops {
-		p50[op.name] = micros(res[i].pct(50))
-		b.ReportMetric(p50[op.name], op.name+"-p50-µs")
-	}
+	p50 := reportP50(b, ops, res)
 	b.ReportMetric(ratio(p50["nokey"], p50["insert"]), "nokey/insert")
 	b.ReportMetric(ratio(p50["window"], p50["nokey"]), "window/nokey")
 	b.ReportMetric(ratio(p50["nokey-lose"], p50["select1"]), "nokey-lose/select1")
 	b.ReportMetric(ratio(p50["full"], p50["nokey-lose"]), "full/nokey-lose")
 	b.ReportMetric(0, "ns/op")
+}
+
+// claimWinOp is a timed claim through c of sources, in turn, with opts,
+// which must win; its run is finished, untimed.
+func claimWinOp(b *testing.B, c *runclaim.Claimer, sources []string, opts ...runclaim.ClaimOption) func(int) time.Duration {
+	return func(i int) time.Duration {
+		var run *runclaim.Run
+		var err error
+		d := timed(func() { run, err = c.Claim(context.Background(), sources[i%len(sources)], opts...) })
+		if err != nil {
+			b.Fatalf("claim: %v", err)
+		}
+		mustFinish(b, run)
+		return d
+	}
+}
+
+// insertFloorOp is the floor of a win: one autocommit INSERT of a run into
+// the runs table, timed, and its finish, untimed.
+func insertFloorOp(b *testing.B, floor *insertFloor, sources []string) func(int) time.Duration {
+	return func(i int) time.Duration {
+		src := "floor/" + sources[i%len(sources)]
+		var id int64
+		var started time.Time
+		d := timed(func() { id, started = floor.insertRow(b, src) })
+		floor.finishRow(b, id, started, src)
+		return d
+	}
+}
+
+// reportP50 reports each op's median, in µs, and returns them by name.
+func reportP50(b *testing.B, ops []timedOp, res []latencies) map[string]float64 {
+	p50 := make(map[string]float64, len(ops))
+	for i, op := range ops {
+		p50[op.name] = micros(res[i].pct(50))
+		b.ReportMetric(p50[op.name], op.name+"-p50-µs")
+	}
+	return p50
 }

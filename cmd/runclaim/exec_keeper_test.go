@@ -296,32 +296,8 @@ func TestExecUnrecorded(t *testing.T) {
 // the keeper either does not start the command or kills its whole group,
 // and exits within testTimeout, leaving no process of the command behind.
 func TestKeeperExecGoneAtStart(t *testing.T) {
-	path, err := keeperPath()
-	if err != nil {
-		t.Fatal(err)
-	}
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
-	lifeR, lifeW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	repR, repW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repR.Close()
-	until := "until=" + strconv.FormatInt(monoOf(time.Now().Add(time.Hour)), 10)
-	k := &exec.Cmd{Path: path, Args: []string{keeperName, until, "/bin/sh", "sh", "-c", `sleep 300 & echo $! > "$1"; wait`, "sh", pidFile},
-		ExtraFiles: []*os.File{lifeR, repW}, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
-	lifeW.Close() // exec is gone
-	err = k.Start()
-	lifeR.Close()
-	repW.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- k.Wait() }()
+	k, _, repR, done := startKeeper(t, time.Now().Add(time.Hour), pidFile, true)
 	var waitErr error
 	select {
 	case waitErr = <-done:
@@ -366,36 +342,13 @@ func TestKeeperExecGoneAtStart(t *testing.T) {
 // lifeline. Until then, each later time written on the lifeline keeps the
 // command running.
 func TestKeeperStopsAtItsTime(t *testing.T) {
-	path, err := keeperPath()
-	if err != nil {
-		t.Fatal(err)
-	}
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
-	lifeR, lifeW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lifeW.Close()
-	repR, repW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repR.Close()
 	// The first time is 300 ms away; it is moved on three times, each
 	// 300 ms later, before it passes, and then no more.
 	const step = 300 * time.Millisecond
 	start := time.Now()
-	until := "until=" + strconv.FormatInt(monoOf(start.Add(step)), 10)
-	k := &exec.Cmd{Path: path, Args: []string{keeperName, until, "/bin/sh", "sh", "-c", `sleep 300 & echo $! > "$1"; wait`, "sh", pidFile},
-		ExtraFiles: []*os.File{lifeR, repW}, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
-	err = k.Start()
-	lifeR.Close()
-	repW.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- k.Wait() }()
+	k, lifeW, repR, done := startKeeper(t, start.Add(step), pidFile, false)
+	defer lifeW.Close()
 	last := start.Add(step)
 	for i := 2; i <= 4; i++ {
 		time.Sleep(step / 2)
@@ -426,4 +379,42 @@ func TestKeeperStopsAtItsTime(t *testing.T) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		t.Errorf("the command's child %d still runs after the keeper exited", pid)
 	}
+}
+
+// startKeeper starts a keeper, as exec would, with until as its time to
+// stop, running a shell whose background child writes its PID to
+// pidFile; with execGone, its lifeline is closed before it starts, as
+// when exec dies at once. It returns the keeper, the write end of its
+// lifeline (exec's; closed with execGone), the read end of its reports,
+// and a channel that gets its Wait's error.
+func startKeeper(t *testing.T, until time.Time, pidFile string, execGone bool) (k *exec.Cmd, lifeW, repR *os.File, done chan error) {
+	t.Helper()
+	path, err := keeperPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { repR.Close() })
+	k = &exec.Cmd{Path: path, Args: []string{keeperName, "until=" + strconv.FormatInt(monoOf(until), 10),
+		"/bin/sh", "sh", "-c", `sleep 300 & echo $! > "$1"; wait`, "sh", pidFile},
+		ExtraFiles: []*os.File{lifeR, repW}, SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+	if execGone {
+		lifeW.Close()
+	}
+	err = k.Start()
+	lifeR.Close()
+	repW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- k.Wait() }()
+	return k, lifeW, repR, done
 }

@@ -76,23 +76,7 @@ func TestExecStoppedKeeperEnforcesLease(t *testing.T) {
 // would be wrong.
 func TestExecAndKeeperKilledByPID(t *testing.T) {
 	t.Parallel()
-	db, _ := setupProcess(t)
-	dir := t.TempDir()
-	cmdPID, childPID := filepath.Join(dir, "cmd.pid"), filepath.Join(dir, "child.pid")
-	p := startProcess(t, db, "exec", "--source", "killed", "--lease", "3s", "--heartbeat", "200ms", "--",
-		"sh", "-c", `sleep 300 & echo $! > "$2"; echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; echo started; wait`, "sh", cmdPID, childPID)
-	waitLine(t, p.lines, "started", p.done)
-	command, child := readPID(t, cmdPID), readPID(t, childPID)
-	t.Cleanup(func() {
-		for _, pid := range []int{command, child} {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
-	// The keeper is exec's child; the command, the keeper's.
-	keeper := parentOf(t, command)
-	if parentOf(t, keeper) != p.cmd.Process.Pid {
-		t.Fatalf("process %d, the command's parent, is not exec's child", keeper)
-	}
+	p, command, child, keeper := execWithChild(t, "killed")
 	for _, pid := range []int{p.cmd.Process.Pid, keeper} {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -128,18 +112,7 @@ func parentOf(t *testing.T, pid int) int {
 // the rest of the command's group and exits.
 func TestExecKeeperKilledByPID(t *testing.T) {
 	t.Parallel()
-	db, _ := setupProcess(t)
-	dir := t.TempDir()
-	cmdPID, childPID := filepath.Join(dir, "cmd.pid"), filepath.Join(dir, "child.pid")
-	p := startProcess(t, db, "exec", "--source", "keeper-killed", "--lease", "3s", "--heartbeat", "200ms", "--",
-		"sh", "-c", `sleep 300 & echo $! > "$2"; echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; echo started; wait`, "sh", cmdPID, childPID)
-	waitLine(t, p.lines, "started", p.done)
-	command, child := readPID(t, cmdPID), readPID(t, childPID)
-	t.Cleanup(func() { killIfFailed(t, command, child) })
-	keeper := parentOf(t, command)
-	if parentOf(t, keeper) != p.cmd.Process.Pid {
-		t.Fatalf("process %d, the command's parent, is not exec's child", keeper)
-	}
+	p, command, child, keeper := execWithChild(t, "keeper-killed")
 	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -147,4 +120,32 @@ func TestExecKeeperKilledByPID(t *testing.T) {
 		t.Errorf("exec exited 0 after its keeper was killed; stderr:\n%s", p.stderr.String())
 	}
 	waitDead(t, command, child)
+}
+
+// execWithChild starts the built binary's exec of source with a command
+// that starts a child of its own, and returns exec, the command's PID,
+// its child's and the keeper's. Whatever is left of the command is
+// killed when the test ends.
+func execWithChild(t *testing.T, source string) (p *process, command, child, keeper int) {
+	t.Helper()
+	db, _ := setupProcess(t)
+	dir := t.TempDir()
+	cmdPID, childPID := filepath.Join(dir, "cmd.pid"), filepath.Join(dir, "child.pid")
+	p = startProcess(t, db, "exec", "--source", source, "--lease", "3s", "--heartbeat", "200ms", "--",
+		"sh", "-c", `sleep 300 & echo $! > "$2"; echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; echo started; wait`, "sh", cmdPID, childPID)
+	waitLine(t, p.lines, "started", p.done)
+	command, child = readPID(t, cmdPID), readPID(t, childPID)
+	t.Cleanup(func() {
+		for _, pid := range []int{command, child} {
+			if alive(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	// The keeper is exec's child; the command, the keeper's.
+	keeper = parentOf(t, command)
+	if parentOf(t, keeper) != p.cmd.Process.Pid {
+		t.Fatalf("process %d, the command's parent, is not exec's child", keeper)
+	}
+	return p, command, child, keeper
 }
