@@ -173,6 +173,13 @@ func (p *Proxy) CutAfter(n int64) {
 	p.mu.Unlock()
 }
 
+// Disarm cancels a cut that CutAfter armed and that has not happened.
+func (p *Proxy) Disarm() {
+	p.mu.Lock()
+	p.cutAfter = -1
+	p.mu.Unlock()
+}
+
 // CutReplyTo arms a cut of the answer to a request: once a chunk that
 // contains pattern has been forwarded to the target, the next chunk the
 // target sends back on that connection is dropped, never delivered, and
