@@ -574,8 +574,12 @@ func testPartitionClaimCut(t *testing.T, version int) {
 	}
 	t.Logf("claim batch: %d bytes; %d cuts left no row (%d of them after the whole batch, cancelled by pgx), %d left a committed run (all taken over after the lease: %d), %d claims won before the cut",
 		size, none, fullAborted, len(orphans), tookOver, won)
-	if len(orphans) == 0 && won == 0 {
-		t.Error("no attempt committed: the cut points missed the end of the batch")
+	// The cut points reached the end of the batch: a cut after its last
+	// byte committed a run (an orphan, or a win whose answer slipped out),
+	// or left none because pgx cancelled it (CI saw all four end: the
+	// check that one must commit failed where nothing was wrong).
+	if len(orphans) == 0 && won == 0 && fullAborted == 0 {
+		t.Error("no attempt committed and no cut came after the whole batch: the cut points missed the end of the batch")
 	}
 	if smaller > 3 {
 		t.Errorf("the cut missed %d of the %d claims at the probe's size: the probe does not measure a claim", smaller, 4)
