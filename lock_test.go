@@ -20,7 +20,7 @@ import (
 	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
-// This file tests the claim protocol of postgres_lock.go: the advisory key, the
+// This file tests the claim protocol of lock.go: the advisory key, the
 // one-batch claim under contention and under every isolation default, its
 // round trips, its clock and the session state it leaves.
 

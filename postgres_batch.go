@@ -3,7 +3,7 @@ package runclaim
 // The batch form of the claim, for a table at schema version 2 (without
 // the claim function): this release starting before Migrate has run, or a
 // step undone. Delete this file, its statements in sql/claim_batch.sql and
-// the fallback to it in claim (postgres_lock.go) when version 2 tables are no
+// the fallback to it in claim (lock.go) when version 2 tables are no
 // longer supported, that is when no release that may meet a table without
 // the claim function is supported any more.
 //
