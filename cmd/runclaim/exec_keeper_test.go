@@ -298,18 +298,7 @@ func TestExecUnrecorded(t *testing.T) {
 func TestKeeperExecGoneAtStart(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
 	k, _, repR, done := startKeeper(t, time.Now().Add(time.Hour), pidFile, true)
-	var waitErr error
-	select {
-	case waitErr = <-done:
-	case <-time.After(testTimeout):
-		_ = k.Process.Kill()
-		<-done
-		t.Fatalf("the keeper did not exit within %v of starting without exec", testTimeout)
-	}
-	report, err := io.ReadAll(repR)
-	if err != nil {
-		t.Fatal(err)
-	}
+	report, waitErr := waitKeeper(t, k, done, repR, "exit after starting without exec")
 	lines := strings.Split(strings.TrimSuffix(string(report), "\n"), "\n")
 	if group, ok := strings.CutPrefix(lines[0], "started "); ok {
 		g, err := strconv.Atoi(group)
@@ -357,20 +346,9 @@ func TestKeeperStopsAtItsTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var waitErr error
-	select {
-	case waitErr = <-done:
-	case <-time.After(testTimeout):
-		_ = k.Process.Kill()
-		<-done
-		t.Fatalf("the keeper did not stop the command within %v of its last time", testTimeout)
-	}
+	report, waitErr := waitKeeper(t, k, done, repR, "stop the command after its last time")
 	if ended := time.Now(); ended.Before(last) {
 		t.Errorf("the keeper stopped the command at %v, before its last time to stop, %v", ended.Sub(start), last.Sub(start))
-	}
-	report, err := io.ReadAll(repR)
-	if err != nil {
-		t.Fatal(err)
 	}
 	if !strings.Contains(string(report), "lease-expired\n") || waitErr != nil {
 		t.Errorf("the keeper: %v; report %q, want lease-expired", waitErr, report)
@@ -417,4 +395,25 @@ func startKeeper(t *testing.T, until time.Time, pidFile string, execGone bool) (
 	done = make(chan error, 1)
 	go func() { done <- k.Wait() }()
 	return k, lifeW, repR, done
+}
+
+// waitKeeper waits for the keeper k that startKeeper started to exit, and
+// returns all it reported and its Wait's error. It kills it and fails the
+// test if it has not exited within testTimeout; what says what it should
+// have done.
+func waitKeeper(t *testing.T, k *exec.Cmd, done <-chan error, repR *os.File, what string) ([]byte, error) {
+	t.Helper()
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-time.After(testTimeout):
+		_ = k.Process.Kill()
+		<-done
+		t.Fatalf("the keeper did not %s within %v", what, testTimeout)
+	}
+	report, err := io.ReadAll(repR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return report, waitErr
 }
