@@ -217,7 +217,7 @@ func BenchmarkClaimKeysFullWindow(b *testing.B) {
 			b.Fatal(err)
 		}
 		if _, err := db.Pool.Exec(ctx, `INSERT INTO `+runclaim.StartsTable(store)+` (key, started_at, run_id)
-SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FROM pg_catalog.generate_series(1, $2::int) AS i`, l.key, starts); err != nil {
+SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FROM pg_catalog.generate_series($2::int, 1, -1) AS i`, l.key, starts); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -498,6 +498,73 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, starts...)     // and, one win in 64, the old ones
 		wantIdents = append(wantIdents, states...)     // the state of a win
 		wantIdents = append(wantIdents, schema, table) // and version 9's COMMENT ON TABLE
+		wantIdents = append(wantIdents, starts...)     // version 10's column of the starts table,
+		wantIdents = append(wantIdents, starts...)     // numbered: the update
+		wantIdents = append(wantIdents, starts...)     // from its rows
+		wantIdents = append(wantIdents, table+"_nth")  // the index of starts by number
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, schema, table+"_keylock") // the key's lock in SQL,
+		wantIdents = append(wantIdents, schema, table)            // of the runs table's name, a literal
+		wantIdents = append(wantIdents, schema, table+"_number")  // a start numbered
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, schema, table+"_renum") // a gap closed,
+		wantIdents = append(wantIdents, schema, table+"_keylock")
+		wantIdents = append(wantIdents, starts...) // the starts below it
+		wantIdents = append(wantIdents, starts...) // and those above, moved
+		wantIdents = append(wantIdents, starts...) // the triggers, each dropped and created
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, schema, table+"_number")
+		wantIdents = append(wantIdents, starts...) // the column NOT NULL
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, schema, table+"_renum")
+		wantIdents = append(wantIdents, schema, table)          // the grants' block: the runs table
+		wantIdents = append(wantIdents, starts...)              // and the starts table, as a literal
+		wantIdents = append(wantIdents, schema, table+"_claim") // the overload with keys, again
+		for range 2 {
+			wantIdents = append(wantIdents, schema, table)
+			wantIdents = append(wantIdents, control...)
+		}
+		for range 2 {
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, schema, table, schema, table) // a batch's check of a key: its running runs,
+		wantIdents = append(wantIdents, starts...)                    // a start by its number
+		wantIdents = append(wantIdents, starts...)                    // from the newest
+		wantIdents = append(wantIdents, keys...)                      // and its row
+		wantIdents = append(wantIdents, starts...)                    // a fast batch's old starts
+		wantIdents = append(wantIdents, starts...)                    // a key's MaxStarts-th newest start
+		wantIdents = append(wantIdents, starts...)                    // from the newest
+		wantIdents = append(wantIdents, keys...)                      // its row
+		wantIdents = append(wantIdents, schema, table, schema, table) // its running runs
+		for range 4 {
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, control...)
+		wantIdents = append(wantIdents, schema, table, schema, table)
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, schema, table+"_claim") // the overload with a state, again
+		for range 2 {
+			wantIdents = append(wantIdents, schema, table)
+			wantIdents = append(wantIdents, control...)
+		}
+		for range 2 {
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, starts...)                    // a key's MaxStarts-th newest start
+		wantIdents = append(wantIdents, starts...)                    // from the newest
+		wantIdents = append(wantIdents, keys...)                      // its row
+		wantIdents = append(wantIdents, schema, table, schema, table) // its running runs
+		for range 4 {
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, control...)
+		wantIdents = append(wantIdents, schema, table, schema, table)
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, states...)
+		wantIdents = append(wantIdents, schema, table) // and version 10's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

@@ -320,7 +320,7 @@ func TestHostileTableNames(t *testing.T) {
 		want = append(want, n.schema+"."+pk+"_pkey")
 		// Version 8's indexes and tables, and the tables' primary keys,
 		// named as the control table's is.
-		want = append(want, n.schema+"."+n.table+"_keyed", n.schema+"."+n.table+"_keyset", n.schema+"."+n.table+"_keys", n.schema+"."+n.table+"_starts")
+		want = append(want, n.schema+"."+n.table+"_keyed", n.schema+"."+n.table+"_keyset", n.schema+"."+n.table+"_keys", n.schema+"."+n.table+"_starts", n.schema+"."+n.table+"_nth")
 		// Version 9's table of states, and its primary key.
 		want = append(want, n.schema+"."+n.table+"_cursors")
 		for _, tbl := range []string{n.table + "_keys", n.table + "_starts", n.table + "_cursors"} {

@@ -62,7 +62,7 @@ func TestKeysOnOlderTable(t *testing.T) {
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
 	steps := store.Migrations()
-	for _, step := range []runclaim.Migration{steps[len(steps)-1], steps[len(steps)-2]} { // 9, then 8
+	for _, step := range []runclaim.Migration{steps[9], steps[8], steps[7]} { // 10, 9, then 8
 		if _, err := db.Pool.Exec(ctx, step.Down); err != nil {
 			t.Fatal(err)
 		}
@@ -631,5 +631,126 @@ func TestKeyLockBusyIsSkip(t *testing.T) {
 	}
 	if runs, _, err := store.Running(ctx, ""); err != nil || len(runs) != 0 {
 		t.Errorf("after the skips: %d running runs, %v; want none", len(runs), err)
+	}
+}
+
+// TestKeyStartsNumberedWithoutGaps: a claim finds a key's MaxStarts-th
+// newest start by its number (schema version 10), so a start taken back
+// from inside the numbers must close its gap, or a claim would find no
+// start where one is owed and start one too many. With MaxStarts 3 per
+// hour: x, a and b win, a is taken back (Unclaim), c wins, and d must be
+// limited, by a, c and x. Then many claimers win, take back and finish
+// claims of one key at once; every key's numbers are 1 to its count of
+// starts at the end, and the key holds exactly MaxStarts starts. The
+// table's key lock in SQL, which the renumbering takes, is TableKeyLock.
+func TestKeyStartsNumberedWithoutGaps(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	const key = "site:numbered"
+	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: 3, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(source string) (runclaim.RunInfo, error) {
+		return store.Claim(ctx, runclaim.ClaimRequest{Source: source, Owner: "t", Lease: time.Minute, Keys: []string{key}})
+	}
+	for _, src := range []string{"x", "a", "b"} {
+		if _, err := claim(src); err != nil {
+			t.Fatalf("claim of %s: %v", src, err)
+		}
+	}
+	a, err := claim("a")
+	if !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		t.Fatalf("claim of a held: %v (%v)", err, a)
+	}
+	var aRun runclaim.RunInfo
+	if err := db.Pool.QueryRow(ctx, `SELECT id, started_at FROM `+store.Table()+` WHERE source = 'a' AND status = 'running'`).Scan(&aRun.ID, &aRun.StartedAt); err != nil {
+		t.Fatal(err)
+	}
+	aRun.Source = "a"
+	if err := store.Unclaim(ctx, aRun); err != nil {
+		t.Fatalf("Unclaim of a: %v", err)
+	}
+	if _, err := claim("c"); err != nil {
+		t.Fatalf("claim of c after a was taken back: %v", err)
+	}
+	if info, err := claim("d"); !errors.Is(err, runclaim.ErrLimited) {
+		t.Fatalf("claim of d with x, b and c started in the window: %v (%+v), want ErrLimited", err, info)
+	}
+	checkStartNumbers(t, db.Pool, store)
+
+	// Many at once: win, then take back or finish.
+	const busy, limit = "site:busy", 20
+	if err := store.SetLimit(ctx, busy, runclaim.Limit{MaxStarts: limit, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var won, unclaimed atomic.Int64
+	for w := range 6 {
+		wg.Go(func() {
+			for i := range 40 {
+				info, err := store.Claim(ctx, runclaim.ClaimRequest{Source: fmt.Sprintf("busy/%d/%d", w, i), Owner: "t", Lease: time.Minute, Keys: []string{busy}})
+				switch {
+				case errors.Is(err, runclaim.ErrLimited):
+					continue
+				case err != nil:
+					t.Errorf("claim: %v", err)
+					return
+				}
+				won.Add(1)
+				if i%2 == 0 {
+					if err := store.Unclaim(ctx, info); err != nil {
+						t.Errorf("Unclaim: %v", err)
+						return
+					}
+					unclaimed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var n int64
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+runclaim.StartsTable(store)+` WHERE key = $1`, busy).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != limit || won.Load()-unclaimed.Load() != limit {
+		t.Errorf("key %s: %d starts recorded, %d won and %d taken back; want %d starts kept", busy, n, won.Load(), unclaimed.Load(), limit)
+	}
+	checkStartNumbers(t, db.Pool, store)
+
+	for _, k := range []string{key, "", "clé", "a\x01b", strings.Repeat("k", 300)} {
+		var got int64
+		if err := db.Pool.QueryRow(ctx, `SELECT `+pgx.Identifier{"public", runclaim.DefaultTable + "_keylock"}.Sanitize()+`($1)`, k).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if want := runclaim.TableKeyLock(store.Table(), k); got != want {
+			t.Errorf("the key lock of %q in SQL is %d, TableKeyLock says %d", k, got, want)
+		}
+	}
+}
+
+// checkStartNumbers fails t unless each key's starts have as many numbers
+// in a row as there are starts, once each (the lowest may be above 1: the
+// oldest starts are deleted as they age, which leaves no gap).
+func checkStartNumbers(t *testing.T, pool *pgxpool.Pool, store *runclaim.PostgresStore) {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `SELECT key, count(*), count(DISTINCT seq), min(seq), max(seq) FROM `+runclaim.StartsTable(store)+` GROUP BY key ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var n, distinct, lo, hi int64
+		if err := rows.Scan(&key, &n, &distinct, &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		if distinct != n || hi-lo+1 != n {
+			t.Errorf("key %q: %d starts numbered %d to %d, %d numbers distinct; want %d numbers in a row", key, n, lo, hi, distinct, n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

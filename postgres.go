@@ -121,6 +121,7 @@ type PostgresStore struct {
 		pause, resume, trigger, controls, operatorLockTimeout                    string
 		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
 		callKeys, callManyKeys, unclaimStarts                                    string // claims that name keys
+		lockKeys, lockRunKeys                                                    string // before starts are deleted
 		setLimit, deleteLimit, cooldown, endCooldown, keysState                  string // Limiter's, and Keys
 		callState, saveState, readState, readStates, setState, clearState        string // states (version 9)
 		lockSource                                                               string // SetState's and ClearState's wait for claims in flight
@@ -207,6 +208,8 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.callKeys = s.statement("call_keys")
 	s.sql.callManyKeys = s.statement("call_many_keys")
 	s.sql.unclaimStarts = s.statement("unclaim_starts")
+	s.sql.lockKeys = s.statement("lock_keys")
+	s.sql.lockRunKeys = s.statement("lock_run_keys")
 	s.sql.setLimit = s.statement("set_limit")
 	s.sql.deleteLimit = s.statement("delete_limit")
 	s.sql.cooldown = s.statement("cooldown")
@@ -304,7 +307,10 @@ const claimGrace = 5 * time.Second
 
 // Unclaim implements Unclaimer in one statement: it deletes the run's
 // row and, from schema version 8, the starts it recorded for the keys its
-// row names, so that they count against no key's MaxStarts. A trigger
+// row names, so that they count against no key's MaxStarts. From version
+// 10 a statement before it, in the same transaction and round trip, takes
+// the locks of those keys, as a claim does: deleting a start renumbers
+// the key's later ones. A trigger
 // that the claim used up stays used up: the row does not record it. Claim
 // and ClaimMany, which know the trigger, give it back when their caller
 // gave up.
@@ -324,8 +330,20 @@ func (s *PostgresStore) Unclaim(ctx context.Context, run RunInfo) error {
 	if s.schemaVer.version.Load() >= keysVersion {
 		sql = s.sql.unclaimRunKeys
 	}
+	args := []any{run.ID, run.Source, run.StartedAt}
 	var gone int64
-	err := s.queryRow(ctx, sql, []any{run.ID, run.Source, run.StartedAt}, &gone)
+	var err error
+	if s.schemaVer.version.Load() >= keySeqVersion {
+		// The locks of the run's keys first, in the same transaction,
+		// as a claim takes them: the deletion of its starts renumbers
+		// the others.
+		err = s.batchReadCommitted(ctx, func(b *pgx.Batch) {
+			b.Queue(s.sql.lockRunKeys, args...)
+			b.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&gone) })
+		})
+	} else {
+		err = s.queryRow(ctx, sql, args, &gone)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("runclaim: unclaim run %d: %w", run.ID, ErrLeaseLost)
 	}

@@ -45,6 +45,22 @@ const (
 	keysetSuffix = "_keyset"
 )
 
+// Suffixes of the objects of version 10, which numbers each key's starts:
+// the index of starts by key and number (nthSuffix), and the functions
+// that number a start inserted (numberSuffix), close the gap a start
+// deleted leaves (renumSuffix), and derive TableKeyLock in SQL for the
+// latter (keylockSuffix).
+const (
+	nthSuffix     = "_nth"
+	numberSuffix  = "_number"
+	renumSuffix   = "_renum"
+	keylockSuffix = "_keylock"
+)
+
+// keySeqVersion is the first schema version whose claims find a key's
+// MaxStarts-th newest start by its number.
+const keySeqVersion = 10
+
 // keysVersion is the first schema version with keys.
 const keysVersion = 8
 
@@ -158,8 +174,14 @@ func (s *PostgresStore) unclaimStarts(ctx context.Context, reqs []ClaimRequest, 
 	if len(keys) == 0 {
 		return nil
 	}
-	_, err := s.db.Exec(ctx, s.sql.unclaimStarts, keys, starts, ids)
-	return err
+	// The keys' locks first, in the same transaction, as a claim takes
+	// them: from schema version 10, deleting a start renumbers the key's
+	// later ones.
+	locks := s.keyLocks(nil, keys)
+	return s.batchReadCommitted(ctx, func(b *pgx.Batch) {
+		b.Queue(s.sql.lockKeys, locks)
+		b.Queue(s.sql.unclaimStarts, keys, starts, ids)
+	})
 }
 
 // SetLimit implements Limiter in one statement. It needs schema version 8

@@ -65,7 +65,16 @@ import (
 //     version 8 goes on as before on this table; on an older table claims
 //     go on without states (a run's State is nil) and SaveState fails
 //     with an error that says to run Migrate.
-const LatestSchemaVersion = 9
+//   - Version 10: each key's starts numbered without gaps (a column, an
+//     index, and triggers that number a start inserted and close the gap
+//     a start deleted leaves, under the key's lock), and new bodies for
+//     the claim function's overloads with keys and with a state, under
+//     their names, signatures and results, which find a key's
+//     MaxStarts-th newest start by its number: a claim of a key costs
+//     the same whatever the starts in its window. Roles that may insert
+//     into the runs table are granted UPDATE of the number. Replicas of
+//     the release before run the new bodies too.
+const LatestSchemaVersion = 10
 
 // A Migration is one step of the runs table's schema, for users of goose,
 // atlas or golang-migrate who apply schema changes with their own tool
@@ -147,6 +156,12 @@ var migrations = []struct {
 	// and a new overload of the claim function that calls the ones before
 	// it, which stay for the previous release.
 	{9, "009_states", "add a state handed from run to run"},
+	// A column of the starts table, numbered in the step's transaction
+	// (which holds that table's lock, not the runs table's), its index,
+	// two triggers and new bodies for the claim function's overloads
+	// with keys and with a state, under their names, signatures and
+	// results, which the previous release calls as well.
+	{10, "010_key_starts", "number the starts of each key"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -248,12 +263,12 @@ type schemaState struct {
 	schemaExists, tableExists                           bool
 	comment                                             string
 	indexes, column, function, ticks, control, lostPath bool
-	claimRaces, keys, states                            bool
+	claimRaces, keys, states, keySeq                    bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys, &st.states}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys, &st.states, &st.keySeq}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -270,7 +285,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys, st.states} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys, st.states, st.keySeq} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -283,7 +298,7 @@ func (s *PostgresStore) schemaStateArgs() []any {
 	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs,
 		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc(), claimRacesMarker,
 		s.keysTable(), s.startsTable(), s.indexName(keyedSuffix), s.claimFunc() + keyFuncArgs,
-		s.statesTable(), s.claimFunc() + stateFuncArgs, s.indexName(keysetSuffix)}
+		s.statesTable(), s.claimFunc() + stateFuncArgs, s.indexName(keysetSuffix), s.indexName(nthSuffix), keySeqMarker}
 }
 
 // Suffixes of the indexes' names.
@@ -533,6 +548,13 @@ func (s *PostgresStore) stepGuard(v int) string {
 	case 9:
 		objects = fmt.Sprintf("pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
 			dollarQuote(s.statesTable()), dollarQuote(s.claimFunc()+stateFuncArgs))
+	case 10:
+		objects = fmt.Sprintf("pg_catalog.to_regclass(%s) IS NOT NULL"+
+			" AND EXISTS (SELECT FROM pg_catalog.pg_trigger AS t WHERE t.tgrelid = pg_catalog.to_regclass(%[2]s) AND t.tgname = 'runclaim_number')"+
+			" AND EXISTS (SELECT FROM pg_catalog.pg_trigger AS t WHERE t.tgrelid = pg_catalog.to_regclass(%[2]s) AND t.tgname = 'runclaim_renum')"+
+			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[3]s) AND pg_catalog.strpos(p.prosrc, %[5]s) > 0)"+
+			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[4]s) AND pg_catalog.strpos(p.prosrc, %[5]s) > 0)",
+			dollarQuote(s.indexName(nthSuffix)), dollarQuote(s.startsTable()), dollarQuote(s.claimFunc()+keyFuncArgs), dollarQuote(s.claimFunc()+stateFuncArgs), dollarQuote(keySeqMarker))
 	default:
 		objects = "true"
 	}
@@ -561,6 +583,10 @@ func dollarQuoteWith(name, s string) string {
 	}
 	return tag + s + tag
 }
+
+// keySeqMarker is a text that version 10's bodies of the claim function's
+// overloads with keys and with a state hold, and no body before them.
+const keySeqMarker = "ORDER BY m.seq DESC"
 
 // claimRacesMarker is a text that the body of version 7's claim function
 // with a tick holds, and no body before it.

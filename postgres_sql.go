@@ -36,6 +36,10 @@ import (
 //     of running runs naming one key and more than one, quoted, and
 //     {{schema_table_keyed}} and {{schema_table_keyset}}, the same
 //     schema-qualified;
+//   - {{table_nth}}: the index of keys' starts by number (version 10),
+//     quoted, and {{schema_table_nth}} the same schema-qualified;
+//     {{table_number}}, {{table_renum}} and {{table_keylock}}: its
+//     functions, quoted and schema-qualified;
 //   - {{table_literal}}, {{table_control_literal}}, {{table_keys_literal}},
 //     {{table_starts_literal}}: the runs table's and the other tables'
 //     quoted, schema-qualified names as dollar-quoted string literals,
@@ -175,5 +179,10 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_starts_literal}}", dollarQuoteWith("n", s.startsTable()),
 		"{{table_states}}", s.statesTable(),
 		"{{table_states_literal}}", dollarQuoteWith("n", s.statesTable()),
+		"{{table_nth}}", pgx.Identifier{s.table + nthSuffix}.Sanitize(),
+		"{{schema_table_nth}}", s.indexName(nthSuffix),
+		"{{table_number}}", pgx.Identifier{s.schema, s.table + numberSuffix}.Sanitize(),
+		"{{table_renum}}", pgx.Identifier{s.schema, s.table + renumSuffix}.Sanitize(),
+		"{{table_keylock}}", pgx.Identifier{s.schema, s.table + keylockSuffix}.Sanitize(),
 	).Replace(q)
 }

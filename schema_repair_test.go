@@ -35,8 +35,9 @@ func claimFuncExists(t *testing.T, pool *pgxpool.Pool, store *runclaim.PostgresS
 
 // TestDowngradeUnderLoad: a step's Down and its Up again, applied over
 // and over while 6 claimers claim and finish, one at a time and many at
-// once: step 3's (the claim function) and the newest step's (version 9's
-// overload with a state, and the table of states). A claim that planned
+// once: step 3's (the claim function) and the newest step's (version
+// 10's numbers of starts and the bodies that read them, under claims of
+// which half name a key with a limit of starts). A claim that planned
 // the call a moment before the drop commits meets the function missing in
 // one of its forms (42883 undefined_function, or XX000 "cache lookup
 // failed for function"), or, inside a call already under way, the table of
@@ -62,6 +63,9 @@ func downgradeUnderLoad(t *testing.T, version int) {
 			down, up = m.Down, m.Up
 		}
 	}
+	if err := store.SetLimit(ctx, "site", runclaim.Limit{MaxStarts: 1_000_000, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
 	// Each claimer has a store of its own, as replicas do; a short recheck
 	// sends them back to the function soon after each Up.
 	const claimers = 6
@@ -83,7 +87,13 @@ func downgradeUnderLoad(t *testing.T, version int) {
 			t.Fatal(err)
 		}
 		runclaim.SetSchemaRecheck(s, 5*time.Millisecond)
-		c := newClaimer(t, s, runclaim.WithLease(time.Minute))
+		opts := []runclaim.Option{runclaim.WithLease(time.Minute)}
+		if version == runclaim.LatestSchemaVersion && i%2 == 0 {
+			// Claims that name a key with a limit of starts, whose
+			// starts the newest step numbers.
+			opts = append(opts, runclaim.WithSourceKeys(func(string) []string { return []string{"site"} }))
+		}
+		c := newClaimer(t, s, opts...)
 		source := []string{"a", "b", "c"}[i%3] // two claimers per source: some claims lose
 		many := i >= claimers/2                // the others claim two sources at once
 		wg.Go(func() {
@@ -121,9 +131,19 @@ func downgradeUnderLoad(t *testing.T, version int) {
 	}
 	// Bounded by count, not time: 40 drops and 40 creations while the
 	// claims run.
+	// Each applied as Migrate applies a step: its wait for a table's lock
+	// bounded (500 ms), and tried again when it runs out, so that claims
+	// queue behind it no longer than that.
 	for range 40 {
 		for _, q := range []string{down, up} {
-			if _, err := db.Pool.Exec(ctx, q); err != nil {
+			var err error
+			for range 20 {
+				_, err = db.Pool.Exec(ctx, "SELECT pg_catalog.set_config('lock_timeout', '500ms', true);"+q)
+				if pgCode(err) != "55P03" {
+					break
+				}
+			}
+			if err != nil {
 				close(stop)
 				wg.Wait()
 				t.Fatalf("step %d: %v", version, err)

@@ -48,6 +48,25 @@ FROM c ORDER BY c.ord
 DELETE FROM {{table_starts}} AS o USING ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.timestamptz[]), pg_catalog.unnest($3::bigint[])) AS d(key, started_at, run_id)
 WHERE o.key OPERATOR(pg_catalog.=) d.key AND o.started_at OPERATOR(pg_catalog.=) d.started_at AND o.run_id OPERATOR(pg_catalog.=) d.run_id
 
+-- name: lock_keys
+-- Takes the advisory locks $1 (ascending), waiting, for the transaction:
+-- those of the keys whose starts the next statement deletes, so that the
+-- renumbering of their starts (schema version 10) never waits on a row
+-- while it holds a key's lock.
+SELECT pg_catalog.pg_advisory_xact_lock(l.k) FROM ROWS FROM (pg_catalog.unnest($1::bigint[])) AS l(k)
+
+-- name: lock_run_keys
+-- lock_keys for the keys that running run $1 of source $2, started at $3,
+-- names, by the locks of the table (TableKeyLock, derived in SQL; schema
+-- version 10), ascending: for Unclaim, which knows the run but not its
+-- keys.
+SELECT pg_catalog.pg_advisory_xact_lock(l.k)
+FROM (SELECT {{table_keylock}}(u.k) AS k
+        FROM {{table}} AS r, ROWS FROM (pg_catalog.unnest(r.keys)) AS u(k)
+       WHERE r.id OPERATOR(pg_catalog.=) $1 AND r.source OPERATOR(pg_catalog.=) $2 AND r.started_at OPERATOR(pg_catalog.=) $3::pg_catalog.timestamptz
+         AND r.status OPERATOR(pg_catalog.=) 'running'
+       ORDER BY 1) AS l
+
 -- name: set_limit
 -- Creates or replaces the limit of key $1: $2 running, $3 starts per $4
 -- microseconds. A cooldown stays. Its row: the database clock.

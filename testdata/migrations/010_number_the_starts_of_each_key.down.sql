@@ -1,0 +1,681 @@
+-- The bodies of the claim functions of versions 8 and 9, which count the
+-- starts of a key in the window. The column of numbers stays, nullable, so
+-- that a claim that runs the body of version 10 while this step commits
+-- still reads it; a later Up numbers the starts again.
+DROP TRIGGER IF EXISTS runclaim_number ON "public"."runclaim_runs_starts";
+DROP TRIGGER IF EXISTS runclaim_renum ON "public"."runclaim_runs_starts";
+CREATE OR REPLACE FUNCTION "public"."runclaim_runs_claim"(
+	p_key bigint, p_source pg_catalog.text, p_owner pg_catalog.text, p_lease bigint, p_min_interval bigint, p_lock_timeout bigint,
+	p_tick pg_catalog.timestamptz, p_keys pg_catalog.text[], p_key_locks bigint[],
+	p_batch_keys pg_catalog.text[], p_batch_counts integer[],
+	OUT locked boolean, OUT isolation pg_catalog.text, OUT db_now pg_catalog.timestamptz, OUT won boolean,
+	OUT run_id bigint, OUT run_owner pg_catalog.text, OUT run_started pg_catalog.timestamptz, OUT run_lease pg_catalog.timestamptz,
+	OUT retry_after pg_catalog.timestamptz, OUT done_tick pg_catalog.timestamptz, OUT limited_key pg_catalog.text)
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+AS $q$
+DECLARE
+	ignored pg_catalog.text;
+	paused boolean;
+	pause_end pg_catalog.timestamptz;
+	note pg_catalog.text;
+	triggered boolean;
+	served_tick pg_catalog.timestamptz := p_tick;
+	trigger_at pg_catalog.timestamptz;
+	k pg_catalog.text;
+	lk bigint;
+	cool_until pg_catalog.timestamptz;
+	cool_note pg_catalog.text;
+	running_now bigint;
+	first_end pg_catalog.timestamptz;
+	key_retry pg_catalog.timestamptz;
+	lim_running integer;
+	starts_now bigint;
+	lim_starts integer;
+	per_us bigint;
+	room_running integer;
+	room_starts integer;
+	guc pg_catalog.text;
+	cached pg_catalog.text;
+	tag pg_catalog.text;
+	fast boolean := false;
+	i integer;
+BEGIN
+	locked := false;
+	won := false;
+	-- A server that cannot write (a standby, a read-only default) would
+	-- answer a claim of a held source from what it read, which may be
+	-- stale: refuse every claim there instead (version 7).
+	IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+		RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+			MESSAGE = 'runclaim: cannot claim on a server that cannot write (a standby, or default_transaction_read_only): its answer could come from stale data';
+	END IF;
+	IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		isolation := pg_catalog.current_setting('transaction_isolation');
+		RETURN;
+	END IF;
+	IF pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.=) '0'
+	   OR pg_catalog.current_setting('lock_timeout')::interval OPERATOR(pg_catalog.>=) (p_lock_timeout OPERATOR(pg_catalog.*) interval '1 millisecond') THEN
+		ignored := pg_catalog.set_config('lock_timeout', p_lock_timeout::pg_catalog.text, true);
+	END IF;
+	-- The locks of the keys, before anything is read, in the order given
+	-- (ascending: two claims never wait on each other), each wait bounded
+	-- by lock_timeout. A claim that finds a key busy waits for the claim
+	-- that holds it to commit, then counts what it committed: never more
+	-- than the limit wins, and a claim that finds room wins. The locks are
+	-- advisory, so a claim skipped writes nothing, not even a row lock.
+	IF p_key_locks IS NOT NULL THEN
+		FOREACH lk IN ARRAY p_key_locks LOOP
+			ignored := pg_catalog.pg_advisory_xact_lock(lk)::pg_catalog.text;
+		END LOOP;
+	END IF;
+	-- The first call of a ClaimMany with keys: whether the batch is fast
+	-- is not known yet (see below).
+	IF p_key_locks IS NOT NULL AND p_batch_keys IS NOT NULL THEN
+		ignored := pg_catalog.set_config('runclaim.batch', '', true);
+	END IF;
+	-- The source's running run and its pause, read before the advisory
+	-- lock: a pause or a live holder is the answer as of this statement's
+	-- snapshot, and takes no lock. Anything else is read again under it.
+	SELECT c.id, c.owner, c.started_at, c.lease_until,
+	       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
+	       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at
+	  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at
+	  FROM (SELECT) AS one
+	  LEFT JOIN "public"."runclaim_runs" AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
+	  LEFT JOIN "public"."runclaim_runs_control" AS k ON k.source OPERATOR(pg_catalog.=) p_source;
+	db_now := pg_catalog.clock_timestamp();
+	IF NOT paused AND run_lease OPERATOR(pg_catalog.>) db_now THEN
+		RETURN;
+	END IF;
+	IF NOT paused THEN
+		locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
+		IF NOT locked THEN
+			RETURN;
+		END IF;
+		SELECT c.id, c.owner, c.started_at, c.lease_until,
+		       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
+		       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at
+		  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at
+		  FROM (SELECT) AS one
+		  LEFT JOIN "public"."runclaim_runs" AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
+		  LEFT JOIN "public"."runclaim_runs_control" AS k ON k.source OPERATOR(pg_catalog.=) p_source;
+		db_now := pg_catalog.clock_timestamp();
+	END IF;
+	IF paused THEN
+		locked := false;
+		run_id := NULL;
+		run_owner := note;
+		run_started := NULL;
+		run_lease := NULL;
+		retry_after := pause_end;
+		RETURN;
+	END IF;
+	IF run_lease OPERATOR(pg_catalog.>) db_now THEN
+		RETURN;
+	END IF;
+	IF p_tick IS NOT NULL THEN
+		SELECT d.tick INTO done_tick
+		  FROM "public"."runclaim_runs" AS d
+		 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+		   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+		   AND (run_id IS NULL OR d.id OPERATOR(pg_catalog.<>) run_id)
+		 ORDER BY d.tick DESC LIMIT 1;
+		IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
+			IF triggered IS NOT TRUE THEN
+				RETURN;
+			END IF;
+			served_tick := NULL;
+		END IF;
+	END IF;
+	SELECT l.started_at OPERATOR(pg_catalog.+) greatest(l.min_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond') INTO retry_after
+	  FROM "public"."runclaim_runs" AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1;
+	db_now := pg_catalog.clock_timestamp();
+	IF retry_after OPERATOR(pg_catalog.>) db_now AND triggered IS NOT TRUE THEN
+		RETURN;
+	END IF;
+	-- The keys, in the order named, after every other reason to skip,
+	-- each read in statements after its lock: a cooldown in force, then
+	-- MaxRunning live runs naming the key, then MaxStarts starts in the
+	-- window. A skip answers limited_key, retry_after and, for a
+	-- cooldown, its note as run_owner, and has written nothing.
+	-- A ClaimMany with keys: every call has the keys of the whole batch,
+	-- each once, with the number of its sources that name it, and the
+	-- batch holds their locks from its first call to its commit, so only
+	-- its own wins add to their runs and starts meanwhile. The first call
+	-- that gets this far checks whether every key has room for all of them
+	-- (no cooldown in force; the live runs, and the starts in the window,
+	-- plus that number within each bound), one query per key. If so the
+	-- batch is fast: no call looks at a key again, and the statement of
+	-- the batch records the starts of its wins in one insert. Otherwise
+	-- each call checks its keys as a single claim does. The answer is kept
+	-- in a setting that lasts for the transaction only, which the first
+	-- call of the batch cleared.
+	IF p_batch_keys IS NOT NULL THEN
+		cached := pg_catalog.current_setting('runclaim.batch', true);
+		IF cached IS NULL OR cached OPERATOR(pg_catalog.=) '' THEN
+			fast := true;
+			db_now := pg_catalog.clock_timestamp();
+			FOR i IN 1 .. pg_catalog.array_length(p_batch_keys, 1) LOOP
+				k := p_batch_keys[i];
+				SELECT (l.cooling_until IS NULL OR l.cooling_until OPERATOR(pg_catalog.<=) db_now)
+				       AND (l.max_running OPERATOR(pg_catalog.<=) 0 OR p_batch_counts[i] OPERATOR(pg_catalog.+) (
+				           SELECT pg_catalog.count(*) FROM (
+				               SELECT FROM "public"."runclaim_runs" AS r
+				                WHERE r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.=) 1
+				                  AND r.keys OPERATOR(pg_catalog.=) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) db_now
+				               UNION ALL
+				               SELECT FROM "public"."runclaim_runs" AS r
+				                WHERE r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.>) 1
+				                  AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) db_now) AS x
+				           ) OPERATOR(pg_catalog.<=) l.max_running)
+				       AND (l.max_starts OPERATOR(pg_catalog.<=) 0 OR p_batch_counts[i] OPERATOR(pg_catalog.+) (
+				           SELECT pg_catalog.count(*) FROM (
+				               SELECT FROM "public"."runclaim_runs_starts" AS s
+				                WHERE s.key OPERATOR(pg_catalog.=) k
+				                  AND s.started_at OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) (l.per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))
+				                LIMIT l.max_starts) AS w) OPERATOR(pg_catalog.<=) l.max_starts)
+				  INTO fast
+				  FROM "public"."runclaim_runs_keys" AS l WHERE l.key OPERATOR(pg_catalog.=) k;
+				IF NOT FOUND THEN
+					fast := true; -- a key with no row constrains nothing
+				END IF;
+				EXIT WHEN NOT fast;
+			END LOOP;
+			ignored := pg_catalog.set_config('runclaim.batch', CASE WHEN fast THEN 'fast' ELSE 'slow' END, true);
+			IF fast THEN
+				-- What the insert of a win below does for its keys, once
+				-- for those of the batch: the starts older than the
+				-- longest window go.
+				FOREACH k IN ARRAY p_batch_keys LOOP
+					DELETE FROM "public"."runclaim_runs_starts" AS o
+					 WHERE o.key OPERATOR(pg_catalog.=) k AND o.started_at OPERATOR(pg_catalog.<) (db_now OPERATOR(pg_catalog.-) interval '31 days');
+				END LOOP;
+			END IF;
+		ELSE
+			fast := cached OPERATOR(pg_catalog.=) 'fast';
+		END IF;
+	END IF;
+	IF p_keys IS NOT NULL AND NOT fast THEN
+		FOREACH k IN ARRAY p_keys LOOP
+			-- In a batch that is not fast, what an earlier call of this
+			-- transaction learnt of the key (its first call holds the lock
+			-- of every key to the end, so only its own wins add to the runs
+			-- and starts of the key meanwhile): the room left under each
+			-- bound, -1 for none. A key with room left is not read again;
+			-- one with none left is, so that its skip says when there is
+			-- room. A single claim, alone in its transaction, keeps nothing.
+			IF p_batch_keys IS NOT NULL THEN
+				guc := 'runclaim.key_' OPERATOR(pg_catalog.||) pg_catalog.translate(pg_catalog.hashtextextended(k, 0)::pg_catalog.text, '-', 'm');
+				-- The setting lasts for the transaction only (is_local), and
+				-- says so too: its value ends with the start of the
+				-- transaction and the key, so that neither another
+				-- transaction nor another key whose name hashes alike reads it.
+				tag := ';' OPERATOR(pg_catalog.||) pg_catalog.now()::pg_catalog.text OPERATOR(pg_catalog.||) ';' OPERATOR(pg_catalog.||) k;
+				cached := pg_catalog.current_setting(guc, true);
+			END IF;
+			IF p_batch_keys IS NOT NULL AND pg_catalog.strpos(cached, ';') OPERATOR(pg_catalog.>) 0 AND pg_catalog.substr(cached, pg_catalog.strpos(cached, ';')) OPERATOR(pg_catalog.=) tag THEN
+				room_running := pg_catalog.split_part(cached, ',', 1)::integer;
+				room_starts := pg_catalog.split_part(pg_catalog.split_part(cached, ';', 1), ',', 2)::integer;
+				IF room_running OPERATOR(pg_catalog.<>) 0 AND room_starts OPERATOR(pg_catalog.<>) 0 THEN
+					ignored := pg_catalog.set_config(guc, (CASE WHEN room_running OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_running OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+						OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) (CASE WHEN room_starts OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_starts OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+						OPERATOR(pg_catalog.||) tag, true);
+					CONTINUE;
+				END IF;
+			END IF;
+			-- One query per key: its row, and only what its limit needs
+			-- counted, each against the same clock reading: the live
+			-- runs naming the key, and its starts in the window (at most
+			-- max_starts of them), with, for a bound reached, when it has
+			-- room again.
+			SELECT CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_until END,
+			       CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_note END,
+			       rr.n, rr.first_end, l.max_running,
+			       CASE WHEN l.max_starts OPERATOR(pg_catalog.>) 0 THEN (
+			           SELECT pg_catalog.count(*) FROM (
+			               SELECT FROM "public"."runclaim_runs_starts" AS s
+			                WHERE s.key OPERATOR(pg_catalog.=) k
+			                  AND s.started_at OPERATOR(pg_catalog.>) (c.now OPERATOR(pg_catalog.-) (l.per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))
+			                LIMIT l.max_starts) AS w) END,
+			       l.max_starts, l.per_us, c.now
+			  INTO cool_until, cool_note, running_now, first_end, lim_running, starts_now, lim_starts, per_us, db_now
+			  FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
+			  JOIN "public"."runclaim_runs_keys" AS l ON l.key OPERATOR(pg_catalog.=) k
+			  LEFT JOIN LATERAL (
+			       SELECT pg_catalog.count(*) AS n, pg_catalog.min(x.lease_until) AS first_end
+			         FROM (SELECT r.lease_until FROM "public"."runclaim_runs" AS r
+			                WHERE l.max_running OPERATOR(pg_catalog.>) 0
+			                  AND r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.=) 1
+			                  AND r.keys OPERATOR(pg_catalog.=) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) c.now
+			               UNION ALL
+			               SELECT r.lease_until FROM "public"."runclaim_runs" AS r
+			                WHERE l.max_running OPERATOR(pg_catalog.>) 0
+			                  AND r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.>) 1
+			                  AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) c.now) AS x
+			       ) AS rr ON true;
+			key_retry := NULL;
+			room_running := -1;
+			room_starts := -1;
+			IF NOT FOUND THEN
+				cool_note := NULL;
+			ELSIF cool_until IS NOT NULL THEN
+				key_retry := cool_until;
+			ELSE
+				IF lim_running OPERATOR(pg_catalog.>) 0 THEN
+					room_running := lim_running OPERATOR(pg_catalog.-) running_now;
+					IF room_running OPERATOR(pg_catalog.<=) 0 THEN
+						key_retry := first_end;
+					END IF;
+				END IF;
+				IF key_retry IS NULL AND lim_starts OPERATOR(pg_catalog.>) 0 THEN
+					room_starts := lim_starts OPERATOR(pg_catalog.-) starts_now;
+					IF room_starts OPERATOR(pg_catalog.<=) 0 THEN
+						-- The start that must leave the window for one
+						-- more: the max_starts-th newest in it.
+						SELECT s.started_at OPERATOR(pg_catalog.+) (per_us OPERATOR(pg_catalog.*) interval '1 microsecond') INTO key_retry
+						  FROM "public"."runclaim_runs_starts" AS s
+						 WHERE s.key OPERATOR(pg_catalog.=) k
+						   AND s.started_at OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) (per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))
+						 ORDER BY s.started_at DESC OFFSET (lim_starts OPERATOR(pg_catalog.-) 1) LIMIT 1;
+					END IF;
+				END IF;
+			END IF;
+			IF key_retry IS NOT NULL THEN
+				limited_key := k;
+				run_id := NULL;
+				run_owner := cool_note;
+				run_started := NULL;
+				run_lease := NULL;
+				retry_after := key_retry;
+				RETURN;
+			END IF;
+			-- The room left after the win of this claim, which comes next
+			-- unless a holder found below skips it: then one less than
+			-- there is, which only makes a later call count again.
+			IF p_batch_keys IS NOT NULL THEN
+				ignored := pg_catalog.set_config(guc, (CASE WHEN room_running OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_running OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+					OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) (CASE WHEN room_starts OPERATOR(pg_catalog.<) 0 THEN -1 ELSE room_starts OPERATOR(pg_catalog.-) 1 END)::pg_catalog.text
+					OPERATOR(pg_catalog.||) tag, true);
+			END IF;
+		END LOOP;
+	END IF;
+	IF run_id IS NOT NULL THEN
+		UPDATE "public"."runclaim_runs" AS e SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
+		WHERE e.id OPERATOR(pg_catalog.=) ANY (
+			SELECT x.id FROM "public"."runclaim_runs" AS x
+			WHERE x.source OPERATOR(pg_catalog.=) p_source AND x.status OPERATOR(pg_catalog.=) 'running'
+			  AND x.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+			FOR UPDATE SKIP LOCKED);
+		IF NOT FOUND THEN
+			SELECT c.id, c.owner, c.started_at, c.lease_until
+			  INTO run_id, run_owner, run_started, run_lease
+			  FROM "public"."runclaim_runs" AS c WHERE c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running';
+			db_now := pg_catalog.clock_timestamp();
+			IF run_id IS NOT NULL THEN
+				RETURN;
+			END IF;
+			-- The lapsed run was not expired here but ended meanwhile: its
+			-- holder, whose Finish read the clock within the lease,
+			-- committed between the expiry and this read. A run it
+			-- recorded succeeded or failed serves its tick, which the
+			-- check above left out: check the tick again (version 7).
+			IF served_tick IS NOT NULL THEN
+				SELECT d.tick INTO done_tick
+				  FROM "public"."runclaim_runs" AS d
+				 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+				   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+				 ORDER BY d.tick DESC LIMIT 1;
+				IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
+					IF triggered IS NOT TRUE THEN
+						RETURN;
+					END IF;
+					served_tick := NULL;
+				END IF;
+			END IF;
+		END IF;
+	END IF;
+	IF triggered THEN
+		UPDATE "public"."runclaim_runs_control" AS u SET triggered_at = NULL
+		 WHERE u.source OPERATOR(pg_catalog.=) p_source AND u.triggered_at IS NOT NULL;
+	END IF;
+	db_now := pg_catalog.clock_timestamp();
+	-- The run, and the start of each key, whether or not the key has a limit
+	-- now, so that a limit set later counts it, in one statement. In a
+	-- fast batch the run only: the statement of the batch records the
+	-- starts of all its wins, and the call that found the batch fast
+	-- deleted the old ones.
+	IF fast THEN
+		INSERT INTO "public"."runclaim_runs" AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
+		VALUES (p_source, 'running', p_owner, db_now,
+		        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
+		        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
+		RETURNING i.id, i.started_at, i.lease_until INTO run_id, run_started, run_lease;
+	ELSE
+		WITH ins AS (
+			INSERT INTO "public"."runclaim_runs" AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
+			VALUES (p_source, 'running', p_owner, db_now,
+			        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
+			        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
+			RETURNING i.id, i.started_at, i.lease_until
+		), st AS (
+			INSERT INTO "public"."runclaim_runs_starts" (key, started_at, run_id)
+			SELECT u.k, ins.started_at, ins.id FROM ins, pg_catalog.unnest(p_keys) AS u(k)
+		)
+		SELECT ins.id, ins.started_at, ins.lease_until INTO run_id, run_started, run_lease FROM ins;
+		-- One win in 64 also deletes the starts of its keys older than
+		-- the longest window, which bounds the table. Doing it at every
+		-- win cost a quarter of what keys add to a win.
+		IF run_id OPERATOR(pg_catalog.%) 64 OPERATOR(pg_catalog.=) 0 THEN
+			DELETE FROM "public"."runclaim_runs_starts" AS o
+			 WHERE o.key OPERATOR(pg_catalog.=) ANY (p_keys) AND o.started_at OPERATOR(pg_catalog.<) (db_now OPERATOR(pg_catalog.-) interval '31 days');
+		END IF;
+	END IF;
+	-- A win says whether it used a trigger, and the time of it, so
+	-- that a caller that gave up on the claim can give the trigger back
+	-- when it deletes the run (version 7): run_owner 'trigger' and
+	-- retry_after the time. Releases before read neither on a win.
+	run_owner := NULL;
+	retry_after := NULL;
+	IF triggered THEN
+		run_owner := 'trigger';
+		retry_after := trigger_at;
+	END IF;
+	won := true;
+END
+$q$;
+CREATE OR REPLACE FUNCTION "public"."runclaim_runs_claim"(
+	p_key bigint, p_source pg_catalog.text, p_owner pg_catalog.text, p_lease bigint, p_min_interval bigint, p_lock_timeout bigint,
+	p_tick pg_catalog.timestamptz, p_keys pg_catalog.text[], p_key_locks bigint[], p_state boolean,
+	OUT locked boolean, OUT isolation pg_catalog.text, OUT db_now pg_catalog.timestamptz, OUT won boolean,
+	OUT run_id bigint, OUT run_owner pg_catalog.text, OUT run_started pg_catalog.timestamptz, OUT run_lease pg_catalog.timestamptz,
+	OUT retry_after pg_catalog.timestamptz, OUT done_tick pg_catalog.timestamptz, OUT limited_key pg_catalog.text,
+	OUT run_state pg_catalog.bytea)
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+AS $q$
+DECLARE
+	ignored pg_catalog.text;
+	paused boolean;
+	pause_end pg_catalog.timestamptz;
+	note pg_catalog.text;
+	triggered boolean;
+	served_tick pg_catalog.timestamptz := p_tick;
+	trigger_at pg_catalog.timestamptz;
+	k pg_catalog.text;
+	lk bigint;
+	cool_until pg_catalog.timestamptz;
+	cool_note pg_catalog.text;
+	running_now bigint;
+	first_end pg_catalog.timestamptz;
+	key_retry pg_catalog.timestamptz;
+	lim_running integer;
+	starts_now bigint;
+	lim_starts integer;
+	per_us bigint;
+	room_running integer;
+	room_starts integer;
+BEGIN
+	-- The body of the overload with keys (version 8), for a single claim
+	-- (a ClaimMany calls that overload), rather than a call of it or of
+	-- the overload with a tick: a claim pays no second call frame, which
+	-- cost a win 1.06x what it cost on a version 8 table. Without keys it
+	-- decides as version 7 does.
+	locked := false;
+	won := false;
+	-- A server that cannot write (a standby, a read-only default) would
+	-- answer a claim of a held source from what it read, which may be
+	-- stale: refuse every claim there instead (version 7).
+	IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+		RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+			MESSAGE = 'runclaim: cannot claim on a server that cannot write (a standby, or default_transaction_read_only): its answer could come from stale data';
+	END IF;
+	IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		isolation := pg_catalog.current_setting('transaction_isolation');
+		RETURN;
+	END IF;
+	IF pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.=) '0'
+	   OR pg_catalog.current_setting('lock_timeout')::interval OPERATOR(pg_catalog.>=) (p_lock_timeout OPERATOR(pg_catalog.*) interval '1 millisecond') THEN
+		ignored := pg_catalog.set_config('lock_timeout', p_lock_timeout::pg_catalog.text, true);
+	END IF;
+	-- The locks of the keys, before anything is read, in the order given
+	-- (ascending: two claims never wait on each other), each wait bounded
+	-- by lock_timeout. A claim that finds a key busy waits for the claim
+	-- that holds it to commit, then counts what it committed: never more
+	-- than the limit wins, and a claim that finds room wins. The locks are
+	-- advisory, so a claim skipped writes nothing, not even a row lock.
+	IF p_key_locks IS NOT NULL THEN
+		FOREACH lk IN ARRAY p_key_locks LOOP
+			ignored := pg_catalog.pg_advisory_xact_lock(lk)::pg_catalog.text;
+		END LOOP;
+	END IF;
+	-- The source's running run and its pause, read before the advisory
+	-- lock: a pause or a live holder is the answer as of this statement's
+	-- snapshot, and takes no lock. Anything else is read again under it.
+	SELECT c.id, c.owner, c.started_at, c.lease_until,
+	       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
+	       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at
+	  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at
+	  FROM (SELECT) AS one
+	  LEFT JOIN "public"."runclaim_runs" AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
+	  LEFT JOIN "public"."runclaim_runs_control" AS k ON k.source OPERATOR(pg_catalog.=) p_source;
+	db_now := pg_catalog.clock_timestamp();
+	IF NOT paused AND run_lease OPERATOR(pg_catalog.>) db_now THEN
+		RETURN;
+	END IF;
+	IF NOT paused THEN
+		locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
+		IF NOT locked THEN
+			RETURN;
+		END IF;
+		SELECT c.id, c.owner, c.started_at, c.lease_until,
+		       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
+		       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at
+		  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at
+		  FROM (SELECT) AS one
+		  LEFT JOIN "public"."runclaim_runs" AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
+		  LEFT JOIN "public"."runclaim_runs_control" AS k ON k.source OPERATOR(pg_catalog.=) p_source;
+		db_now := pg_catalog.clock_timestamp();
+	END IF;
+	IF paused THEN
+		locked := false;
+		run_id := NULL;
+		run_owner := note;
+		run_started := NULL;
+		run_lease := NULL;
+		retry_after := pause_end;
+		RETURN;
+	END IF;
+	IF run_lease OPERATOR(pg_catalog.>) db_now THEN
+		RETURN;
+	END IF;
+	IF p_tick IS NOT NULL THEN
+		SELECT d.tick INTO done_tick
+		  FROM "public"."runclaim_runs" AS d
+		 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+		   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+		   AND (run_id IS NULL OR d.id OPERATOR(pg_catalog.<>) run_id)
+		 ORDER BY d.tick DESC LIMIT 1;
+		IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
+			IF triggered IS NOT TRUE THEN
+				RETURN;
+			END IF;
+			served_tick := NULL;
+		END IF;
+	END IF;
+	SELECT l.started_at OPERATOR(pg_catalog.+) greatest(l.min_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond') INTO retry_after
+	  FROM "public"."runclaim_runs" AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1;
+	db_now := pg_catalog.clock_timestamp();
+	IF retry_after OPERATOR(pg_catalog.>) db_now AND triggered IS NOT TRUE THEN
+		RETURN;
+	END IF;
+	-- The keys, in the order named, after every other reason to skip,
+	-- each read in statements after its lock: a cooldown in force, then
+	-- MaxRunning live runs naming the key, then MaxStarts starts in the
+	-- window. A skip answers limited_key, retry_after and, for a
+	-- cooldown, its note as run_owner, and has written nothing.
+	IF p_keys IS NOT NULL THEN
+		FOREACH k IN ARRAY p_keys LOOP
+			-- One query per key: its row, and only what its limit needs
+			-- counted, each against the same clock reading: the live
+			-- runs naming the key, and its starts in the window (at most
+			-- max_starts of them), with, for a bound reached, when it has
+			-- room again.
+			SELECT CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_until END,
+			       CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_note END,
+			       rr.n, rr.first_end, l.max_running,
+			       CASE WHEN l.max_starts OPERATOR(pg_catalog.>) 0 THEN (
+			           SELECT pg_catalog.count(*) FROM (
+			               SELECT FROM "public"."runclaim_runs_starts" AS s
+			                WHERE s.key OPERATOR(pg_catalog.=) k
+			                  AND s.started_at OPERATOR(pg_catalog.>) (c.now OPERATOR(pg_catalog.-) (l.per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))
+			                LIMIT l.max_starts) AS w) END,
+			       l.max_starts, l.per_us, c.now
+			  INTO cool_until, cool_note, running_now, first_end, lim_running, starts_now, lim_starts, per_us, db_now
+			  FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
+			  JOIN "public"."runclaim_runs_keys" AS l ON l.key OPERATOR(pg_catalog.=) k
+			  LEFT JOIN LATERAL (
+			       SELECT pg_catalog.count(*) AS n, pg_catalog.min(x.lease_until) AS first_end
+			         FROM (SELECT r.lease_until FROM "public"."runclaim_runs" AS r
+			                WHERE l.max_running OPERATOR(pg_catalog.>) 0
+			                  AND r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.=) 1
+			                  AND r.keys OPERATOR(pg_catalog.=) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) c.now
+			               UNION ALL
+			               SELECT r.lease_until FROM "public"."runclaim_runs" AS r
+			                WHERE l.max_running OPERATOR(pg_catalog.>) 0
+			                  AND r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.>) 1
+			                  AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) c.now) AS x
+			       ) AS rr ON true;
+			key_retry := NULL;
+			room_running := -1;
+			room_starts := -1;
+			IF NOT FOUND THEN
+				cool_note := NULL;
+			ELSIF cool_until IS NOT NULL THEN
+				key_retry := cool_until;
+			ELSE
+				IF lim_running OPERATOR(pg_catalog.>) 0 THEN
+					room_running := lim_running OPERATOR(pg_catalog.-) running_now;
+					IF room_running OPERATOR(pg_catalog.<=) 0 THEN
+						key_retry := first_end;
+					END IF;
+				END IF;
+				IF key_retry IS NULL AND lim_starts OPERATOR(pg_catalog.>) 0 THEN
+					room_starts := lim_starts OPERATOR(pg_catalog.-) starts_now;
+					IF room_starts OPERATOR(pg_catalog.<=) 0 THEN
+						-- The start that must leave the window for one
+						-- more: the max_starts-th newest in it.
+						SELECT s.started_at OPERATOR(pg_catalog.+) (per_us OPERATOR(pg_catalog.*) interval '1 microsecond') INTO key_retry
+						  FROM "public"."runclaim_runs_starts" AS s
+						 WHERE s.key OPERATOR(pg_catalog.=) k
+						   AND s.started_at OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) (per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))
+						 ORDER BY s.started_at DESC OFFSET (lim_starts OPERATOR(pg_catalog.-) 1) LIMIT 1;
+					END IF;
+				END IF;
+			END IF;
+			IF key_retry IS NOT NULL THEN
+				limited_key := k;
+				run_id := NULL;
+				run_owner := cool_note;
+				run_started := NULL;
+				run_lease := NULL;
+				retry_after := key_retry;
+				RETURN;
+			END IF;
+		END LOOP;
+	END IF;
+	IF run_id IS NOT NULL THEN
+		UPDATE "public"."runclaim_runs" AS e SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
+		WHERE e.id OPERATOR(pg_catalog.=) ANY (
+			SELECT x.id FROM "public"."runclaim_runs" AS x
+			WHERE x.source OPERATOR(pg_catalog.=) p_source AND x.status OPERATOR(pg_catalog.=) 'running'
+			  AND x.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+			FOR UPDATE SKIP LOCKED);
+		IF NOT FOUND THEN
+			SELECT c.id, c.owner, c.started_at, c.lease_until
+			  INTO run_id, run_owner, run_started, run_lease
+			  FROM "public"."runclaim_runs" AS c WHERE c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running';
+			db_now := pg_catalog.clock_timestamp();
+			IF run_id IS NOT NULL THEN
+				RETURN;
+			END IF;
+			-- The lapsed run was not expired here but ended meanwhile: its
+			-- holder, whose Finish read the clock within the lease,
+			-- committed between the expiry and this read. A run it
+			-- recorded succeeded or failed serves its tick, which the
+			-- check above left out: check the tick again (version 7).
+			IF served_tick IS NOT NULL THEN
+				SELECT d.tick INTO done_tick
+				  FROM "public"."runclaim_runs" AS d
+				 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+				   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+				 ORDER BY d.tick DESC LIMIT 1;
+				IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
+					IF triggered IS NOT TRUE THEN
+						RETURN;
+					END IF;
+					served_tick := NULL;
+				END IF;
+			END IF;
+		END IF;
+	END IF;
+	IF triggered THEN
+		UPDATE "public"."runclaim_runs_control" AS u SET triggered_at = NULL
+		 WHERE u.source OPERATOR(pg_catalog.=) p_source AND u.triggered_at IS NOT NULL;
+	END IF;
+	db_now := pg_catalog.clock_timestamp();
+	-- The run; with keys, and the start of each key, whether or not the
+	-- key has a limit now, so that a limit set later counts it, in one
+	-- statement.
+	IF p_keys IS NULL THEN
+		INSERT INTO "public"."runclaim_runs" AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
+		VALUES (p_source, 'running', p_owner, db_now,
+		        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
+		        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
+		RETURNING i.id, i.started_at, i.lease_until INTO run_id, run_started, run_lease;
+	ELSE
+		WITH ins AS (
+			INSERT INTO "public"."runclaim_runs" AS i (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick, keys)
+			VALUES (p_source, 'running', p_owner, db_now,
+			        db_now OPERATOR(pg_catalog.+) (p_lease OPERATOR(pg_catalog.*) interval '1 microsecond'), db_now,
+			        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
+			RETURNING i.id, i.started_at, i.lease_until
+		), st AS (
+			INSERT INTO "public"."runclaim_runs_starts" (key, started_at, run_id)
+			SELECT u.k, ins.started_at, ins.id FROM ins, pg_catalog.unnest(p_keys) AS u(k)
+		)
+		SELECT ins.id, ins.started_at, ins.lease_until INTO run_id, run_started, run_lease FROM ins;
+		-- One win in 64 also deletes the starts of its keys older than
+		-- the longest window, which bounds the table. Doing it at every
+		-- win cost a quarter of what keys add to a win.
+		IF run_id OPERATOR(pg_catalog.%) 64 OPERATOR(pg_catalog.=) 0 THEN
+			DELETE FROM "public"."runclaim_runs_starts" AS o
+			 WHERE o.key OPERATOR(pg_catalog.=) ANY (p_keys) AND o.started_at OPERATOR(pg_catalog.<) (db_now OPERATOR(pg_catalog.-) interval '31 days');
+		END IF;
+	END IF;
+	-- A win says whether it used a trigger, and the time of it, so
+	-- that a caller that gave up on the claim can give the trigger back
+	-- when it deletes the run (version 7): run_owner 'trigger' and
+	-- retry_after the time. Releases before read neither on a win.
+	run_owner := NULL;
+	retry_after := NULL;
+	IF triggered THEN
+		run_owner := 'trigger';
+		retry_after := trigger_at;
+	END IF;
+	won := true;
+	-- A win reads the source state in a statement of its own, so with a
+	-- snapshot taken after the advisory lock and after the run it follows
+	-- was finished or expired: every save of that run committed before.
+	-- A save locks the run row FOR SHARE, so a claim cannot expire a run
+	-- while its save is in flight, and a save after the expiry finds the
+	-- run no longer running. A lost claim reads nothing more.
+	IF p_state THEN
+		SELECT s.state INTO run_state FROM "public"."runclaim_runs_cursors" AS s WHERE s.source OPERATOR(pg_catalog.=) p_source;
+	END IF;
+END
+$q$;
+ALTER TABLE "public"."runclaim_runs_starts" ALTER COLUMN seq DROP NOT NULL;
+DROP INDEX IF EXISTS "public"."runclaim_runs_nth";
+DROP FUNCTION IF EXISTS "public"."runclaim_runs_number"();
+DROP FUNCTION IF EXISTS "public"."runclaim_runs_renum"();
+DROP FUNCTION IF EXISTS "public"."runclaim_runs_keylock"(pg_catalog.text);
+COMMENT ON TABLE "public"."runclaim_runs" IS 'runclaim schema version 9';
