@@ -754,3 +754,79 @@ func checkStartNumbers(t *testing.T, pool *pgxpool.Pool, store *runclaim.Postgre
 		t.Fatal(err)
 	}
 }
+
+// TestBusyBatchKeyNoErrors: the scene of issue "Keys that bind every
+// replica at any scale", item 2. A ClaimMany of MaxClaimMany sources, all
+// naming a key whose window holds its MaxStarts (10,000) starts, holds the
+// key's lock for as long as it decides; meanwhile three other replicas
+// claim the key one source at a time. Every claim on either side is a
+// skip for the key (ErrLimited), never an error: the batch decides the
+// full key once, and a single claim that cannot get the key's lock in
+// its bound is a skip too.
+func TestBusyBatchKeyNoErrors(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	const key, starts = "site:busy-batch", 10000
+	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: starts, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO `+runclaim.StartsTable(store)+` (key, started_at, run_id)
+SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FROM pg_catalog.generate_series($2::int, 1, -1) AS i`, key, starts); err != nil {
+		t.Fatal(err)
+	}
+	sources := make([]string, runclaim.MaxClaimMany)
+	for i := range sources {
+		sources[i] = fmt.Sprintf("batch/%d", i)
+	}
+	batch := newClaimer(t, migratedStore(t, db.NewPool(t, nil)), runclaim.WithSourceKeys(func(string) []string { return []string{key} }))
+	var (
+		wg            sync.WaitGroup
+		done          atomic.Bool
+		singles, errs atomic.Int64
+		mu            sync.Mutex
+		firstErrs     []error
+	)
+	record := func(err error) {
+		if errors.Is(err, runclaim.ErrLimited) {
+			return
+		}
+		errs.Add(1)
+		mu.Lock()
+		if len(firstErrs) < 5 {
+			firstErrs = append(firstErrs, err)
+		}
+		mu.Unlock()
+	}
+	for r := range 3 {
+		c := newClaimer(t, migratedStore(t, db.NewPool(t, nil)), runclaim.WithSourceKeys(func(string) []string { return []string{key} }))
+		wg.Go(func() {
+			for i := 0; i < 2000 && !done.Load(); i++ {
+				_, err := c.Claim(ctx, fmt.Sprintf("single/%d/%d", r, i))
+				singles.Add(1)
+				record(err)
+			}
+		})
+	}
+	for range 3 {
+		start := time.Now()
+		runs, err := batch.ClaimMany(ctx, sources)
+		if err != nil {
+			record(err)
+		}
+		if len(runs) != 0 {
+			t.Errorf("the batch won %d runs of a full key", len(runs))
+		}
+		t.Logf("a batch of %d sources naming the full key took %v", len(sources), time.Since(start))
+	}
+	done.Store(true)
+	wg.Wait()
+	t.Logf("%d single claims beside the batches", singles.Load())
+	if errs.Load() != 0 {
+		t.Errorf("%d claims failed (want every one a skip for the key): %v", errs.Load(), firstErrs)
+	}
+	if singles.Load() == 0 {
+		t.Errorf("no single claim ran beside the batches")
+	}
+}
