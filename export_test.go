@@ -61,3 +61,7 @@ func SetPreviousKeyLocks(s *PostgresStore) { s.previousKeyLocks = true }
 // StartsTable returns the quoted, schema-qualified name of s's table of
 // keys' starts.
 func StartsTable(s *PostgresStore) string { return s.startsTable() }
+
+// KeysTable returns the quoted, schema-qualified name of s's table of
+// keys' limits and cooldowns.
+func KeysTable(s *PostgresStore) string { return s.keysTable() }

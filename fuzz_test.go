@@ -541,26 +541,29 @@ func FuzzTableName(f *testing.F) {
 			wantIdents = append(wantIdents, schema, table)
 		}
 		wantIdents = append(wantIdents, control...)
-		wantIdents = append(wantIdents, schema, table, schema, table)
-		wantIdents = append(wantIdents, starts...)
-		wantIdents = append(wantIdents, starts...)
-		wantIdents = append(wantIdents, schema, table+"_claim") // the overload with a state, again
-		for range 2 {
-			wantIdents = append(wantIdents, schema, table)
-			wantIdents = append(wantIdents, control...)
-		}
-		for range 2 {
-			wantIdents = append(wantIdents, schema, table)
-		}
+		wantIdents = append(wantIdents, schema, table, schema, table) // the inserts
+		wantIdents = append(wantIdents, starts...)                    // of starts,
+		wantIdents = append(wantIdents, starts...)                    // each numbered,
+		wantIdents = append(wantIdents, starts...)                    // and the old ones
+		wantIdents = append(wantIdents, schema, table+"_claim")       // the overload with a state, again:
+		wantIdents = append(wantIdents, schema, table)                // the running run and the pause
+		wantIdents = append(wantIdents, control...)                   // before the source's lock,
+		wantIdents = append(wantIdents, schema, table, schema, table) // or, naming keys, with the latest start,
+		wantIdents = append(wantIdents, control...)
 		wantIdents = append(wantIdents, starts...)                    // a key's MaxStarts-th newest start
-		wantIdents = append(wantIdents, starts...)                    // from the newest
-		wantIdents = append(wantIdents, keys...)                      // its row
-		wantIdents = append(wantIdents, schema, table, schema, table) // its running runs
+		wantIdents = append(wantIdents, starts...)                    // from the newest,
+		wantIdents = append(wantIdents, keys...)                      // its row,
+		wantIdents = append(wantIdents, schema, table, schema, table) // its running runs,
+		wantIdents = append(wantIdents, schema, table)                // the tick, for a full key;
+		wantIdents = append(wantIdents, schema, table, schema, table) // under the lock, the latest start, the running run
+		wantIdents = append(wantIdents, control...)                   // and the pause,
+		wantIdents = append(wantIdents, schema, table)                // the tick
 		for range 4 {
 			wantIdents = append(wantIdents, schema, table)
 		}
 		wantIdents = append(wantIdents, control...)
 		wantIdents = append(wantIdents, schema, table, schema, table)
+		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, states...)

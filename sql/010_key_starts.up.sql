@@ -462,8 +462,12 @@ BEGIN
 			        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
 			RETURNING i.id, i.started_at, i.lease_until
 		), st AS (
-			INSERT INTO {{table_starts}} (key, started_at, run_id)
-			SELECT u.k, ins.started_at, ins.id FROM ins, pg_catalog.unnest(p_keys) AS u(k)
+			-- Each start numbered here, the next of its key (version
+			-- 10): this statement began after the locks of the keys.
+			INSERT INTO {{table_starts}} (key, started_at, run_id, seq)
+			SELECT u.k, ins.started_at, ins.id,
+			       coalesce((SELECT m.seq FROM {{table_starts}} AS m WHERE m.key OPERATOR(pg_catalog.=) u.k ORDER BY m.seq DESC LIMIT 1), 0) OPERATOR(pg_catalog.+) 1
+			  FROM ins, pg_catalog.unnest(p_keys) AS u(k)
 		)
 		SELECT ins.id, ins.started_at, ins.lease_until INTO run_id, run_started, run_lease FROM ins;
 		-- One win in 64 also deletes the starts of its keys older than
@@ -517,6 +521,11 @@ DECLARE
 	per_us bigint;
 	room_running integer;
 	room_starts integer;
+	key_limited pg_catalog.text;
+	key_until pg_catalog.timestamptz;
+	key_note pg_catalog.text;
+	earlier boolean;
+	pre_retry pg_catalog.timestamptz;
 BEGIN
 	-- The body of the overload with keys (version 8), for a single claim
 	-- (a ClaimMany calls that overload), rather than a call of it or of
@@ -554,22 +563,7 @@ BEGIN
 	-- The source's running run and its pause, read before the advisory
 	-- lock: a pause or a live holder is the answer as of this statement's
 	-- snapshot, and takes no lock. Anything else is read again under it.
-	SELECT c.id, c.owner, c.started_at, c.lease_until,
-	       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
-	       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at
-	  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at
-	  FROM (SELECT) AS one
-	  LEFT JOIN {{table}} AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
-	  LEFT JOIN {{table_control}} AS k ON k.source OPERATOR(pg_catalog.=) p_source;
-	db_now := pg_catalog.clock_timestamp();
-	IF NOT paused AND run_lease OPERATOR(pg_catalog.>) db_now THEN
-		RETURN;
-	END IF;
-	IF NOT paused THEN
-		locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
-		IF NOT locked THEN
-			RETURN;
-		END IF;
+	IF p_keys IS NULL THEN
 		SELECT c.id, c.owner, c.started_at, c.lease_until,
 		       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
 		       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at
@@ -577,46 +571,36 @@ BEGIN
 		  FROM (SELECT) AS one
 		  LEFT JOIN {{table}} AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
 		  LEFT JOIN {{table_control}} AS k ON k.source OPERATOR(pg_catalog.=) p_source;
-		db_now := pg_catalog.clock_timestamp();
+	ELSE
+		SELECT c.id, c.owner, c.started_at, c.lease_until,
+		       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
+		       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at,
+		       (SELECT l.started_at OPERATOR(pg_catalog.+) greatest(l.min_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond')
+		         FROM {{table}} AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1)
+		  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at, pre_retry
+		  FROM (SELECT) AS one
+		  LEFT JOIN {{table}} AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
+		  LEFT JOIN {{table_control}} AS k ON k.source OPERATOR(pg_catalog.=) p_source;
 	END IF;
-	IF paused THEN
-		locked := false;
-		run_id := NULL;
-		run_owner := note;
-		run_started := NULL;
-		run_lease := NULL;
-		retry_after := pause_end;
-		RETURN;
-	END IF;
-	IF run_lease OPERATOR(pg_catalog.>) db_now THEN
-		RETURN;
-	END IF;
-	IF p_tick IS NOT NULL THEN
-		SELECT d.tick INTO done_tick
-		  FROM {{table}} AS d
-		 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
-		   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
-		   AND (run_id IS NULL OR d.id OPERATOR(pg_catalog.<>) run_id)
-		 ORDER BY d.tick DESC LIMIT 1;
-		IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
-			IF triggered IS NOT TRUE THEN
-				RETURN;
-			END IF;
-			served_tick := NULL;
-		END IF;
-	END IF;
-	SELECT l.started_at OPERATOR(pg_catalog.+) greatest(l.min_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond') INTO retry_after
-	  FROM {{table}} AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1;
 	db_now := pg_catalog.clock_timestamp();
-	IF retry_after OPERATOR(pg_catalog.>) db_now AND triggered IS NOT TRUE THEN
+	IF NOT paused AND run_lease OPERATOR(pg_catalog.>) db_now THEN
 		RETURN;
 	END IF;
-	-- The keys, in the order named, after every other reason to skip,
-	-- each read in statements after its lock: a cooldown in force, then
-	-- MaxRunning live runs naming the key, then MaxStarts starts in the
-	-- window. A skip answers limited_key, retry_after and, for a
-	-- cooldown, its note as run_owner, and has written nothing.
-	IF p_keys IS NOT NULL THEN
+	-- The keys, in the order named, before the lock of the source (version
+	-- 10): their locks, held since the start, keep what is read of
+	-- them true to the end, but for room that time or a finished run
+	-- makes. A skip for a key then needs the reasons reported before
+	-- it ruled out: without the lock of the source, as a live holder and a
+	-- pause are, the tick and the interval are read here; if either
+	-- holds, the claim goes on to the lock and decides under it,
+	-- and a key with no room is its answer after every other reason.
+	-- So a skip for a key takes no lock of the source.
+	-- Each key is read in statements after its lock: a cooldown in
+	-- force, then MaxRunning live runs naming the key, then MaxStarts
+	-- starts in the window. A skip answers limited_key, retry_after
+	-- and, for a cooldown, its note as run_owner, and has written
+	-- nothing.
+	IF NOT paused AND p_keys IS NOT NULL THEN
 		FOREACH k IN ARRAY p_keys LOOP
 			-- One query per key: its row, and only what its limit needs
 			-- counted, each against the same clock reading: the live
@@ -675,15 +659,97 @@ BEGIN
 				END IF;
 			END IF;
 			IF key_retry IS NOT NULL THEN
-				limited_key := k;
-				run_id := NULL;
-				run_owner := cool_note;
-				run_started := NULL;
-				run_lease := NULL;
-				retry_after := key_retry;
-				RETURN;
+				key_limited := k;
+				key_until := key_retry;
+				key_note := cool_note;
+				EXIT;
 			END IF;
 		END LOOP;
+		IF key_limited IS NOT NULL THEN
+			earlier := false;
+			IF p_tick IS NOT NULL THEN
+				SELECT d.tick INTO done_tick
+				  FROM {{table}} AS d
+				 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+				   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+				   AND (run_id IS NULL OR d.id OPERATOR(pg_catalog.<>) run_id)
+				 ORDER BY d.tick DESC LIMIT 1;
+				earlier := done_tick OPERATOR(pg_catalog.>=) p_tick AND triggered IS NOT TRUE;
+			END IF;
+			IF earlier IS NOT TRUE THEN
+				earlier := pre_retry OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AND triggered IS NOT TRUE;
+			END IF;
+			IF earlier IS NOT TRUE THEN
+				limited_key := key_limited;
+				run_id := NULL;
+				run_owner := key_note;
+				run_started := NULL;
+				run_lease := NULL;
+				retry_after := key_until;
+				RETURN;
+			END IF;
+			done_tick := NULL;
+			retry_after := NULL;
+		END IF;
+	END IF;
+	IF NOT paused THEN
+		locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
+		IF NOT locked THEN
+			RETURN;
+		END IF;
+		SELECT c.id, c.owner, c.started_at, c.lease_until,
+		       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
+		       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at,
+		       (SELECT l.started_at OPERATOR(pg_catalog.+) greatest(l.min_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond')
+		         FROM {{table}} AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1)
+		  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at, retry_after
+		  FROM (SELECT) AS one
+		  LEFT JOIN {{table}} AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
+		  LEFT JOIN {{table_control}} AS k ON k.source OPERATOR(pg_catalog.=) p_source;
+		db_now := pg_catalog.clock_timestamp();
+	END IF;
+	IF paused THEN
+		locked := false;
+		run_id := NULL;
+		run_owner := note;
+		run_started := NULL;
+		run_lease := NULL;
+		retry_after := pause_end;
+		RETURN;
+	END IF;
+	IF run_lease OPERATOR(pg_catalog.>) db_now THEN
+		RETURN;
+	END IF;
+	IF p_tick IS NOT NULL THEN
+		SELECT d.tick INTO done_tick
+		  FROM {{table}} AS d
+		 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+		   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+		   AND (run_id IS NULL OR d.id OPERATOR(pg_catalog.<>) run_id)
+		 ORDER BY d.tick DESC LIMIT 1;
+		IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
+			IF triggered IS NOT TRUE THEN
+				RETURN;
+			END IF;
+			served_tick := NULL;
+		END IF;
+	END IF;
+	-- The interval: the latest start, read with the running run under
+	-- the lock (version 10).
+	db_now := pg_catalog.clock_timestamp();
+	IF retry_after OPERATOR(pg_catalog.>) db_now AND triggered IS NOT TRUE THEN
+		RETURN;
+	END IF;
+	-- A key with no room, found before the lock of the source (see there):
+	-- every earlier reason turned out not to hold under the lock either.
+	IF key_limited IS NOT NULL THEN
+		limited_key := key_limited;
+		run_id := NULL;
+		run_owner := key_note;
+		run_started := NULL;
+		run_lease := NULL;
+		retry_after := key_until;
+		RETURN;
 	END IF;
 	IF run_id IS NOT NULL THEN
 		UPDATE {{table}} AS e SET status = 'expired', finished_at = pg_catalog.clock_timestamp()
@@ -742,8 +808,12 @@ BEGIN
 			        p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond', served_tick, p_keys)
 			RETURNING i.id, i.started_at, i.lease_until
 		), st AS (
-			INSERT INTO {{table_starts}} (key, started_at, run_id)
-			SELECT u.k, ins.started_at, ins.id FROM ins, pg_catalog.unnest(p_keys) AS u(k)
+			-- Each start numbered here, the next of its key (version
+			-- 10): this statement began after the locks of the keys.
+			INSERT INTO {{table_starts}} (key, started_at, run_id, seq)
+			SELECT u.k, ins.started_at, ins.id,
+			       coalesce((SELECT m.seq FROM {{table_starts}} AS m WHERE m.key OPERATOR(pg_catalog.=) u.k ORDER BY m.seq DESC LIMIT 1), 0) OPERATOR(pg_catalog.+) 1
+			  FROM ins, pg_catalog.unnest(p_keys) AS u(k)
 		)
 		SELECT ins.id, ins.started_at, ins.lease_until INTO run_id, run_started, run_lease FROM ins;
 		-- One win in 64 also deletes the starts of its keys older than
