@@ -52,7 +52,14 @@ SELECT 'history/' || (i % 64), 'succeeded', 'old', t, t, t, t, interval '0'
 FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '2020-01-01' + i * interval '1 minute' AS t) AS x`); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, "VACUUM (ANALYZE) "+store.Table()); err != nil {
+	// And the starts of 64 other keys, an hour of them, so that the
+	// statistics of the starts table, like those of the runs table,
+	// know a table in use (see BenchmarkClaimKeysFullWindow).
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO `+runclaim.StartsTable(store)+` (key, started_at, run_id)
+SELECT 'other/' || (i % 64), pg_catalog.clock_timestamp() - (20000 - i) * interval '180 milliseconds', -i FROM pg_catalog.generate_series(1, 20000) AS i`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "VACUUM (ANALYZE) "+store.Table()+", "+runclaim.StartsTable(store)+", "+runclaim.KeysTable(store)); err != nil {
 		b.Fatal(err)
 	}
 	win := func(opts ...runclaim.ClaimOption) func(int) time.Duration { return claimWinOp(b, c, sources, opts...) }

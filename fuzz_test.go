@@ -507,6 +507,8 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, schema, table)            // of the runs table's name, a literal
 		wantIdents = append(wantIdents, schema, table+"_number")  // a start numbered
 		wantIdents = append(wantIdents, starts...)
+		wantIdents = append(wantIdents, schema, table+"_top") // a key's newest number
+		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, schema, table+"_renum") // a gap closed,
 		wantIdents = append(wantIdents, schema, table+"_keylock")
 		wantIdents = append(wantIdents, starts...) // the starts below it

@@ -120,7 +120,7 @@ type PostgresStore struct {
 		runningTick, historyTick, releaseTick, pruneTick                         string
 		pause, resume, trigger, controls, operatorLockTimeout                    string
 		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
-		callKeys, callManyKeys, unclaimStarts                                    string // claims that name keys
+		callKeys, callManyKeys, callManyKeysNumbered, unclaimStarts              string // claims that name keys
 		lockKeys, lockRunKeys                                                    string // before starts are deleted
 		setLimit, deleteLimit, cooldown, endCooldown, keysState                  string // Limiter's, and Keys
 		callState, saveState, readState, readStates, setState, clearState        string // states (version 9)
@@ -207,6 +207,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.operatorLockTimeout = s.statement("operator_lock_timeout")
 	s.sql.callKeys = s.statement("call_keys")
 	s.sql.callManyKeys = s.statement("call_many_keys")
+	s.sql.callManyKeysNumbered = s.statement("call_many_keys_numbered")
 	s.sql.unclaimStarts = s.statement("unclaim_starts")
 	s.sql.lockKeys = s.statement("lock_keys")
 	s.sql.lockRunKeys = s.statement("lock_run_keys")

@@ -263,6 +263,26 @@ func (s *PostgresStore) missingFunc(err error) bool {
 	return false
 }
 
+// missingTop reports whether err says that version 10's function of a
+// key's newest start, which a batch naming keys calls on a table the
+// store knows at version 10, is missing: the step's Down dropped it. The
+// statement wrote nothing.
+func (s *PostgresStore) missingTop(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "42883": // undefined_function
+		name := s.table + topSuffix
+		return strings.HasPrefix(pgErr.Message, "function ") &&
+			(strings.Contains(pgErr.Message, name) || strings.Contains(pgErr.Message, pgx.Identifier{name}.Sanitize()))
+	case "XX000": // internal_error
+		return strings.HasPrefix(pgErr.Message, "cache lookup failed for function")
+	}
+	return false
+}
+
 // missingStates reports whether err says the table of states is missing
 // (42P01): a call of the overload of version 9 under way when the step's
 // Down dropped the table. The call wrote nothing.

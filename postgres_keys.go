@@ -48,13 +48,15 @@ const (
 // Suffixes of the objects of version 10, which numbers each key's starts:
 // the index of starts by key and number (nthSuffix), and the functions
 // that number a start inserted (numberSuffix), close the gap a start
-// deleted leaves (renumSuffix), and derive TableKeyLock in SQL for the
-// latter (keylockSuffix).
+// deleted leaves (renumSuffix), derive TableKeyLock in SQL for the latter
+// (keylockSuffix), and read a key's newest number for a batch
+// (topSuffix).
 const (
 	nthSuffix     = "_nth"
 	numberSuffix  = "_number"
 	renumSuffix   = "_renum"
 	keylockSuffix = "_keylock"
+	topSuffix     = "_top"
 )
 
 // keySeqVersion is the first schema version whose claims find a key's

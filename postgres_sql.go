@@ -38,8 +38,8 @@ import (
 //     schema-qualified;
 //   - {{table_nth}}: the index of keys' starts by number (version 10),
 //     quoted, and {{schema_table_nth}} the same schema-qualified;
-//     {{table_number}}, {{table_renum}} and {{table_keylock}}: its
-//     functions, quoted and schema-qualified;
+//     {{table_number}}, {{table_renum}}, {{table_keylock}} and
+//     {{table_top}}: its functions, quoted and schema-qualified;
 //   - {{table_literal}}, {{table_control_literal}}, {{table_keys_literal}},
 //     {{table_starts_literal}}: the runs table's and the other tables'
 //     quoted, schema-qualified names as dollar-quoted string literals,
@@ -184,5 +184,6 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_number}}", pgx.Identifier{s.schema, s.table + numberSuffix}.Sanitize(),
 		"{{table_renum}}", pgx.Identifier{s.schema, s.table + renumSuffix}.Sanitize(),
 		"{{table_keylock}}", pgx.Identifier{s.schema, s.table + keylockSuffix}.Sanitize(),
+		"{{table_top}}", pgx.Identifier{s.schema, s.table + topSuffix}.Sanitize(),
 	).Replace(q)
 }

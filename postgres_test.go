@@ -425,6 +425,7 @@ func wantSchema(table string) schemaDesc {
 			table + "_keylock(text)",
 			table + "_number()",
 			table + "_renum()",
+			table + "_top(text)",
 		},
 	}
 }

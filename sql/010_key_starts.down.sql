@@ -677,5 +677,6 @@ ALTER TABLE {{table_starts}} ALTER COLUMN seq DROP NOT NULL;
 DROP INDEX IF EXISTS {{schema_table_nth}};
 DROP FUNCTION IF EXISTS {{table_number}}();
 DROP FUNCTION IF EXISTS {{table_renum}}();
+DROP FUNCTION IF EXISTS {{table_top}}(pg_catalog.text);
 DROP FUNCTION IF EXISTS {{table_keylock}}(pg_catalog.text);
 COMMENT ON TABLE {{table}} IS 'runclaim schema version 9';

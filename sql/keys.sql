@@ -41,6 +41,35 @@ WITH c AS MATERIALIZED (
 SELECT c.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
 FROM c ORDER BY c.ord
 
+-- name: call_many_keys_numbered
+-- call_many_keys for a table at schema version 10, whose starts are
+-- numbered: the statement numbers the starts of a fast batch's wins, the
+-- next of each key's, in the order of the batch. Each key's newest number
+-- is read once, by a function with a snapshot of its own, after every
+-- call, so after the first took the locks of the batch's keys (the
+-- statement's own snapshot is older than them). In a batch that is not
+-- fast the calls recorded their starts and the insert does nothing.
+WITH c AS MATERIALIZED (
+	SELECT s.ord, s.koff, s.kn, s.k1, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
+	FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.text[]), pg_catalog.unnest($4::bigint[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($7::pg_catalog.timestamptz[]), pg_catalog.unnest($8::int[]), pg_catalog.unnest($9::int[]), pg_catalog.unnest($14::pg_catalog.text[]))
+	     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, koff, kn, k1, ord)
+	CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick,
+		CASE WHEN s.kn OPERATOR(pg_catalog.=) 1 THEN ARRAY[s.k1] WHEN s.kn OPERATOR(pg_catalog.>) 1 THEN ($10::pg_catalog.text[])[s.koff OPERATOR(pg_catalog.+) 1 : s.koff OPERATOR(pg_catalog.+) s.kn] END,
+		CASE WHEN s.ord OPERATOR(pg_catalog.=) 1 THEN $11::bigint[] END,
+		$12::pg_catalog.text[], $13::int[]) AS c
+), w AS MATERIALIZED (
+	SELECT u.k, c.run_started, c.run_id, pg_catalog.row_number() OVER (PARTITION BY u.k ORDER BY c.ord) AS n
+	  FROM c CROSS JOIN LATERAL pg_catalog.unnest(CASE WHEN c.kn OPERATOR(pg_catalog.=) 1 THEN ARRAY[c.k1] ELSE ($10::pg_catalog.text[])[c.koff OPERATOR(pg_catalog.+) 1 : c.koff OPERATOR(pg_catalog.+) c.kn] END) AS u(k)
+	 WHERE c.won AND c.kn OPERATOR(pg_catalog.>) 0
+), st AS (
+	INSERT INTO {{table_starts}} (key, started_at, run_id, seq)
+	SELECT w.k, w.run_started, w.run_id, t.top OPERATOR(pg_catalog.+) w.n
+	  FROM w JOIN (SELECT d.k, {{table_top}}(d.k) AS top FROM (SELECT DISTINCT w.k FROM w) AS d) AS t ON t.k OPERATOR(pg_catalog.=) w.k
+	ON CONFLICT DO NOTHING
+)
+SELECT c.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
+FROM c ORDER BY c.ord
+
 -- name: unclaim_starts
 -- Deletes the starts of the runs $3 started at $2 (pairwise) for the
 -- keys $1 (each run's keys, flattened, pairwise too): a claim given up

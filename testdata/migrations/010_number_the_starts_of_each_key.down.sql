@@ -677,5 +677,6 @@ ALTER TABLE "public"."runclaim_runs_starts" ALTER COLUMN seq DROP NOT NULL;
 DROP INDEX IF EXISTS "public"."runclaim_runs_nth";
 DROP FUNCTION IF EXISTS "public"."runclaim_runs_number"();
 DROP FUNCTION IF EXISTS "public"."runclaim_runs_renum"();
+DROP FUNCTION IF EXISTS "public"."runclaim_runs_top"(pg_catalog.text);
 DROP FUNCTION IF EXISTS "public"."runclaim_runs_keylock"(pg_catalog.text);
 COMMENT ON TABLE "public"."runclaim_runs" IS 'runclaim schema version 9';

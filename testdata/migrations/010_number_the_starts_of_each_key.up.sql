@@ -45,6 +45,16 @@ BEGIN
 	RETURN NEW;
 END
 $q$;
+-- The number of the newest start of a key, 0 for none, read with a
+-- snapshot of its own: for the statement of a batch, which numbers the
+-- starts of its wins after its calls took the locks of their keys.
+CREATE OR REPLACE FUNCTION "public"."runclaim_runs_top"(p_key pg_catalog.text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT SECURITY INVOKER
+AS $q$
+BEGIN
+	RETURN coalesce((SELECT s.seq FROM "public"."runclaim_runs_starts" AS s WHERE s.key OPERATOR(pg_catalog.=) p_key ORDER BY s.seq DESC LIMIT 1), 0);
+END
+$q$;
 -- Starts deleted from inside the numbers of a key (an Unclaim, a claim
 -- given up) close the gap: under the lock of the key, the starts above
 -- move down by the number deleted below them. Starts deleted from the bottom (the old
@@ -602,14 +612,12 @@ BEGIN
 	-- nothing.
 	IF NOT paused AND p_keys IS NOT NULL THEN
 		FOREACH k IN ARRAY p_keys LOOP
-			-- One query per key: its row, and only what its limit needs
-			-- counted, each against the same clock reading: the live
-			-- runs naming the key, and its starts in the window (at most
-			-- max_starts of them), with, for a bound reached, when it has
-			-- room again.
+			-- One query per key: its row and its MaxStarts-th newest
+			-- start, against one clock reading; then, for a MaxRunning
+			-- limit, its live runs against the same reading.
 			SELECT CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_until END,
 			       CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_note END,
-			       rr.n, rr.first_end, l.max_running,
+			       l.max_running,
 			       CASE WHEN l.max_starts OPERATOR(pg_catalog.>) 0 THEN (
 			           SELECT s.started_at FROM "public"."runclaim_runs_starts" AS s
 			            WHERE s.key OPERATOR(pg_catalog.=) k
@@ -617,21 +625,9 @@ BEGIN
 			                  OPERATOR(pg_catalog.-) (l.max_starts OPERATOR(pg_catalog.-) 1))
 			            LIMIT 1) END,
 			       l.max_starts, l.per_us, c.now
-			  INTO cool_until, cool_note, running_now, first_end, lim_running, nth_start, lim_starts, per_us, db_now
+			  INTO cool_until, cool_note, lim_running, nth_start, lim_starts, per_us, db_now
 			  FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
-			  JOIN "public"."runclaim_runs_keys" AS l ON l.key OPERATOR(pg_catalog.=) k
-			  LEFT JOIN LATERAL (
-			       SELECT pg_catalog.count(*) AS n, pg_catalog.min(x.lease_until) AS first_end
-			         FROM (SELECT r.lease_until FROM "public"."runclaim_runs" AS r
-			                WHERE l.max_running OPERATOR(pg_catalog.>) 0
-			                  AND r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.=) 1
-			                  AND r.keys OPERATOR(pg_catalog.=) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) c.now
-			               UNION ALL
-			               SELECT r.lease_until FROM "public"."runclaim_runs" AS r
-			                WHERE l.max_running OPERATOR(pg_catalog.>) 0
-			                  AND r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.>) 1
-			                  AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) c.now) AS x
-			       ) AS rr ON true;
+			  JOIN "public"."runclaim_runs_keys" AS l ON l.key OPERATOR(pg_catalog.=) k;
 			key_retry := NULL;
 			room_running := -1;
 			room_starts := -1;
@@ -641,6 +637,16 @@ BEGIN
 				key_retry := cool_until;
 			ELSE
 				IF lim_running OPERATOR(pg_catalog.>) 0 THEN
+					-- The live runs naming the key, against the same clock
+					-- reading: those naming it alone, and with others.
+					SELECT pg_catalog.count(*), pg_catalog.min(x.lease_until) INTO running_now, first_end
+					  FROM (SELECT r.lease_until FROM "public"."runclaim_runs" AS r
+					         WHERE r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.=) 1
+					           AND r.keys OPERATOR(pg_catalog.=) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) db_now
+					        UNION ALL
+					        SELECT r.lease_until FROM "public"."runclaim_runs" AS r
+					         WHERE r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.>) 1
+					           AND r.keys OPERATOR(pg_catalog.@>) ARRAY[k] AND r.lease_until OPERATOR(pg_catalog.>) db_now) AS x;
 					room_running := lim_running OPERATOR(pg_catalog.-) running_now;
 					IF room_running OPERATOR(pg_catalog.<=) 0 THEN
 						key_retry := first_end;
