@@ -69,6 +69,24 @@ var (
 	// ErrNotRunning is returned by Release when there is no running run to
 	// release.
 	ErrNotRunning = errors.New("runclaim: no such running run")
+
+	// SkipReasons are the reasons a claim is skipped for, in the order a
+	// claim reports them, each with its label: a short word that stays
+	// the same across releases, for logs and metrics (runclaimotel's
+	// runclaim.skip.reason attribute, runclaimprom's reason label,
+	// cronlock's skip lines). A new reason is added here, once, and every
+	// consumer that ranges over the list, or calls NotClaimedError.Label,
+	// knows it.
+	SkipReasons = []struct {
+		Err   error  // the reason, as NotClaimedError.Reason holds it
+		Label string // its label: lower case, words joined by "_"
+	}{
+		{ErrPaused, "paused"},
+		{ErrAlreadyRunning, "already_running"},
+		{ErrTickDone, "tick_done"},
+		{ErrTooSoon, "too_soon"},
+		{ErrLimited, "limited"},
+	}
 )
 
 // skipError is the type of the specific skip sentinels; each one also matches
@@ -168,3 +186,14 @@ func (e *NotClaimedError) Error() string {
 
 // Unwrap returns the Reason and ErrNotClaimed, so errors.Is matches both.
 func (e *NotClaimedError) Unwrap() []error { return []error{e.Reason, ErrNotClaimed} }
+
+// Label returns the label of the skip's reason (see SkipReasons), or
+// "other" for a reason not listed there.
+func (e *NotClaimedError) Label() string {
+	for _, r := range SkipReasons {
+		if errors.Is(e.Reason, r.Err) {
+			return r.Label
+		}
+	}
+	return "other"
+}

@@ -104,6 +104,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -301,18 +302,12 @@ func logResult(logger cron.Logger, source string, err error) {
 	}
 }
 
-// reason is a short word for why a claim was skipped.
+// reason is a short word for why a claim was skipped: its label (see
+// runclaim.SkipReasons), with spaces, and "claim in flight" for a source
+// held by no run yet.
 func reason(nc *runclaim.NotClaimedError) string {
-	switch {
-	case errors.Is(nc.Reason, runclaim.ErrTickDone):
-		return "tick done"
-	case errors.Is(nc.Reason, runclaim.ErrTooSoon):
-		return "too soon"
-	case errors.Is(nc.Reason, runclaim.ErrPaused):
-		return "paused"
-	case nc.Holder == nil:
+	if errors.Is(nc.Reason, runclaim.ErrAlreadyRunning) && nc.Holder == nil {
 		return "claim in flight"
-	default:
-		return "already running"
 	}
+	return strings.ReplaceAll(nc.Label(), "_", " ")
 }

@@ -418,25 +418,12 @@ func (t *Telemetry) observeSince(ctx context.Context, o metric.Observer, g metri
 	return nil
 }
 
-// skipReasons maps each reason to skip that runclaim defines to its value
-// of SkipReasonKey.
-var skipReasons = []struct {
-	err   error
-	value string
-}{
-	{runclaim.ErrAlreadyRunning, ReasonAlreadyRunning},
-	{runclaim.ErrTooSoon, ReasonTooSoon},
-	{runclaim.ErrTickDone, ReasonTickDone},
-	{runclaim.ErrPaused, ReasonPaused},
-	{runclaim.ErrLimited, ReasonLimited},
-}
-
-// skipReason is the value of SkipReasonKey for a skip with err: the
-// reason's own, or ReasonOther for a reason not in skipReasons.
+// skipReason is the label of a skip with err: its reason's, from
+// runclaim.SkipReasons (one table for every consumer), or ReasonOther.
 func skipReason(err error) string {
-	for _, r := range skipReasons {
-		if errors.Is(err, r.err) {
-			return r.value
+	for _, r := range runclaim.SkipReasons {
+		if errors.Is(err, r.Err) {
+			return r.Label
 		}
 	}
 	return ReasonOther

@@ -608,4 +608,11 @@ func TestSkipReasons(t *testing.T) {
 		wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
 			"map[runclaim.claim.outcome:skipped runclaim.skip.reason:"+want+" runclaim.source:nightly]=1")
 	}
+	// Every reason runclaim lists, a new one too, under its own label.
+	for _, r := range runclaim.SkipReasons {
+		b := setup(t)
+		b.tel.Hooks().Skipped(runclaim.Event{Source: "nightly", Err: &runclaim.NotClaimedError{Source: "nightly", Reason: r.Err}})
+		wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
+			"map[runclaim.claim.outcome:skipped runclaim.skip.reason:"+r.Label+" runclaim.source:nightly]=1")
+	}
 }

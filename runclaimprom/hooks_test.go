@@ -185,6 +185,15 @@ func TestSkipReasons(t *testing.T) {
 	if got, want := series(t, reg, "runclaim_limited_total", "source", "key"), []string{"keyed site:a=1"}; !slices.Equal(got, want) {
 		t.Errorf("runclaim_limited_total:\n got %q\nwant %q", got, want)
 	}
+	// Every reason runclaim lists, a new one too, under its own label.
+	for _, r := range runclaim.SkipReasons {
+		reg := prometheus.NewRegistry()
+		m := newMetrics(t, reg)
+		m.Hooks().Skipped(runclaim.Event{Source: "s", Err: &runclaim.NotClaimedError{Source: "s", Reason: r.Err}})
+		if got, want := skips(t, reg), []string{"s " + r.Label + "=1"}; !slices.Equal(got, want) {
+			t.Errorf("a skip for %v: runclaim_skips_total %q, want %q", r.Err, got, want)
+		}
+	}
 }
 
 // TestNewTwice: a second New on the same registry is an error and leaves

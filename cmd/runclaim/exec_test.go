@@ -472,3 +472,22 @@ func TestExecHelpDocumentsExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestExecSkipReasonEveryReason: exec says, for every reason runclaim
+// lists (runclaim.SkipReasons), a line of its own, never the line of a
+// claim in flight that a reason exec does not know would get.
+func TestExecSkipReasonEveryReason(t *testing.T) {
+	inFlight := skipReason(&runclaim.NotClaimedError{Source: "s", Reason: runclaim.ErrAlreadyRunning}, 0)
+	seen := map[string]bool{inFlight: true}
+	for _, r := range runclaim.SkipReasons {
+		nc := &runclaim.NotClaimedError{Source: "s", Reason: r.Err, Key: "k"}
+		if r.Err == runclaim.ErrAlreadyRunning {
+			nc.Holder = &runclaim.RunInfo{ID: 1, Source: "s", Owner: "o"}
+		}
+		line := skipReason(nc, 0)
+		if seen[line] {
+			t.Errorf("a skip for %v (%s) says %q, as another reason does", r.Err, r.Label, line)
+		}
+		seen[line] = true
+	}
+}
