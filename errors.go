@@ -38,6 +38,12 @@ var (
 	// pause's end as RetryAfter (zero for a pause until Resume) and its note.
 	ErrPaused = newSkip("runclaim: source is paused")
 
+	// ErrLimited means a key the claim named is limited: it is cooling down,
+	// it has MaxRunning runs running, or it had MaxStarts starts within its
+	// window. It matches ErrNotClaimed too; the *NotClaimedError names the Key,
+	// and RetryAfter says when the key has room again by the store's clock.
+	ErrLimited = newSkip("runclaim: a key the claim names is limited")
+
 	// ErrLeaseLost means the run is no longer this holder's: its lease ended and
 	// another claim expired it, or an operator released it. Heartbeat and Finish
 	// return it (use errors.Is), and Do cancels its function's context with it as
@@ -69,6 +75,16 @@ var (
 	// ErrNotRunning is returned by Release when there is no running run to
 	// release.
 	ErrNotRunning = errors.New("runclaim: no such running run")
+
+	// ErrKeysTruncated is returned by Keys, wrapped (use errors.Is), together
+	// with the first MaxKeyStates keys by name and the clock, when more keys
+	// than that have a limit or a cooldown in force.
+	ErrKeysTruncated = errors.New("runclaim: more keys have a limit or a cooldown than MaxKeyStates")
+
+	// ErrSourceHeld is returned by SetState and ClearState without force while
+	// a run of the source is running with a live lease: the run read the state
+	// when it was claimed, and its next save would overwrite the operator's.
+	ErrSourceHeld = errors.New("runclaim: a run of the source is running")
 
 	// SkipReasons are the reasons a claim is skipped for, in the order a
 	// claim reports them, each with its label: a short word that stays

@@ -14,21 +14,6 @@ import (
 // claim's keys inside the claim, under the key's lock and by its own clock,
 // so that a limit binds every replica of every version that names the key.
 
-// Bounds of keys and their limits. Every input beyond them is refused with
-// an error, before anything is sent to the store.
-const (
-	// MaxKeyLen is the longest key, in bytes.
-	MaxKeyLen = 512
-	// MaxKeys is the most keys one claim names.
-	MaxKeys = 16
-	// MaxLimitPer is the longest window a Limit's MaxStarts counts in.
-	MaxLimitPer = 31 * 24 * time.Hour
-	// MaxLimitCount bounds MaxRunning and MaxStarts.
-	MaxLimitCount = 1_000_000
-	// MaxCooldownNoteLen is the longest note a cooldown takes, in bytes.
-	MaxCooldownNoteLen = MaxPauseNoteLen
-)
-
 // Limit bounds the runs of every source whose claims name one key,
 // across every replica. Zero means no bound; a key whose limit is zero in
 // both counts, and that is not cooling down, constrains nothing.
@@ -59,12 +44,6 @@ func (l Limit) Validate() error {
 	}
 	return nil
 }
-
-// ErrLimited means a key the claim named is limited: it is cooling down,
-// it has MaxRunning runs running, or it had MaxStarts starts within its
-// window. It matches ErrNotClaimed too; the *NotClaimedError names the Key,
-// and RetryAfter says when the key has room again by the store's clock.
-var ErrLimited = newSkip("runclaim: a key the claim names is limited")
 
 // A Limiter is a Store that honours keys: it decides every key a claim
 // names inside the claim. PostgresStore and MemoryStore implement it.

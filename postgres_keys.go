@@ -286,14 +286,6 @@ type KeyState struct {
 	Note         string
 }
 
-// MaxKeyStates is the most keys Keys reports.
-const MaxKeyStates = 10000
-
-// ErrKeysTruncated is returned by Keys, wrapped (use errors.Is), together
-// with the first MaxKeyStates keys by name and the clock, when more keys
-// than that have a limit or a cooldown in force.
-var ErrKeysTruncated = errors.New("runclaim: more keys have a limit or a cooldown than MaxKeyStates")
-
 // Keys returns every key that has a limit or a cooldown in force, by
 // name, with its live runs and its starts in the window, and the database
 // clock when it read them. When more than MaxKeyStates keys have one, it

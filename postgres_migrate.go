@@ -12,7 +12,37 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// LatestSchemaVersion is the version of the runs table's schema that this
+// A Migration is one step of the runs table's schema, for users of goose,
+// atlas or golang-migrate who apply schema changes with their own tool
+// instead of calling Migrate.
+//
+// Every step is additive: the code of the release before it keeps working
+// on a table that has it, so that old and new replicas can run side by side
+// during a rolling deploy. Apply a step before the release that needs it
+// starts, and remove it only after no replica of that release runs.
+type Migration struct {
+	// Version is the schema version the step brings the table to.
+	Version int
+	// Name says what the step does.
+	Name string
+	// Up applies the step. It is idempotent, and it records the version in
+	// the table's comment ("runclaim schema version N"), from which
+	// SchemaVersion reads it. Like Down, it starts by pinning the
+	// search_path to pg_catalog for its transaction: run each step as one
+	// transaction.
+	Up string
+	// Down undoes the step and records the version before it. Run it only
+	// once no replica needs the step any more: rolling back the code does
+	// not need it, because the older release works on the newer schema.
+	Down string
+}
+
+// versionComment is the table comment that records a schema version.
+const versionComment = "runclaim schema version "
+
+var versionCommentRE = regexp.MustCompile("^" + versionComment + "([0-9]+)$")
+
+// The versions of the runs table's schema that this
 // release's PostgresStore needs and Migrate creates.
 //
 //   - Version 1: the runs table, its unique index on running runs and its
@@ -74,38 +104,7 @@ import (
 //     the same whatever the starts in its window. Roles that may insert
 //     into the runs table are granted UPDATE of the number. Replicas of
 //     the release before run the new bodies too.
-const LatestSchemaVersion = 10
-
-// A Migration is one step of the runs table's schema, for users of goose,
-// atlas or golang-migrate who apply schema changes with their own tool
-// instead of calling Migrate.
 //
-// Every step is additive: the code of the release before it keeps working
-// on a table that has it, so that old and new replicas can run side by side
-// during a rolling deploy. Apply a step before the release that needs it
-// starts, and remove it only after no replica of that release runs.
-type Migration struct {
-	// Version is the schema version the step brings the table to.
-	Version int
-	// Name says what the step does.
-	Name string
-	// Up applies the step. It is idempotent, and it records the version in
-	// the table's comment ("runclaim schema version N"), from which
-	// SchemaVersion reads it. Like Down, it starts by pinning the
-	// search_path to pg_catalog for its transaction: run each step as one
-	// transaction.
-	Up string
-	// Down undoes the step and records the version before it. Run it only
-	// once no replica needs the step any more: rolling back the code does
-	// not need it, because the older release works on the newer schema.
-	Down string
-}
-
-// versionComment is the table comment that records a schema version.
-const versionComment = "runclaim schema version "
-
-var versionCommentRE = regexp.MustCompile("^" + versionComment + "([0-9]+)$")
-
 // migrations are the schema's steps, oldest first. Each is two files of
 // sql/, NNN_<file>.up.sql and .down.sql, with the table's names as their
 // only placeholders (see postgres_sql.go). A released step never changes

@@ -162,11 +162,6 @@ func (s *PostgresStore) State(ctx context.Context, source string) (SavedState, b
 	return st, true, nil
 }
 
-// ErrSourceHeld is returned by SetState and ClearState without force while
-// a run of the source is running with a live lease: the run read the state
-// when it was claimed, and its next save would overwrite the operator's.
-var ErrSourceHeld = errors.New("runclaim: a run of the source is running")
-
 // SetState sets the state of source to state (at most MaxStateLen bytes),
 // as an operator who must rewind a cursor: the next run claimed gets it.
 // Without force it is refused with ErrSourceHeld, and changes nothing,

@@ -14,9 +14,6 @@ import (
 // checkpoint: the state saved last by a run that held its lease at that
 // moment is the source's state, whatever that run's outcome later.
 
-// MaxStateLen is the longest state a source keeps, in bytes.
-const MaxStateLen = 64 << 10
-
 // A StateSaver is a Store that keeps each source's state: its Claim
 // returns the source's state in RunInfo.State when it wins, read in the
 // claim's own critical section, and SaveState saves a new one for a run

@@ -2,9 +2,15 @@ package runclaim
 
 import "time"
 
-// Defaults and limits. Every input beyond a limit is refused with an
-// error, before anything is sent to the store.
+// The package's constants: defaults, bounds, and the schema version this
+// release speaks. Every input beyond a bound is refused with an error,
+// before anything is sent to the store.
 const (
+	// LatestSchemaVersion is the version of the runs table's schema that
+	// this release creates (Migrate) and speaks; docs/schema.md says what
+	// each version adds.
+	LatestSchemaVersion = 10
+
 	// Claimer options (see New).
 
 	// DefaultLease is the lease a claim takes unless WithLease sets another.
@@ -81,4 +87,21 @@ const (
 	MaxKeepLast = 100_000
 	// MaxPauseNoteLen is the longest note a pause takes, in bytes.
 	MaxPauseNoteLen = 1024
+	// MaxStateLen is the longest state a source keeps, in bytes.
+	MaxStateLen = 64 << 10
+
+	// Keys and their limits (see WithKeys and Limiter).
+
+	// MaxKeyLen is the longest key, in bytes.
+	MaxKeyLen = 512
+	// MaxKeys is the most keys one claim names.
+	MaxKeys = 16
+	// MaxLimitPer is the longest window a Limit's MaxStarts counts in.
+	MaxLimitPer = 31 * 24 * time.Hour
+	// MaxLimitCount bounds MaxRunning and MaxStarts.
+	MaxLimitCount = 1_000_000
+	// MaxCooldownNoteLen is the longest note a cooldown takes, in bytes.
+	MaxCooldownNoteLen = MaxPauseNoteLen
+	// MaxKeyStates is the most keys Keys reports.
+	MaxKeyStates = 10000
 )
