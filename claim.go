@@ -69,15 +69,25 @@ func (c *Claimer) Claim(ctx context.Context, source string, opts ...ClaimOption)
 	return c.claim(ctx, source, o)
 }
 
-// claim is Claim, with the options o.
-func (c *Claimer) claim(ctx context.Context, source string, o claimOptions) (*Run, error) {
-	if err := checkContext(ctx); err != nil {
-		c.claimFailed(ctx, source, err, 0)
-		return nil, err
+// checkedRequest is the request of a claim of source with the options o,
+// once ctx and the request are checked; a failed check is reported to the
+// hooks as a failed claim, and nothing is sent.
+func (c *Claimer) checkedRequest(ctx context.Context, source string, o claimOptions) (ClaimRequest, error) {
+	err := checkContext(ctx)
+	var req ClaimRequest
+	if err == nil {
+		req, err = c.claimRequest(source, o)
 	}
-	req, err := c.claimRequest(source, o)
 	if err != nil {
 		c.claimFailed(ctx, source, err, 0)
+	}
+	return req, err
+}
+
+// claim is Claim, with the options o.
+func (c *Claimer) claim(ctx context.Context, source string, o claimOptions) (*Run, error) {
+	req, err := c.checkedRequest(ctx, source, o)
+	if err != nil {
 		return nil, err
 	}
 	sent := time.Now()

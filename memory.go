@@ -95,10 +95,7 @@ func NewMemoryStore(opts ...ClockOption) *MemoryStore {
 
 // Claim implements Store.
 func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, error) {
-	if err := checkContext(ctx); err != nil {
-		return RunInfo{}, err
-	}
-	if err := req.Validate(); err != nil {
+	if err := checkRequest(ctx, req); err != nil {
 		return RunInfo{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -392,10 +389,7 @@ func (s *MemoryStore) Trigger(ctx context.Context, source string) error {
 
 // Heartbeat implements Store.
 func (s *MemoryStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (time.Time, error) {
-	if err := checkContext(ctx); err != nil {
-		return time.Time{}, err
-	}
-	if err := req.Validate(); err != nil {
+	if err := checkRequest(ctx, req); err != nil {
 		return time.Time{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -423,10 +417,7 @@ func (s *MemoryStore) heartbeatLocked(req HeartbeatRequest) (time.Time, error) {
 
 // Finish implements Store.
 func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
-	if err := checkContext(ctx); err != nil {
-		return err
-	}
-	if err := req.Validate(); err != nil {
+	if err := checkRequest(ctx, req); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -491,10 +482,7 @@ func (s *MemoryStore) wakeLocked(source string) {
 
 // SaveState implements StateSaver.
 func (s *MemoryStore) SaveState(ctx context.Context, req SaveStateRequest) error {
-	if err := checkContext(ctx); err != nil {
-		return err
-	}
-	if err := req.Validate(); err != nil {
+	if err := checkRequest(ctx, req); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

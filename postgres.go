@@ -237,10 +237,7 @@ func (s *PostgresStore) Table() string {
 // call of the claim function) or, on a table without the function, one
 // batch: one round trip once pgx has prepared it on the connection.
 func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, error) {
-	if err := checkContext(ctx); err != nil {
-		return RunInfo{}, err
-	}
-	if err := req.Validate(); err != nil {
+	if err := checkRequest(ctx, req); err != nil {
 		return RunInfo{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -356,10 +353,7 @@ func (s *PostgresStore) Unclaim(ctx context.Context, run RunInfo) error {
 
 // Heartbeat implements Store in one statement.
 func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (time.Time, error) {
-	if err := checkContext(ctx); err != nil {
-		return time.Time{}, err
-	}
-	if err := req.Validate(); err != nil {
+	if err := checkRequest(ctx, req); err != nil {
 		return time.Time{}, err
 	}
 	var until pgtype.Timestamptz // not a time.Time, which pgx would wrap in an allocation
@@ -376,10 +370,7 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (ti
 // Finish implements Store in one statement; two when it raced another
 // Finish of the same run (see below).
 func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
-	if err := checkContext(ctx); err != nil {
-		return err
-	}
-	if err := req.Validate(); err != nil {
+	if err := checkRequest(ctx, req); err != nil {
 		return err
 	}
 	var errText *string

@@ -106,10 +106,7 @@ func (s *PostgresStore) claimState(ctx context.Context, req ClaimRequest, explic
 // version 9 and, for the role, INSERT and UPDATE on the table of states
 // (see docs/least-privilege.md).
 func (s *PostgresStore) SaveState(ctx context.Context, req SaveStateRequest) error {
-	if err := checkContext(ctx); err != nil {
-		return err
-	}
-	if err := req.Validate(); err != nil {
+	if err := checkRequest(ctx, req); err != nil {
 		return err
 	}
 	state := req.State

@@ -69,6 +69,15 @@ func checkContext(ctx context.Context) error {
 	return nil
 }
 
+// checkRequest is a store method's first check: a context, and a request
+// that is valid (its Validate).
+func checkRequest(ctx context.Context, req interface{ Validate() error }) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	return req.Validate()
+}
+
 // isNil reports whether v is nil or a nil pointer, map, slice, func, chan
 // or interface wrapped in a non-nil interface.
 func isNil(v any) bool {

@@ -130,13 +130,8 @@ var _ claimWaker = (*MemoryStore)(nil)
 
 // claimWaiting is Claim with Wait, with the options o.
 func (c *Claimer) claimWaiting(ctx context.Context, source string, o claimOptions) (*Run, error) {
-	if err := checkContext(ctx); err != nil {
-		c.claimFailed(ctx, source, err, 0)
-		return nil, err
-	}
-	req, err := c.claimRequest(source, o)
+	req, err := c.checkedRequest(ctx, source, o)
 	if err != nil {
-		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
 	start := time.Now()

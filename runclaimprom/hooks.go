@@ -143,12 +143,12 @@ func (m *Metrics) Hooks() runclaim.Hooks {
 }
 
 // skipReason is the label of a skip with err: its reason's, from
-// runclaim.SkipReasons (one table for every consumer), or ReasonOther.
+// runclaim.SkipReasons (one table for every consumer; a reason it does
+// not list is "other", ReasonOther), or ReasonOther for an error that is
+// not a skip.
 func skipReason(err error) string {
-	for _, r := range runclaim.SkipReasons {
-		if errors.Is(err, r.Err) {
-			return r.Label
-		}
+	if nc := (*runclaim.NotClaimedError)(nil); errors.As(err, &nc) {
+		return nc.Label()
 	}
 	return ReasonOther
 }

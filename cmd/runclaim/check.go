@@ -58,8 +58,7 @@ without --json, and "error" (else null) says why the check could not tell.`,
 
 // checkOptions are check's: the source and --max-age.
 type checkOptions struct {
-	source string
-	given  bool // a source was given
+	sourceArg
 	age    string
 	maxAge time.Duration // parsed by Validate
 }
@@ -68,18 +67,9 @@ func (o *checkOptions) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.age, "max-age", "", "the oldest a success may be, `D` (required; e.g. 26h or 1d)")
 }
 
-func (o *checkOptions) args(args []string) {
-	if len(args) == 1 {
-		o.source, o.given = args[0], true
-	}
-}
-
 // Validate checks that one valid source and a positive --max-age are given.
 func (o *checkOptions) Validate() error {
-	if !o.given {
-		return errors.New("give one source")
-	}
-	if err := runclaim.ValidateSource(o.source); err != nil {
+	if err := o.validate("give one source"); err != nil {
 		return err
 	}
 	if o.age == "" {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -47,12 +46,11 @@ JSON output: {"source", "paused_until" (null: until resumed), "note"}`,
 
 // pauseOptions are pause's: the source, --until and --note.
 type pauseOptions struct {
-	source    string
-	untilArg  string
-	untilSet  bool // --until was given, perhaps empty
-	note      string
-	hasSource bool
-	until     untilArg // parsed by Validate
+	sourceArg
+	untilArg string
+	untilSet bool // --until was given, perhaps empty
+	note     string
+	until    untilArg // parsed by Validate
 }
 
 func (o *pauseOptions) flags(fs *pflag.FlagSet) {
@@ -63,18 +61,9 @@ func (o *pauseOptions) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.note, "note", "", "why the source is paused, shown with every skip (at most 1024 bytes)")
 }
 
-func (o *pauseOptions) args(args []string) {
-	if len(args) == 1 {
-		o.source, o.hasSource = args[0], true
-	}
-}
-
 // Validate checks the source, the note and --until.
 func (o *pauseOptions) Validate() error {
-	if !o.hasSource {
-		return errors.New("give the source to pause")
-	}
-	if err := runclaim.ValidateSource(o.source); err != nil {
+	if err := o.validate("give the source to pause"); err != nil {
 		return err
 	}
 	if err := runclaim.ValidatePauseNote(o.note); err != nil {

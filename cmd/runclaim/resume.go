@@ -82,9 +82,13 @@ func (o *sourceArg) args(args []string) {
 }
 
 // Validate checks the source.
-func (o *sourceArg) Validate() error {
+func (o *sourceArg) Validate() error { return o.validate("give a source") }
+
+// validate checks that a valid source was given; missing says what to do
+// when none was.
+func (o *sourceArg) validate(missing string) error {
 	if !o.hasSource {
-		return errors.New("give a source")
+		return errors.New(missing)
 	}
 	return runclaim.ValidateSource(o.source)
 }
