@@ -207,3 +207,19 @@ func (r *Run) Cooldown(ctx context.Context, key string, d time.Duration, note st
 	}
 	return fmt.Errorf("runclaim: cooldown %s: the store (%T) is not a Limiter", quoteForError(key), r.claimer.store)
 }
+
+// KeyState is what Keys reports of one key.
+type KeyState struct {
+	Key   string
+	Limit Limit // zero when the key has none
+	// Running is how many runs that named the key are running with a
+	// live lease.
+	Running int
+	// Starts is how many runs that named the key started within the
+	// limit's window, counted up to Limit.MaxStarts; 0 without MaxStarts.
+	Starts int
+	// CoolingUntil is the end of the key's cooldown, zero when none is in
+	// force, and Note its note.
+	CoolingUntil time.Time
+	Note         string
+}

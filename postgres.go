@@ -556,11 +556,3 @@ func pgCode(err error) string {
 	}
 	return ""
 }
-
-// quoteForError quotes a source for an error message, cut to 64 bytes.
-func quoteForError(s string) string {
-	if len(s) > 64 {
-		return strconv.Quote(s[:64]) + "…"
-	}
-	return strconv.Quote(s)
-}

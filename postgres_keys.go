@@ -270,22 +270,6 @@ func (s *PostgresStore) keyError(ctx context.Context, what string, err error) er
 	return s.wrap(ctx, what, err)
 }
 
-// KeyState is what Keys reports of one key.
-type KeyState struct {
-	Key   string
-	Limit Limit // zero when the key has none
-	// Running is how many runs that named the key are running with a
-	// live lease.
-	Running int
-	// Starts is how many runs that named the key started within the
-	// limit's window, counted up to Limit.MaxStarts; 0 without MaxStarts.
-	Starts int
-	// CoolingUntil is the end of the key's cooldown, zero when none is in
-	// force, and Note its note.
-	CoolingUntil time.Time
-	Note         string
-}
-
 // Keys returns every key that has a limit or a cooldown in force, by
 // name, with its live runs and its starts in the window, and the database
 // clock when it read them. When more than MaxKeyStates keys have one, it

@@ -128,13 +128,6 @@ func (s *PostgresStore) SaveState(ctx context.Context, req SaveStateRequest) err
 	return nil
 }
 
-// SavedState is a source's state as an operator reads it.
-type SavedState struct {
-	State   []byte    // the state; empty is a state
-	SavedAt time.Time // when it was saved or set, by the database clock
-	RunID   int64     // the run that saved it; 0 when an operator set it
-}
-
 // State returns the state of source, and whether it has one: what the
 // next run claimed will get from Run.State. It needs schema version 9.
 func (s *PostgresStore) State(ctx context.Context, source string) (SavedState, bool, error) {

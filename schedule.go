@@ -1,58 +1,70 @@
 package runclaim
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
-// A schedule is the timing of a Claimer's runs. Every duration in it
-// follows from the lease and the heartbeat interval, and is computed here
-// only, once, when the Claimer is built (as River's leadershipTerm is).
-// The Claimer's accessors report its fields, and the docs name those
-// accessors rather than restate the formulas.
-//
-// The fields, for a lease L and a heartbeat interval H (L/3 unless
-// WithHeartbeat sets it, and under L/2):
-//
-//   - margin, (L - 2H)/4: how long before a lease ends by the holder's own
-//     clock a run without a successful heartbeat is given up as lost. The
-//     store's lease ends only as much later as the claim or heartbeat took
-//     to reach it, so giving up at the end itself would be too late: work
-//     could still be going on when another replica takes the source over.
-//     It is a quarter of the slack the heartbeat schedule leaves, positive
-//     since H < L/2, so one failed heartbeat still does not lose the run.
-//   - attempt, (L - margin - H)/3: the bound on one heartbeat attempt. An
-//     attempt that hangs is given up in time for two more before the run
-//     is given up.
-//   - retry, H/4: the wait after a failed or abandoned attempt.
-type schedule struct {
-	lease     time.Duration
-	heartbeat time.Duration
-	margin    time.Duration
-	attempt   time.Duration
-	retry     time.Duration
+// A Schedule says when a job's ticks are: Next returns the first tick
+// strictly after t. A schedule of robfig/cron v3 (cron.Schedule) is one.
+// Every replica of a service must use the same Schedule, so that they name
+// the same ticks.
+type Schedule interface {
+	Next(t time.Time) time.Time
 }
 
-// newSchedule derives the schedule of a lease and a heartbeat interval; a
-// heartbeat interval of 0 means the default, a third of the lease. It
-// returns an error naming WithHeartbeat for an interval of half the lease
-// or more. The lease is assumed valid (WithLease checks it).
-func newSchedule(lease, heartbeat time.Duration) (schedule, error) {
-	if heartbeat == 0 {
-		heartbeat = lease / 3
-	} else if heartbeat >= lease/2 {
-		return schedule{}, fmt.Errorf("runclaim: WithHeartbeat: interval %v must be shorter than half the lease (%v)", heartbeat, lease)
+// Every is the Schedule of the multiples of a period on the wall clock,
+// counted as time.Truncate counts them: runclaim.Every(time.Minute) ticks at
+// every whole minute, the same moments on every replica whenever it
+// started. A period that is not positive has no ticks.
+type Every time.Duration
+
+// Next returns the first multiple of the period after t, or the zero time
+// for a period that is not positive.
+func (e Every) Next(t time.Time) time.Time {
+	d := time.Duration(e)
+	if d <= 0 {
+		return time.Time{}
 	}
-	s := schedule{lease: lease, heartbeat: heartbeat, retry: heartbeat / 4}
-	s.margin = (lease - 2*heartbeat) / 4
-	s.attempt = (lease - s.margin - heartbeat) / 3
-	return s, nil
+	return t.Truncate(d).Add(d)
 }
 
-// localEnd is the end of a lease by the holder's own clock, for a claim or
-// heartbeat sent at sent.
-func (s schedule) localEnd(sent time.Time) time.Time { return sent.Add(s.lease) }
+// latest returns the last multiple of the period at or before t.
+func (e Every) latest(t time.Time) time.Time {
+	if d := time.Duration(e); d > 0 {
+		return t.Truncate(d)
+	}
+	return time.Time{}
+}
 
-// lostAt is when a run whose lease ends at localEnd, by the holder's own
-// clock, is given up as lost if no heartbeat succeeds meanwhile.
-func (s schedule) lostAt(localEnd time.Time) time.Time { return localEnd.Add(-s.margin) }
+// maxLookBack bounds how far back LatestTick looks for a tick: a little
+// over five years, as far as a cron schedule looks ahead for one.
+const maxLookBack = 5*366*24*time.Hour + time.Hour
+
+// LatestTick returns the latest tick of s at or before t, or the zero time
+// if s has none within five years before t. It finds it with s.Next alone,
+// in a few dozen calls for any schedule.
+func LatestTick(s Schedule, t time.Time) time.Time {
+	if e, ok := s.(Every); ok {
+		return e.latest(t)
+	}
+	if isNil(s) {
+		return time.Time{}
+	}
+	// Find a tick at or before t by looking back ever further, then step
+	// forward to the last one.
+	for back := time.Second; back <= 2*maxLookBack; back *= 2 {
+		p := s.Next(t.Add(-back))
+		if p.IsZero() {
+			return time.Time{}
+		}
+		if p.After(t) {
+			continue
+		}
+		for {
+			n := s.Next(p)
+			if n.IsZero() || n.After(t) || !n.After(p) {
+				return p
+			}
+			p = n
+		}
+	}
+	return time.Time{}
+}

@@ -124,3 +124,10 @@ func (r *Run) SaveState(ctx context.Context, state []byte) error {
 	}
 	return err
 }
+
+// SavedState is a source's state as an operator reads it.
+type SavedState struct {
+	State   []byte    // the state; empty is a state
+	SavedAt time.Time // when it was saved or set, by the database clock
+	RunID   int64     // the run that saved it; 0 when an operator set it
+}

@@ -206,3 +206,15 @@ func (r FinishRequest) Validate() error {
 	}
 	return nil
 }
+
+// RunInfo describes a run recorded in a store.
+type RunInfo struct {
+	ID         int64     // the run's fencing token
+	Source     string    // what was claimed
+	Owner      string    // who claimed it
+	StartedAt  time.Time // when it was claimed, by the store's clock
+	LeaseUntil time.Time // when its lease ends unless extended
+	Tick       time.Time // the scheduled tick it serves (ForTick); zero for a plain claim
+	State      string    // the source's state when a claim won the run (see StateSaver), as bytes in a string, which keeps RunInfo comparable
+	HasState   bool      // whether the source had a state then; false in a NotClaimedError's Holder
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"unicode"
 	"unicode/utf8"
 )
@@ -89,4 +90,12 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// quoteForError quotes a source for an error message, cut to 64 bytes.
+func quoteForError(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + "…"
+	}
+	return strconv.Quote(s)
 }
