@@ -274,6 +274,17 @@ var dollarTag = regexp.MustCompile(`^\$([A-Za-z_][A-Za-z0-9_]*)?\$`)
 func splitIdents(sql string) (idents []string, skeleton string, ok bool) {
 	var b strings.Builder
 	for i := 0; i < len(sql); {
+		if sql[i] != '$' && sql[i] != '"' && sql[i] != '\'' {
+			// Up to the next byte that may start a literal or an identifier,
+			// as it is.
+			j := strings.IndexAny(sql[i:], "$\"'")
+			if j < 0 {
+				j = len(sql) - i
+			}
+			b.WriteString(sql[i : i+j])
+			i += j
+			continue
+		}
 		if tag := dollarTag.FindString(sql[i:]); tag != "" && (i == 0 || !isIdentByte(sql[i-1])) {
 			end := strings.Index(sql[i+len(tag):], tag)
 			if end < 0 {
