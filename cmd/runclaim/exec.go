@@ -88,9 +88,9 @@ the lease can end. If exec is stopped (kill -STOP of its group, Ctrl-Z at
 a terminal) or starved past that time, the keeper kills the group then,
 though exec lives. Not covered: exec and the keeper both killed by PID
 ("pkill -9 -f runclaim"), or both stopped. The command itself still dies
-with the keeper on Linux, but processes it started live on, and may
-overlap the next host's run: stop exec with a signal it forwards, or kill
-its group, not its keeper.
+with the keeper on Linux, but processes it started can live on (they do
+when both die at once), and overlap the next host's run: stop exec with a
+signal it forwards, or kill its group, not its keeper.
 
 Out of reach: a process that leaves the group (setsid, setpgid, a daemon)
 is neither waited for nor killed, and may overlap the next host's run;

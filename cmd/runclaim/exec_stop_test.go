@@ -68,8 +68,12 @@ func TestExecStoppedKeeperEnforcesLease(t *testing.T) {
 }
 
 // TestExecAndKeeperKilledByPID kills exec and its keeper by PID with
-// SIGKILL, as "pkill -9 -f runclaim" does: no process of runclaim is left
-// to kill the command's group. On Linux the command itself still dies
+// SIGKILL, as "pkill -9 -f runclaim" does, at the same moment: no process
+// of runclaim is left to kill the command's group. (pkill sends one signal
+// after the other: whichever of the two outlives the other by a moment
+// sees it gone and kills the group, as TestExecProcessSupervisorKilled and
+// TestExecKeeperKilledByPID show; so both are stopped first, and neither
+// can act between the two kills.) On Linux the command itself still dies
 // with the keeper (PR_SET_PDEATHSIG); a process it started lives on, out
 // of reach, as docs/cli.md says. The test holds both sides: if the
 // command survived, or if its child were stopped after all, the docs
@@ -77,9 +81,11 @@ func TestExecStoppedKeeperEnforcesLease(t *testing.T) {
 func TestExecAndKeeperKilledByPID(t *testing.T) {
 	t.Parallel()
 	p, command, child, keeper := execWithChild(t, "killed")
-	for _, pid := range []int{p.cmd.Process.Pid, keeper} {
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		for _, pid := range []int{p.cmd.Process.Pid, keeper} {
+			if err := syscall.Kill(pid, sig); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	waitDead(t, command)
