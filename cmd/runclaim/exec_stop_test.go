@@ -72,8 +72,11 @@ func TestExecStoppedKeeperEnforcesLease(t *testing.T) {
 // of runclaim is left to kill the command's group. (pkill sends one signal
 // after the other: whichever of the two outlives the other by a moment
 // sees it gone and kills the group, as TestExecProcessSupervisorKilled and
-// TestExecKeeperKilledByPID show; so both are stopped first, and neither
-// can act between the two kills.) On Linux the command itself still dies
+// TestExecKeeperKilledByPID show; so exec is stopped first, then the
+// keeper killed, then exec, and neither can act between the kills. The
+// keeper is not stopped: once exec is gone, its group, orphaned with a
+// stopped member, would get SIGCONT and SIGHUP, and it would stop the
+// command's group.) On Linux the command itself still dies
 // with the keeper (PR_SET_PDEATHSIG); a process it started lives on, out
 // of reach, as docs/cli.md says. The test holds both sides: if the
 // command survived, or if its child were stopped after all, the docs
@@ -81,11 +84,12 @@ func TestExecStoppedKeeperEnforcesLease(t *testing.T) {
 func TestExecAndKeeperKilledByPID(t *testing.T) {
 	t.Parallel()
 	p, command, child, keeper := execWithChild(t, "killed")
-	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
-		for _, pid := range []int{p.cmd.Process.Pid, keeper} {
-			if err := syscall.Kill(pid, sig); err != nil {
-				t.Fatal(err)
-			}
+	for _, k := range []struct {
+		pid int
+		sig syscall.Signal
+	}{{p.cmd.Process.Pid, syscall.SIGSTOP}, {keeper, syscall.SIGKILL}, {p.cmd.Process.Pid, syscall.SIGKILL}} {
+		if err := syscall.Kill(k.pid, k.sig); err != nil {
+			t.Fatal(err)
 		}
 	}
 	waitDead(t, command)
