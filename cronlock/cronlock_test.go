@@ -280,6 +280,25 @@ func TestOutcomes(t *testing.T) {
 		}
 	})
 
+	t.Run("Limited", func(t *testing.T) {
+		// A skip for a key in cooldown is logged as one, not as a held
+		// source or a claim in flight.
+		events, log.lines = nil, nil
+		store := runclaim.NewMemoryStore()
+		if err := store.Cooldown(t.Context(), "site:a", time.Now().Add(time.Hour), "HTTP 429"); err != nil {
+			t.Fatal(err)
+		}
+		keyed, err := runclaim.New(store, runclaim.WithSourceKeys(func(string) []string { return []string{"site:a"} }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := 0
+		must[cron.JobWrapper](t)(cronlock.SkipUnlessClaimed(keyed, "keyed", log, everyMinute))(cron.FuncJob(func() { ran++ })).Run()
+		if got, want := log.String(), "info skip [source keyed reason limited]"; ran != 0 || got != want {
+			t.Fatalf("ran %d times, logged %q; want no run and %q", ran, got, want)
+		}
+	})
+
 	t.Run("Cancelled", func(t *testing.T) {
 		events, log.lines = nil, nil
 		ctx, cancel := context.WithCancel(t.Context())
