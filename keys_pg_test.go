@@ -830,3 +830,69 @@ SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FR
 		t.Errorf("no single claim ran beside the batches")
 	}
 }
+
+// TestManyKeysOnVersion9Table: a store that has not read the schema
+// version sends a batch naming keys in the statement of version 10, which
+// numbers the batch's starts. On a table at version 9 that statement
+// fails, having written nothing (the function of a key's newest number is
+// missing when the step was undone; the column of numbers too on a table
+// that never had it), and the store reads the version and sends the
+// statement of version 9: the batch claims, and honours the key, as on
+// any table. After the step again, a new store's batch numbers its
+// starts in a row.
+func TestManyKeysOnVersion9Table(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	store := migratedStore(t, db.Pool)
+	steps := store.Migrations()
+	step10 := steps[len(steps)-1]
+	if step10.Version != 10 {
+		t.Fatalf("the newest step is version %d; this test undoes version 10", step10.Version)
+	}
+	if _, err := db.Pool.Exec(ctx, step10.Down); err != nil {
+		t.Fatal(err)
+	}
+	const key = "site:v9"
+	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: 2, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	batch := func(prefix string) []*runclaim.Run {
+		fresh, err := runclaim.NewPostgresStore(db.Pool) // knows no version yet
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newClaimer(t, fresh, runclaim.WithSourceKeys(func(string) []string { return []string{key} }))
+		runs, err := c.ClaimMany(ctx, []string{prefix + "a", prefix + "b", prefix + "c"})
+		if err != nil {
+			t.Fatalf("ClaimMany naming a key: %v", err)
+		}
+		for _, r := range runs {
+			mustFinish(t, r)
+		}
+		return runs
+	}
+	if runs := batch("v9/"); len(runs) != 2 {
+		t.Fatalf("a batch of 3 on a key with room for 2, at version 9 (undone): %d runs", len(runs))
+	}
+	// A table that never had version 10 has no column of numbers either.
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE `+runclaim.StartsTable(store)+` DROP COLUMN seq`); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: 4, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if runs := batch("v9b/"); len(runs) != 2 {
+		t.Fatalf("a batch of 3 on a key with room for 2 more, at version 9: %d runs", len(runs))
+	}
+	if _, err := db.Pool.Exec(ctx, step10.Up); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: 6, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if runs := batch("v10/"); len(runs) != 2 {
+		t.Fatalf("a batch of 3 on a key with room for 2 more, at version 10: %d runs", len(runs))
+	}
+	checkStartNumbers(t, db.Pool, store)
+}

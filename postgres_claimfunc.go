@@ -177,13 +177,20 @@ const claimFuncVersion = 3
 // other 42883 (an operator or function the call's body uses, say) is an
 // error of its own, not an older table.
 func (s *PostgresStore) missingFunc(err error) bool {
+	return missingFuncNamed(err, s.table+claimFuncSuffix)
+}
+
+// missingFuncNamed reports whether err says that the function name (the
+// table's name with a suffix) is missing, in either form a missing
+// function gives: 42883, or XX000 for one dropped after the statement
+// was planned.
+func missingFuncNamed(err error, name string) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
 	switch pgErr.Code {
 	case "42883": // undefined_function
-		name := s.table + claimFuncSuffix
 		return strings.HasPrefix(pgErr.Message, "function ") &&
 			(strings.Contains(pgErr.Message, name) || strings.Contains(pgErr.Message, pgx.Identifier{name}.Sanitize()))
 	case "XX000": // internal_error
@@ -192,24 +199,20 @@ func (s *PostgresStore) missingFunc(err error) bool {
 	return false
 }
 
-// missingTop reports whether err says that version 10's function of a
-// key's newest start, which a batch naming keys calls on a table the
-// store knows at version 10, is missing: the step's Down dropped it. The
-// statement wrote nothing.
-func (s *PostgresStore) missingTop(err error) bool {
+// missingKeySeq reports whether err says that what version 10 adds for a
+// batch naming keys is missing: the function of a key's newest start
+// (the step undone under the store), or the column of numbers (a table
+// before version 10, which a store that does not know its version yet
+// tries the statement of version 10 on). The statement wrote nothing.
+func (s *PostgresStore) missingKeySeq(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
-	switch pgErr.Code {
-	case "42883": // undefined_function
-		name := s.table + topSuffix
-		return strings.HasPrefix(pgErr.Message, "function ") &&
-			(strings.Contains(pgErr.Message, name) || strings.Contains(pgErr.Message, pgx.Identifier{name}.Sanitize()))
-	case "XX000": // internal_error
-		return strings.HasPrefix(pgErr.Message, "cache lookup failed for function")
+	if pgErr.Code == "42703" { // undefined_column
+		return strings.Contains(pgErr.Message, `"seq"`) && strings.Contains(pgErr.Message, s.table+startsSuffix)
 	}
-	return false
+	return missingFuncNamed(err, s.table+topSuffix)
 }
 
 // missingStates reports whether err says the table of states is missing

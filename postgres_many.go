@@ -107,10 +107,13 @@ func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, expl
 		// The overload with keys, whatever the store knows of the schema,
 		// as for a single claim that names keys.
 		res, triggers, err := s.callMany(ctx, reqs, explicit, true)
-		if err != nil && s.schemaVer.version.Load() >= keySeqVersion && s.missingTop(err) {
-			// Version 10 undone under the store: the batch wrote nothing;
-			// send it as on a version 9 table, and go on so.
-			s.schemaVer.set(keySeqVersion - 1)
+		if err != nil && s.missingKeySeq(err) {
+			// A table before version 10 (or the step undone under the
+			// store): the batch wrote nothing. Read the version, which
+			// picks the statement, and send it again.
+			if _, serr := s.schemaState(ctx); serr != nil {
+				return nil, nil, s.claimManyError(ctx, reqs, err, true)
+			}
 			res, triggers, err = s.callMany(ctx, reqs, explicit, true)
 		}
 		switch {
@@ -240,8 +243,11 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 			}
 		}
 		sql, args = s.sql.callManyKeys, append(args, a.keyOffsets, a.keyCounts, a.keyNames, s.keyLocks(nil, a.keyNames), batchKeys, batchCounts, single)
-		if s.schemaVer.version.Load() >= keySeqVersion {
-			sql = s.sql.callManyKeysNumbered // the statement numbers its starts
+		if v := s.schemaVer.version.Load(); v == 0 || v >= keySeqVersion {
+			// The statement that numbers its starts, also while the
+			// version is not known: on an older table it fails, having
+			// written nothing, and claimMany reads the version.
+			sql = s.sql.callManyKeysNumbered
 		}
 	}
 	rowsRead := 0
