@@ -130,6 +130,12 @@ func TestNoSearchPathHijack(t *testing.T) {
 	if _, err := sharedtest.NewClaimer(t, v8).Claim(ctx, "v8", runclaim.WithKeys("v8-key")); err != nil {
 		t.Errorf("keyed Claim, version 8: %v", err)
 	}
+	// A batch naming keys on a table the store knows before version 10:
+	// the statement without the numbering (the trigger numbers its starts).
+	v9 := formStore(t, hostile, claimForm{"state", 9})
+	if runs, err := sharedtest.NewClaimer(t, v9).ClaimMany(ctx, []string{"v9-a", "v9-b"}, runclaim.WithKeys("v9-key")); err != nil || len(runs) != 2 {
+		t.Errorf("keyed ClaimMany, version 9: %d runs, %v", len(runs), err)
+	}
 	check("the statements of older tables")
 
 	// Claims whose caller gave up once the server had them: the store
