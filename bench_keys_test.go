@@ -223,10 +223,7 @@ func BenchmarkClaimKeysFullWindow(b *testing.B) {
 		if err := store.SetLimit(ctx, l.key, l.l); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO `+runclaim.StartsTable(store)+` (key, started_at, run_id)
-SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FROM pg_catalog.generate_series($2::int, 1, -1) AS i`, l.key, starts); err != nil {
-			b.Fatal(err)
-		}
+		insertStarts(b, db.Pool, store, l.key, starts)
 	}
 	const held = "held"
 	mustWin(b, benchClaimer(b, store, "holder"), held)

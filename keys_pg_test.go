@@ -772,10 +772,7 @@ func TestBusyBatchKeyNoErrors(t *testing.T) {
 	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: starts, Per: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO `+runclaim.StartsTable(store)+` (key, started_at, run_id)
-SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FROM pg_catalog.generate_series($2::int, 1, -1) AS i`, key, starts); err != nil {
-		t.Fatal(err)
-	}
+	insertStarts(t, db.Pool, store, key, starts)
 	sources := make([]string, runclaim.MaxClaimMany)
 	for i := range sources {
 		sources[i] = fmt.Sprintf("batch/%d", i)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
 )
@@ -135,10 +136,7 @@ func TestKeyDecisionIgnoresWindowSize(t *testing.T) {
 		if err := store.SetLimit(ctx, key, l); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO `+runclaim.StartsTable(store)+` (key, started_at, run_id)
-SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FROM pg_catalog.generate_series($2::int, 1, -1) AS i`, key, starts); err != nil {
-			t.Fatal(err)
-		}
+		insertStarts(t, db.Pool, store, key, starts)
 	}
 	if _, err := db.Pool.Exec(ctx, "ANALYZE "+runclaim.StartsTable(store)); err != nil {
 		t.Fatal(err)
@@ -210,5 +208,16 @@ func testKeyDecisionPlans(t *testing.T, db *pgtest.DB, mode string, n int, windo
 	}
 	if seen == 0 {
 		t.Fatalf("no statement read %s", table)
+	}
+}
+
+// insertStarts records n starts of key in store's table of starts, a tenth
+// of a second apart and ending now, oldest first, as claims would have,
+// with run IDs no run has.
+func insertStarts(tb testing.TB, pool *pgxpool.Pool, store *runclaim.PostgresStore, key string, n int) {
+	tb.Helper()
+	if _, err := pool.Exec(tb.Context(), `INSERT INTO `+runclaim.StartsTable(store)+` (key, started_at, run_id)
+SELECT $1, pg_catalog.clock_timestamp() - i * interval '100 milliseconds', -i FROM pg_catalog.generate_series($2::int, 1, -1) AS i`, key, n); err != nil {
+		tb.Fatal(err)
 	}
 }
