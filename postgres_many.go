@@ -109,10 +109,14 @@ func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, expl
 		res, triggers, err := s.callMany(ctx, reqs, explicit, true)
 		if err != nil && s.missingKeySeq(err) {
 			// A table before version 10 (or the step undone under the
-			// store): the batch wrote nothing. Read the version, which
-			// picks the statement, and send it again.
-			if _, serr := s.schemaState(ctx); serr != nil {
-				return nil, nil, s.claimManyError(ctx, reqs, err, true)
+			// store): the batch wrote nothing. The store reads the
+			// version; if it reads 10 (the step redone meanwhile) or
+			// cannot read it, it takes 9 as known. Either way the batch
+			// goes again in the statement of version 9, which works on
+			// version 10 too (the trigger numbers its starts), as later
+			// batches do until the next read of the version.
+			if st, serr := s.schemaState(ctx); serr != nil || st.version() >= keySeqVersion {
+				s.schemaVer.set(keySeqVersion - 1)
 			}
 			res, triggers, err = s.callMany(ctx, reqs, explicit, true)
 		}
