@@ -387,10 +387,10 @@ func interleave(b *testing.B, ops []timedOp) ([]latencies, int) {
 
 // benchForms returns a store pinned to each form of the claim (batch, then
 // function) on pool, whose table Migrate has brought to the latest version.
-func benchForms(b testing.TB, pool *pgxpool.Pool, opts ...runclaim.PostgresOption) (batch, function *runclaim.PostgresStore) {
+func benchForms(b testing.TB, pool *pgxpool.Pool, opts ...runclaim.PostgresOption) (batch *runclaim.BatchStore, function *runclaim.PostgresStore) {
 	b.Helper()
 	benchStore(b, pool, opts...)
-	return formStore(b, pool, claimForms[0], opts...), formStore(b, pool, claimForms[1], opts...)
+	return runclaim.NewBatchStore(b, formStore(b, pool, claimForms[0], opts...)), formStore(b, pool, claimForms[0], opts...)
 }
 
 // backendCPU returns the CPU time the server has spent, so far, in the
@@ -425,7 +425,7 @@ func BenchmarkClaimWin(b *testing.B) {
 	db := benchDB(b)
 	batch, function := benchForms(b, db.Pool)
 	cb, cf := benchClaimer(b, batch, "bench"), benchClaimer(b, function, "bench")
-	floor := newInsertFloor(batch, db.Pool)
+	floor := newInsertFloor(function, db.Pool)
 	sources := benchSources(16)
 	claim := func(c *runclaim.Claimer) func(int) time.Duration {
 		return func(i int) time.Duration {
@@ -625,7 +625,7 @@ FROM pg_catalog.pg_prepared_statements WHERE statement = ANY($1)`, sqls).Scan(&c
 func BenchmarkClaimVsReference(b *testing.B) {
 	db := benchDB(b)
 	batch, function := benchForms(b, db.Pool)
-	ref := newRefClaimer(batch, db.Pool, "ref")
+	ref := newRefClaimer(function, db.Pool, "ref")
 	sources := benchSources(16)
 	ctx := context.Background()
 	claim := func(c *runclaim.Claimer) func(int) time.Duration {
@@ -679,7 +679,7 @@ func BenchmarkThroughput16(b *testing.B) {
 	for w := range workers {
 		claimers[0][w] = benchClaimer(b, batch, fmt.Sprintf("lib-%02d", w))
 		claimers[1][w] = benchClaimer(b, function, fmt.Sprintf("lib-%02d", w))
-		refs[w] = newRefClaimer(batch, pool, fmt.Sprintf("ref-%02d", w))
+		refs[w] = newRefClaimer(function, pool, fmt.Sprintf("ref-%02d", w))
 	}
 	ctx := context.Background()
 	const ref = 2 // protocols: 0 the batch, 1 the function, 2 the reference
@@ -805,7 +805,7 @@ func BenchmarkContention64(b *testing.B) {
 	monitor := db.NewPool(b, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	batch, function := benchForms(b, pool)
 	var claimers [2][]*runclaim.Claimer
-	for f, store := range []*runclaim.PostgresStore{batch, function} {
+	for f, store := range []runclaim.Store{batch, function} {
 		claimers[f] = make([]*runclaim.Claimer, workers)
 		for w := range workers {
 			claimers[f][w] = benchClaimer(b, store, fmt.Sprintf("w%02d", w))
@@ -1018,7 +1018,7 @@ func BenchmarkHistory1M(b *testing.B) {
 	const fullTable = "runclaim_history"
 	emptyBatch, emptyFunc := benchForms(b, db.Pool)
 	fullBatch, fullFunc := benchForms(b, db.Pool, runclaim.WithTable("public", fullTable))
-	loadHistory(b, db.Pool, fullBatch, fullTable, rows)
+	loadHistory(b, db.Pool, fullBatch.PostgresStore, fullTable, rows)
 	var loaded int64
 	if err := db.Pool.QueryRow(context.Background(), "SELECT coalesce(max(id), 0) FROM "+fullBatch.Table()).Scan(&loaded); err != nil {
 		b.Fatal(err)
@@ -1045,7 +1045,10 @@ func BenchmarkHistory1M(b *testing.B) {
 		sources := benchSources(historySources)
 		// The forms claim sources half the list apart, so that no source is
 		// claimed twice within the minimum interval.
-		claim := func(store *runclaim.PostgresStore, offset int) timedOp {
+		claim := func(store interface {
+			runclaim.Store
+			Table() string
+		}, offset int) timedOp {
 			c := benchClaimer(b, store, "bench", opt)
 			return timedOp{store.Table(), func(i int) time.Duration {
 				var run *runclaim.Run
@@ -1240,15 +1243,8 @@ func BenchmarkRunAllocs(b *testing.B) {
 //   - the function (schema version 3): in every mode a warm claim is 1
 //     round trip of under 600 bytes, one TCP segment; in the default mode
 //     its first call on a connection takes 2 (pgx prepares it first);
-//   - the batch (a table at version 2): in the default mode the same, under
-//     600 bytes; in QueryExecModeExec and the simple protocol every claim
-//     carries the three statements' text: 2 to 3.5 kB, more than the 1,460
-//     bytes of one TCP segment on an Ethernet link.
 //
-// A new store's first claim calls the function (see
-// TestClaimFindsSchemaVersion); it is logged, and its round trips checked.
-// The batch's first claim on a connection in the default mode prepares its
-// statements under the claim's lock bound first (see TestClaimRoundTrips).
+// A new store's first claim is logged, and its round trips checked.
 // The figures are for a source and an owner of 8 bytes each, with the
 // default isolation level (READ COMMITTED).
 func TestClaimWireSize(t *testing.T) {
@@ -1265,11 +1261,10 @@ func TestClaimWireSize(t *testing.T) {
 		mode       pgx.QueryExecMode
 		firstTrips int64
 		function   bounds
-		batch      bounds
 	}{
-		{pgx.QueryExecModeCacheStatement, 2, small, small},
-		{pgx.QueryExecModeExec, 1, small, bounds{2000, 3500, false, true}},
-		{pgx.QueryExecModeSimpleProtocol, 1, small, bounds{2000, 3500, false, true}},
+		{pgx.QueryExecModeCacheStatement, 2, small},
+		{pgx.QueryExecModeExec, 1, small},
+		{pgx.QueryExecModeSimpleProtocol, 1, small},
 	} {
 		t.Run(strings.ReplaceAll(tc.mode.String(), " ", "_"), func(t *testing.T) {
 			ctx := t.Context()
@@ -1317,7 +1312,7 @@ func TestClaimWireSize(t *testing.T) {
 			for _, f := range []struct {
 				form claimForm
 				want bounds
-			}{{claimForms[2], tc.function}, {claimForms[1], tc.function}, {claimForms[0], tc.batch}} {
+			}{{claimForms[0], tc.function}} {
 				store := formStore(t, pool, f.form)
 				a := benchClaimer(t, store, "owner-aa")
 				b := benchClaimer(t, store, "owner-bb")
@@ -1325,20 +1320,9 @@ func TestClaimWireSize(t *testing.T) {
 				claim := func(c *runclaim.Claimer) func() error {
 					return func() (err error) { run, err = c.Claim(ctx, src); return err }
 				}
-				// The new store's first claim prepared the overload of
-				// version 9; the first call of an older one (version 3's
-				// or 4's), as a replica of a release before sends it,
-				// prepares it; the batch's
-				// first claim prepares its statements, under the claim's
-				// lock bound in the default mode.
+				// The new store's first claim prepared the call on the
+				// pool's one connection.
 				firstTrips := int64(1)
-				switch {
-				case tc.mode != pgx.QueryExecModeCacheStatement:
-				case f.form.version < 3:
-					firstTrips = 6
-				case f.form.version < runclaim.LatestSchemaVersion:
-					firstTrips = 2
-				}
 				if _, _, trips := measure(f.form.name+": first claim", claim(a)); trips != firstTrips {
 					t.Errorf("%s: first claim: %d round trips, want %d", f.form.name, trips, firstTrips)
 				}

@@ -27,9 +27,8 @@ import (
 func BenchmarkClaimTick(b *testing.B) {
 	db := benchDB(b)
 	benchStore(b, db.Pool)
-	v4 := formStore(b, db.Pool, claimForms[2])
-	v3 := formStore(b, db.Pool, claimForms[1])
-	c4, c3 := benchClaimer(b, v4, "bench"), benchClaimer(b, v3, "bench")
+	v4 := formStore(b, db.Pool, claimForms[0])
+	c4 := benchClaimer(b, v4, "bench")
 	floor := newInsertFloor(v4, db.Pool)
 	tickFloor := newInsertFloor(v4, db.Pool)
 	tickFloor.insert = `INSERT INTO ` + v4.Table() + ` (source, status, owner, started_at, lease_until, heartbeat_at, min_interval, tick)
@@ -90,7 +89,6 @@ FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '202
 	ops := []timedOp{
 		{"insert", insert(floor)},
 		{"insert-tick", insert(tickFloor)},
-		{"plain-v3", win(func(s string) (*runclaim.Run, error) { return c3.Claim(ctx, s) })},
 		{"plain", win(func(s string) (*runclaim.Run, error) { return c4.Claim(ctx, s) })},
 		{"tick", win(func(s string) (*runclaim.Run, error) {
 			tick = tick.Add(time.Second)
@@ -110,7 +108,6 @@ FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '202
 	b.ReportMetric(ratio(p50["tick"], p50["insert"]), "tick/insert")
 	b.ReportMetric(ratio(p50["tick"], p50["insert-tick"]), "tick/insert-tick")
 	b.ReportMetric(ratio(p50["tick"], p50["plain"]), "tick/plain")
-	b.ReportMetric(ratio(p50["plain"], p50["plain-v3"]), "plain/plain-v3")
 	b.ReportMetric(ratio(p50["plain-lose"], p50["select1"]), "plain-lose/select1")
 	b.ReportMetric(ratio(p50["tick-lose"], p50["select1"]), "tick-lose/select1")
 

@@ -16,75 +16,53 @@ import (
 	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
-// This file tests the two forms of the claim side by side: the batch of
-// schema version 2, the function of version 3 (postgres_claimfunc.go) and its
-// overload with a tick of version 4 (postgres_tickfunc.go), and how a
-// store finds out which one its table has.
+// This file tests the claim function (lock.go, postgres_claimfunc.go):
+// its answers in every case a claim meets, its definition, and the schema
+// versions a store claims on (the current one and the one before it).
 
-// pinForm is how long a store pinned to a form by formStore goes without
-// reading the schema version again: longer than any test.
-const pinForm = 1000 * time.Hour
-
-// claimForm is one form of the claim: the schema version a store is told
-// its table has.
+// claimForm is a form of the claim: the schema version a store is told its
+// table has. The store sends one form on every version it speaks; tests
+// that once ran every form range over claimForms still, so that a form
+// added for a new version is tested as the others are.
 type claimForm struct {
 	name    string
 	version int
 }
 
-var claimForms = []claimForm{{"batch", 2}, {"function", 3}, {"tick function", 4}}
+var claimForms = []claimForm{{"function", runclaim.LatestSchemaVersion}}
 
-// formStore returns a store on pool that claims in form f, whatever the
-// table's version (which must have the function for the function form).
+// formStore returns a store on pool that takes its table to be at f's
+// version.
 func formStore(t testing.TB, pool *pgxpool.Pool, f claimForm, opts ...runclaim.PostgresOption) *runclaim.PostgresStore {
 	t.Helper()
 	s, err := runclaim.NewPostgresStore(pool, opts...)
 	if err != nil {
 		t.Fatalf("NewPostgresStore: %v", err)
 	}
-	runclaim.SetSchemaRecheck(s, pinForm)
 	runclaim.SetClaimSchema(s, f.version)
 	return s
 }
 
-// checkForm fails the test unless the recorded claims were all sent in
-// form f, and returns how many there were.
+// checkForm fails the test if a recorded claim was sent as anything but
+// one call of the claim function, and returns how many calls there were.
 func checkForm(t *testing.T, rec *sqlRecorder, store *runclaim.PostgresStore, f claimForm) int {
 	t.Helper()
-	call := runclaim.ClaimFuncName(store)
 	batches, queries := rec.take()
-	n := 0
-	for _, q := range queries {
-		if strings.Contains(q, call) {
-			n++
-			if f.version < 3 {
-				t.Errorf("%s form: the claim function was called: %q", f.name, q)
-			}
-			if withTick := strings.Contains(q, "$7::pg_catalog.timestamptz"); withTick != (f.version >= 4) {
-				t.Errorf("%s form: the claim function was called with a tick %v: %q", f.name, withTick, q)
-			}
-		}
-	}
+	n := callsOf(queries, store)
 	for _, b := range batches {
 		all := strings.Join(b, "\n")
 		switch {
-		case strings.Contains(all, call):
+		case strings.Contains(all, runclaim.ClaimFuncName(store)):
 			n++
-			if f.version < 3 {
-				t.Errorf("%s form: the claim function was called: %q", f.name, b)
-			}
 		case strings.Contains(all, "pg_try_advisory_xact_lock"):
-			n++
-			if f.version >= 3 {
-				t.Errorf("%s form: a claim was sent as the batch: %q", f.name, b)
-			}
+			t.Errorf("%s form: a claim was sent as a batch: %q", f.name, b)
 		}
 	}
 	return n
 }
 
 // claimOutcome is what a claim answered, with the times relative to the
-// setup's runs so that the two forms, run on their own sources, compare.
+// setup's runs so that forms run on their own sources compare.
 type claimOutcome struct {
 	Won        bool
 	Reason     string // "already running", "too soon", or the error
@@ -94,8 +72,9 @@ type claimOutcome struct {
 	Rows       map[string]int
 }
 
-// TestClaimFormsAgree: the function and the batch give the same answer,
-// and leave the same rows, in every case a claim can meet: a free source,
+// TestClaimFormsAgree: every form of the claim (claimForms) gives the
+// answer each case wants, and leaves the rows it wants, in every case a
+// claim can meet: a free source,
 // a live holder, a lapsed holder (taken over, or left alone while another
 // transaction holds its row), a claim too soon by the claimer's interval or
 // by the one recorded with the last run (with a lapsed holder too: too soon
@@ -294,113 +273,80 @@ func migrateTo(t *testing.T, pool *pgxpool.Pool, v int) {
 	}
 }
 
-// TestClaimFindsSchemaVersion: a store learns which form its table takes
-// without a round trip of its own. Its first claim calls the function; on
-// a version 2 table that call fails, writing nothing, and the claim is
-// sent as the batch, which the store then keeps sending; it moves to the
-// function once another replica's migration has added it (at the next
-// read of the schema state, after the recheck interval); when the function
-// is dropped again (a step undone), the next claim still succeeds, sent
-// again as the batch, having written nothing in its failed call.
-func TestClaimFindsSchemaVersion(t *testing.T) {
+// TestClaimSchemaVersions: a store claims on the current schema version
+// and on the one before it, in one call of the claim function, and
+// refuses a table older than that with an error that names Migrate and
+// the CLI's migrate, having written nothing: for a single claim, a claim
+// that names keys, and a ClaimMany. A step undone under the store is
+// met the same way at its next claim.
+func TestClaimSchemaVersions(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := pgtest.New(t)
-	migrateTo(t, db.Pool, 2)
 	pool, rec := recordingPool(t, db)
 	store, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The recheck interval is an hour while the test checks that a claim
-	// does not read the version again (a busy machine cannot make it pass),
-	// and short only while the test waits for the store to move.
-	const recheck = 200 * time.Millisecond
-	runclaim.SetSchemaRecheck(store, time.Hour)
 	c := newClaimer(t, store)
-	cycle := func(what string) {
+	works := func(what string) {
 		t.Helper()
+		rec.take()
 		if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
 			t.Fatalf("%s: Do: %v", what, err)
 		}
-	}
-	// probed reports whether the recorded claims read the schema version.
-	probed := func(batches [][]string) bool {
-		for _, b := range batches {
-			if strings.Contains(strings.Join(b, "\n"), "obj_description") {
-				return true
+		if n := checkForm(t, rec, store, claimForms[0]); n != 1 {
+			t.Errorf("%s: %d calls of the claim function, want 1", what, n)
+		}
+		if err := c.Do(ctx, "keyed", func(context.Context, *runclaim.Run) error { return nil }, runclaim.WithKeys("k")); err != nil {
+			t.Fatalf("%s: Do with a key: %v", what, err)
+		}
+		for _, opts := range [][]runclaim.ClaimOption{nil, {runclaim.WithKeys("k")}} {
+			if err := c.DoMany(ctx, []string{"m1", "m2"}, func(context.Context, *runclaim.Run) error { return nil }, opts...); err != nil {
+				t.Fatalf("%s: DoMany %v: %v", what, opts, err)
 			}
 		}
-		return false
+	}
+	refused := func(what string, have int) {
+		t.Helper()
+		before := readState(t, db.Pool, store.Table())
+		for _, claim := range []func() error{
+			func() error { _, err := c.Claim(ctx, "src"); return err },
+			func() error { _, err := c.Claim(ctx, "keyed", runclaim.WithKeys("k")); return err },
+			func() error { _, err := c.ClaimMany(ctx, []string{"m1", "m2"}); return err },
+			func() error { _, err := c.ClaimMany(ctx, []string{"m1", "m2"}, runclaim.WithKeys("k")); return err },
+		} {
+			err := claim()
+			if err == nil || errors.Is(err, runclaim.ErrNotClaimed) {
+				t.Fatalf("%s: claim on a version %d table: %v, want the error that names Migrate", what, have, err)
+			}
+			for _, want := range []string{"Migrate", "runclaim migrate", fmt.Sprintf("schema version %d", have), fmt.Sprint(runclaim.OldestClaimVersion)} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: error %q does not say %q", what, err, want)
+				}
+			}
+		}
+		if after := readState(t, db.Pool, store.Table()); after != before {
+			t.Errorf("%s: refused claims changed the table from %+v to %+v", what, before, after)
+		}
 	}
 
-	rec.take()
-	if v := runclaim.ClaimSchema(store); v != 0 {
-		t.Fatalf("a new store knows version %d", v)
-	}
-	cycle("first claim on a version 2 table")
-	batches, queries := rec.take()
-	// The overload of version 9, then that of version 4, both missing.
-	if calls := callsOf(queries, store); probed(batches) || len(batches) != 1 || calls != 2 {
-		t.Errorf("first claim: batches %q, queries %q; want two calls of the function, then one batch", batches, queries)
-	}
-	if v := runclaim.ClaimSchema(store); v != 2 {
-		t.Errorf("after the first claim the store knows version %d, want 2", v)
-	}
-	cycle("second claim")
-	if batches, queries := rec.take(); probed(batches) || callsOf(queries, store) != 0 {
-		t.Errorf("the second claim, within the recheck interval, read the version again or called the function")
-	}
-
-	// Another replica migrates. The store moves to the function once it
-	// reads the version again.
-	migratedStore(t, db.Pool)
-	runclaim.SetSchemaRecheck(store, recheck)
-	waitUntil(t, 30*time.Second, recheck/4, "the store to call the function", func() bool {
-		cycle("claim while the function is added")
-		return runclaim.ClaimSchema(store) == runclaim.LatestSchemaVersion
-	})
-	runclaim.SetSchemaRecheck(store, time.Hour)
-	rec.take()
-	cycle("claim on the latest version")
-	if n := checkForm(t, rec, store, claimForms[len(claimForms)-1]); n != 1 {
-		t.Errorf("%d claims recorded, want 1", n)
-	}
-
-	// The step is undone under the store: its next claim fails to call
-	// the function and is sent again as the batch.
-	migrateTo(t, db.Pool, 2)
-	before := readState(t, db.Pool, store.Table())
-	run, err := c.Claim(ctx, "src")
-	if err != nil {
-		t.Fatalf("claim after the function was dropped: %v", err)
-	}
-	if after := readState(t, db.Pool, store.Table()); after.Rows != before.Rows+1 || after.MaxID != run.ID {
-		t.Errorf("claim after the function was dropped: table went from %+v to %+v, run %d; want exactly one more row", before, after, run.ID)
-	}
-	batches, queries = rec.take()
-	if callsOf(queries, store) != 2 || len(batches) != 1 || probed(batches) {
-		t.Errorf("claim after the function was dropped: queries %q, batches %q; want the failed calls (versions 9 and 4), then one batch", queries, batches)
-	}
-	if v := runclaim.ClaimSchema(store); v != 2 {
-		t.Errorf("after the function was dropped the store knows version %d, want 2", v)
-	}
-	if err := run.Finish(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-
-	// Migrate on the store itself records the version at once.
+	migrateTo(t, db.Pool, runclaim.OldestClaimVersion-1)
+	refused("two versions old", runclaim.OldestClaimVersion-1)
+	migrateTo(t, db.Pool, runclaim.OldestClaimVersion)
+	works("one version old")
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if v := runclaim.ClaimSchema(store); v != runclaim.LatestSchemaVersion {
 		t.Errorf("after Migrate the store knows version %d, want %d", v, runclaim.LatestSchemaVersion)
 	}
-	rec.take()
-	cycle("claim after Migrate")
-	if n := checkForm(t, rec, store, claimForms[len(claimForms)-1]); n != 1 {
-		t.Errorf("%d claims recorded after Migrate, want 1", n)
-	}
+	works("current")
+	// Steps undone under the store, which knows the current version.
+	migrateTo(t, db.Pool, runclaim.OldestClaimVersion)
+	works("the current step undone")
+	migrateTo(t, db.Pool, runclaim.OldestClaimVersion-1)
+	refused("two steps undone", runclaim.OldestClaimVersion-1)
 }
 
 // callsOf counts the calls of store's claim function among queries.

@@ -89,10 +89,10 @@ func TestPausedClaimWritesNothing(t *testing.T) {
 	}
 }
 
-// Rule: on a table older than version 5 claims go on as before, and Pause,
-// Resume and Trigger fail with an error that says to run Migrate, not a
-// skip, changing nothing; Controls lists nothing. After Migrate the same
-// store pauses.
+// Rule: on a table older than version 5, Pause, Resume and Trigger fail
+// with an error that says to run Migrate, not a skip, changing nothing, as
+// claims there do (the store claims on the versions before the current
+// one only); Controls lists nothing. After Migrate the same store pauses.
 func TestControlOnOlderTable(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -103,9 +103,6 @@ func TestControlOnOlderTable(t *testing.T) {
 	}
 	ctx := t.Context()
 	c := newClaimer(t, store)
-	if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
-		t.Fatalf("claim on a version 4 table: %v", err)
-	}
 	before := readState(t, db.Pool, store.Table())
 	for name, call := range map[string]func() error{
 		"Pause":   func() error { return store.Pause(ctx, "src", time.Time{}, "note") },
@@ -123,8 +120,8 @@ func TestControlOnOlderTable(t *testing.T) {
 	if list, now, err := store.Controls(ctx, ""); err != nil || len(list) != 0 || now.IsZero() {
 		t.Errorf("Controls on a version 4 table: %v, %v, %v; want nothing, the clock and no error", list, now, err)
 	}
-	if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
-		t.Errorf("claim on a version 4 table after the refused calls: %v", err)
+	if _, err := c.Claim(ctx, "src"); err == nil || !strings.Contains(err.Error(), "run Migrate") {
+		t.Errorf("claim on a version 4 table: %v, want an error that says to run Migrate", err)
 	}
 
 	if err := store.Migrate(ctx); err != nil {
@@ -173,7 +170,7 @@ func TestMigrateRepairsControl(t *testing.T) {
 			if err := fresh.Pause(ctx, "src", time.Time{}, "repaired"); err != nil {
 				t.Fatal(err)
 			}
-			for _, f := range claimForms[1:] { // both functions
+			for _, f := range claimForms {
 				s := formStore(t, db.Pool, f)
 				if _, err := s.Claim(ctx, runclaim.ClaimRequest{Source: "src", Owner: "o", Lease: time.Minute}); !errors.Is(err, runclaim.ErrPaused) {
 					t.Errorf("%s claim of a paused source after the repair: %v, want ErrPaused", f.name, err)
@@ -253,42 +250,6 @@ func TestOlderReleasesHonourControl(t *testing.T) {
 		if r := callOld(); r.won {
 			t.Errorf("%s: a second claim won on one trigger: %+v", name, r)
 		}
-	}
-}
-
-// Rule (documented in docs/schema.md): the batch, which a store sends only
-// to a table without the claim function, knows nothing of pauses and
-// triggers: a table whose functions were dropped claims as version 2 did,
-// a paused source included, until Migrate puts them back. SchemaVersion
-// says 2 meanwhile.
-func TestBatchIgnoresControl(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
-	ctx := t.Context()
-	if err := store.Pause(ctx, "src", time.Time{}, "hold"); err != nil {
-		t.Fatal(err)
-	}
-	batch := formStore(t, db.Pool, claimForms[0])
-	run, err := batch.Claim(ctx, runclaim.ClaimRequest{Source: "src", Owner: "o", Lease: time.Minute})
-	if err != nil {
-		t.Fatalf("batch claim of a paused source: %v, want a run: the batch does not read pauses", err)
-	}
-	if err := batch.Finish(ctx, runclaim.FinishRequest{ID: run.ID, Source: "src", StartedAt: run.StartedAt, Status: runclaim.StatusSucceeded}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, fmt.Sprintf("DROP FUNCTION %[1]s%[2]s; DROP FUNCTION %[1]s%[3]s", runclaim.ClaimFuncName(store), runclaim.ClaimFuncArgs,
-		"(bigint, text, text, bigint, bigint, bigint, timestamptz)")); err != nil {
-		t.Fatal(err)
-	}
-	if have, _, err := store.SchemaVersion(ctx); err != nil || have != 2 {
-		t.Errorf("SchemaVersion without the functions = %d, %v; want 2", have, err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := newClaimer(t, store).Claim(ctx, "src"); !errors.Is(err, runclaim.ErrPaused) {
-		t.Errorf("claim of the paused source after Migrate: %v, want ErrPaused", err)
 	}
 }
 

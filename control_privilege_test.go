@@ -108,8 +108,8 @@ func TestControlPrivileges(t *testing.T) {
 }
 
 // TestControlPrivilegesAfterUpgrade: an application role granted only what
-// claims needed before version 5 keeps claiming once the owner migrates to
-// it, while the previous release's replicas run: the step grants it what
+// claims needed before version 5 claims once the owner migrates the table
+// (whose version 4 this release refuses): the step grants it what
 // claims need on the new table (it may insert into the runs table), and
 // nothing more, so it uses a trigger but cannot pause.
 func TestControlPrivilegesAfterUpgrade(t *testing.T) {
@@ -134,14 +134,17 @@ func TestControlPrivilegesAfterUpgrade(t *testing.T) {
 	do := func(source string) error {
 		return c.Do(ctx, source, func(context.Context, *runclaim.Run) error { return nil })
 	}
-	if err := do("src"); err != nil {
-		t.Fatalf("claim on version 4: %v", err)
+	if err := do("src"); err == nil || !strings.Contains(err.Error(), "run Migrate") {
+		t.Fatalf("claim on version 4: %v, want the error that says to run Migrate", err)
 	}
 	if err := ownerStore.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if have, _, err := appStore.SchemaVersion(ctx); err != nil || have != runclaim.LatestSchemaVersion {
 		t.Fatalf("SchemaVersion after the upgrade: %d, %v", have, err)
+	}
+	if err := do("src"); err != nil {
+		t.Fatalf("claim after the upgrade: %v", err)
 	}
 	if err := do("src"); !errors.Is(err, runclaim.ErrTooSoon) {
 		t.Errorf("claim within the interval after the upgrade: %v, want ErrTooSoon", err)

@@ -2,22 +2,17 @@ package runclaim
 
 import (
 	"reflect"
-	"time"
 )
 
 // Hooks for the external tests (package runclaim_test); this file is
 // compiled only into the test binary.
 
-// SetClaimSchema makes s claim as on a table of schema version v: with the
-// function from claimFuncVersion on, as the batch before it. With a long
-// SetSchemaRecheck first, that pins the form, so that benchmarks and tests
-// can run both forms on one table.
+// SetClaimSchema makes s take its table to be at schema version v, as if
+// it had read it.
 func SetClaimSchema(s *PostgresStore, v int) { s.schemaVer.set(v) }
 
-// SetSchemaRecheck sets how long s goes by a version without the function
-// before it reads the version again (schemaRecheck by default). Call it
-// before s is used.
-func SetSchemaRecheck(s *PostgresStore, d time.Duration) { s.schemaVer.recheck = d }
+// OldestClaimVersion is the oldest schema version a store claims on.
+const OldestClaimVersion = oldestClaimVersion
 
 // ClaimSchema returns the schema version s claims by (0: not known yet).
 func ClaimSchema(s *PostgresStore) int { return int(s.schemaVer.version.Load()) }

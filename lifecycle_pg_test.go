@@ -444,10 +444,10 @@ func net2addr(host string, port uint16) string {
 // then fails with a wrapped 55P03 and writes nothing, whatever the
 // session's lock_timeout (none here). Every claim sets the bound before
 // anything of it touches the table, on a connection that has never
-// claimed too: the function form, the batch (a table at version 2, whose
-// statements pgx would otherwise parse, and so wait for the table lock,
-// before any of them has run), and a new store's first claim, which does
-// not know its table's version yet (runclaim exec's one claim is one).
+// claimed too: on the current schema version and the one before it, by a
+// store that has claimed before and by a new store's first claim, which
+// does not know its table's version yet (runclaim exec's one claim is
+// one).
 func TestClaimTableLockBounded(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -455,10 +455,10 @@ func TestClaimTableLockBounded(t *testing.T) {
 		version int  // the table's schema version
 		pin     bool // pin the store to the form of version; else a new store
 	}{
-		{"batch", 2, true},
-		{"function", 3, true},
-		{"new_store_v3", 3, false},
-		{"new_store_v2", 2, false},
+		{"current", runclaim.LatestSchemaVersion, true},
+		{"previous", runclaim.OldestClaimVersion, true},
+		{"new_store_current", runclaim.LatestSchemaVersion, false},
+		{"new_store_previous", runclaim.OldestClaimVersion, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

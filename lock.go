@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -84,76 +85,75 @@ type claimDecision struct {
 	key                  string             // the key
 }
 
+// The store speaks two schema versions: the current one,
+// LatestSchemaVersion, and the one before it, which a rolling deploy
+// needs (new replicas run Migrate at start; the old ones keep their own
+// functions). Both have the claim function's overload of version 9
+// (stateFuncArgs), which decides every claim: plain, for a tick, naming
+// keys, returning the state. A claim is one call of it. On an older table
+// the call fails, having written nothing, and the claim returns
+// tooOldError, which names Migrate: there is no other form to fall back
+// to.
+
+// oldestClaimVersion is the oldest schema version a store claims on.
+const oldestClaimVersion = LatestSchemaVersion - 1
+
 // claim runs the claim protocol once, in the implicit form or, with
-// explicit, inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT: as one
-// call of the claim function unless the store knows the table to be
-// without it, else as the batch.
+// explicit, inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT, as one
+// call of the claim function.
 //
-// A win also returns the time of the trigger it used up, zero if none (a
-// table at version 7 says; an older one never does), so that a caller
-// that gives the run up can give the trigger back.
+// A win also returns the time of the trigger it used up, zero if none, so
+// that a caller that gives the run up can give the trigger back.
 func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, time.Time, error) {
-	if s.schemaVer.useStateFunc() {
-		info, trigger, err, done := s.claimState(ctx, req, explicit)
-		if done {
-			return info, trigger, err
-		}
-	}
+	r := &stateClaim{}
+	r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
+	r.args = [9]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds(), &r.tick, nil, nil}
 	if len(req.Keys) > 0 {
-		return s.claimKeyed(ctx, req, explicit)
+		r.args[7], r.args[8] = req.Keys, s.keyLocks(nil, req.Keys)
 	}
-	if !req.Tick.IsZero() || s.schemaVer.useTickFunc() {
-		// A tick claim calls the function of version 4 whatever the store
-		// knows of the schema: on an older table it is missing, and the
-		// claim fails with an error that says so. A plain claim calls it
-		// once the table has it, or while that is not known.
-		r := &funcClaim{}
-		err := s.callClaim(ctx, req, explicit, r, true)
-		switch {
-		case err == nil:
-			if s.schemaVer.version.Load() < tickFuncVersion {
-				s.schemaVer.set(tickFuncVersion)
-			}
-			return r.result(req, explicit)
-		case !s.missingFunc(err):
-			return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true)
-		case !req.Tick.IsZero():
-			return RunInfo{}, time.Time{}, fmt.Errorf("runclaim: claim %s for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
-				quoteForError(req.Source), s.Table(), tickFuncVersion, err)
+	r.dest = [12]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey, &r.state}
+	var err error
+	if !explicit {
+		err = s.db.QueryRow(ctx, s.sql.callState, r.args[:]...).Scan(r.dest[:]...)
+	} else {
+		err = s.explicitQueryRow(ctx, s.sql.callState, r.args[:], r.dest[:]...)
+	}
+	r.settle()
+	switch {
+	case err == nil:
+	case s.missingFunc(err) || s.missingStates(err):
+		return RunInfo{}, time.Time{}, s.tooOldError(ctx, "claim "+quoteForError(req.Source), err)
+	default:
+		return RunInfo{}, time.Time{}, s.claimError(ctx, req, err)
+	}
+	info, trigger, err := r.result(req, explicit)
+	if err == nil && r.state != nil {
+		info.State, info.HasState = string(r.state), true
+	}
+	return info, trigger, err
+}
+
+// tooOldError explains a claim (what) that found the table without the
+// claim function of oldestClaimVersion (err): it reads the table's version
+// to say which it is. The claim wrote nothing.
+func (s *PostgresStore) tooOldError(ctx context.Context, what string, err error) error {
+	have := "older than " + strconv.Itoa(oldestClaimVersion)
+	if st, serr := s.schemaState(ctx); serr == nil {
+		if v := st.version(); v == 0 {
+			have = "missing"
+		} else {
+			have = "at schema version " + strconv.Itoa(v)
 		}
-		// No function of version 4: the table is at version 3 at most. The
-		// call wrote nothing; the batch decides, and reads the schema's
-		// state at the next recheck, which moves the store to the function
-		// of version 3 if the table has it.
-		s.schemaVer.noFunc()
 	}
-	if s.schemaVer.useFunc() {
-		r := &funcClaim{}
-		err := s.callClaim(ctx, req, explicit, r, false)
-		switch {
-		case err == nil:
-			return r.result(req, explicit)
-		case !s.missingFunc(err):
-			return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true)
-		}
-		// No function: a table at version 2, or one that lost it (a step
-		// undone, under load too; a table moved or restored without it).
-		// The call wrote nothing; the batch decides.
-		s.schemaVer.noFunc()
-	}
-	r := &batchClaimRow{}
-	if err := s.batchClaim(ctx, req, explicit, r); err != nil {
-		return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, false)
-	}
-	if r.probe {
-		s.schemaVer.set(r.state.version())
-	}
-	return r.result(req, explicit)
+	return fmt.Errorf("runclaim: %s: the runs table %s is %s, and this release claims on version %d, or %d while a rolling upgrade runs; "+
+		"run Migrate (or `runclaim migrate`), or apply the steps of Migrations with your migration tool: %w",
+		what, s.Table(), have, LatestSchemaVersion, oldestClaimVersion, err)
 }
 
 // claimError explains a claim that failed in the database; function says
 // whether it was the call of the claim function.
-func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err error, function bool) error {
+func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err error) error {
 	if len(req.Keys) > 0 && ctx.Err() == nil && s.keyLockBusy(err) {
 		return keyBusy(req, err)
 	}
@@ -163,14 +163,8 @@ func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err er
 			"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
 			quoteForError(req.Source), s.Table(), s.namespace, err)
 	case "42501": // insufficient_privilege
-		if function {
-			args := claimFuncArgs
-			if !req.Tick.IsZero() || s.schemaVer.useTickFunc() {
-				args = tickFuncArgs
-			}
-			return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s as well as SELECT, INSERT and UPDATE on %s, and, from schema version %d, SELECT and UPDATE (triggered_at) on %s; see docs/least-privilege.md)",
-				quoteForError(req.Source), err, s.claimFunc(), args, s.Table(), controlVersion, s.controlTable())
-		}
+		return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s, SELECT, INSERT and UPDATE on %s, SELECT and UPDATE (triggered_at) on %s, and, for keys and states, the grants docs/least-privilege.md lists)",
+			quoteForError(req.Source), err, s.claimFunc(), stateFuncArgs, s.Table(), s.controlTable())
 	}
 	return s.wrap(ctx, "claim "+quoteForError(req.Source), err)
 }

@@ -550,11 +550,8 @@ func TestIsolationFallback(t *testing.T) {
 // TestClaimRoundTrips counts what goes over the wire on a pool of one
 // connection: after the first claim has prepared the statements, a winning
 // claim, a losing claim, a heartbeat and a finish each take exactly one
-// write and one round trip, whatever the isolation default, in either form
-// of the claim. A new store's first claim calls the function. The batch's
-// first claim on a connection prepares its statements that touch the table
-// in a transaction of their own, under the claim's lock bound (BEGIN and
-// the bound, two prepares, COMMIT), before pgx prepares the rest.
+// write and one round trip, whatever the isolation default, for a store
+// that knows its table's version and for a new one.
 func TestClaimRoundTrips(t *testing.T) {
 	t.Parallel()
 	for _, level := range []string{"read committed", "repeatable read"} {
@@ -594,9 +591,6 @@ func TestClaimRoundTrips(t *testing.T) {
 				}
 				var run *runclaim.Run
 				first := int64(2) // prepare, then the claim
-				if f.version == 2 {
-					first += 4 // the bounded prepare of the table's statements
-				}
 				if level != "read committed" {
 					first += 2 // the explicit form, prepared first
 				}
@@ -650,10 +644,10 @@ func testDatabaseClock(t *testing.T, f claimForm) {
 	pool, rec := recordingPool(t, db)
 	store := formStore(t, pool, f)
 	var body string
-	// Both functions' bodies: since version 5 the one without a tick
-	// calls the one with a tick.
+	// The bodies of the overload a claim calls and of the one a ClaimMany
+	// calls.
 	if err := db.Pool.QueryRow(ctx, "SELECT string_agg(prosrc, E'\\n') FROM pg_catalog.pg_proc WHERE oid IN (pg_catalog.to_regprocedure($1), pg_catalog.to_regprocedure($2))",
-		runclaim.ClaimFuncName(store)+runclaim.ClaimFuncArgs, runclaim.ClaimFuncName(store)+"(bigint, text, text, bigint, bigint, bigint, timestamptz)").Scan(&body); err != nil {
+		runclaim.ClaimFuncName(store)+runclaim.StateFuncArgs, runclaim.ClaimFuncName(store)+"(bigint, text, text, bigint, bigint, bigint, timestamptz)").Scan(&body); err != nil {
 		t.Fatal(err)
 	}
 	// The test compares lease ends with the database clock's own

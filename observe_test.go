@@ -174,8 +174,8 @@ func TestClaimFailedHookPostgres(t *testing.T) {
 	if claimed != 0 || skipped != 0 || failed != 1 || events[0].Err != err || events[0].Source != "src" {
 		t.Errorf("Claimed %d, Skipped %d, ClaimFailed %d (%+v); want ClaimFailed once with Claim's error %v", claimed, skipped, failed, events, err)
 	}
-	if len(logs) != 1 || logs[0]["level"] != "ERROR" || !strings.Contains(logs[0]["error"].(string), "42P01") {
-		t.Errorf("logged %v; want one ERROR line with the database's error", logs)
+	if len(logs) != 1 || logs[0]["level"] != "ERROR" || !strings.Contains(logs[0]["error"].(string), "42883") || !strings.Contains(logs[0]["error"].(string), "run Migrate") {
+		t.Errorf("logged %v; want one ERROR line with the database's error and what to do", logs)
 	}
 }
 

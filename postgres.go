@@ -112,26 +112,22 @@ type PostgresStore struct {
 	syncCommit string
 	// sql holds the statements of sql/, filled in for the store's table.
 	sql struct {
-		lock, expire, claim, call, callTick, heartbeat, finish, unclaim, readRun string
-		unclaimRun, unclaimRunKeys, unclaimTrigger, unclaimManyTrigger           string
-		callMany, callManyTick, unclaimMany, heartbeatMany                       string // ClaimMany's and HeartbeatMany's
-		fenceLock, fenceCheck                                                    string
-		clock, running, history, releaseLockTimeout, release, prune              string
-		runningTick, historyTick, releaseTick, pruneTick                         string
-		pause, resume, trigger, controls, operatorLockTimeout                    string
-		sourceStateOne, sourceStateAll                                           string // Check's and SourceStates'
-		callKeys, callManyKeys, callManyKeysNumbered, unclaimStarts              string // claims that name keys
-		lockKeys, lockRunKeys                                                    string // before starts are deleted
-		setLimit, deleteLimit, cooldown, endCooldown, keysState                  string // Limiter's, and Keys
-		callState, saveState, readState, readStates, setState, clearState        string // states (version 9)
-		lockSource                                                               string // SetState's and ClearState's wait for claims in flight
+		heartbeat, finish, unclaim, readRun                               string
+		unclaimRun, unclaimRunKeys, unclaimTrigger, unclaimManyTrigger    string
+		callMany, unclaimMany, heartbeatMany                              string // ClaimMany's and HeartbeatMany's
+		fenceLock, fenceCheck                                             string
+		clock, running, history, releaseLockTimeout, release, prune       string
+		runningTick, historyTick, releaseTick, pruneTick                  string
+		pause, resume, trigger, controls, operatorLockTimeout             string
+		sourceStateOne, sourceStateAll                                    string // Check's and SourceStates'
+		callManyKeys, callManyKeysNumbered, unclaimStarts                 string // claims that name keys
+		lockKeys, lockRunKeys                                             string // before starts are deleted
+		setLimit, deleteLimit, cooldown, endCooldown, keysState           string // Limiter's, and Keys
+		callState, saveState, readState, readStates, setState, clearState string // states (version 9)
+		lockSource                                                        string // SetState's and ClearState's wait for claims in flight
 	}
-	// schemaVer is the schema version claims go by: from version 3 they
-	// call the claim function, before it they send the batch.
+	// schemaVer is what the store knows of its table's schema version.
 	schemaVer schemaCache
-	// prepared prepares the batch's statements on each connection under
-	// the claim's lock bound.
-	prepared boundedPrepare
 	// explicit is set once a session is seen whose default isolation level
 	// is not READ COMMITTED; from then on claims, heartbeats and finishes
 	// use the explicit BEGIN ISOLATION LEVEL READ COMMITTED form.
@@ -161,7 +157,6 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 		return nil, errors.New("runclaim: NewPostgresStore: got a single connection; pass a pool, such as a *pgxpool.Pool")
 	}
 	s := &PostgresStore{db: db, schema: DefaultSchema, table: DefaultTable, namespace: DefaultNamespace}
-	s.schemaVer.base, s.schemaVer.recheck = time.Now(), schemaRecheck
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("runclaim: NewPostgresStore: nil PostgresOption")
@@ -170,14 +165,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 			return nil, err
 		}
 	}
-	s.sql.lock = s.statement("lock")
-	s.sql.expire = s.statement("expire")
-	s.sql.claim = s.statement("claim")
-	s.prepared.stmts = []string{s.sql.expire, s.sql.claim}
-	s.sql.call = s.statement("call")
-	s.sql.callTick = s.statement("call_tick")
 	s.sql.callMany = s.statement("call_many")
-	s.sql.callManyTick = s.statement("call_many_tick")
 	s.sql.unclaimMany = s.statement("unclaim_many")
 	s.sql.heartbeatMany = s.statement("heartbeat_many")
 	s.sql.heartbeat = s.statement("heartbeat")
@@ -205,7 +193,6 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.trigger = s.statement("trigger")
 	s.sql.controls = s.statement("controls")
 	s.sql.operatorLockTimeout = s.statement("operator_lock_timeout")
-	s.sql.callKeys = s.statement("call_keys")
 	s.sql.callManyKeys = s.statement("call_many_keys")
 	s.sql.callManyKeysNumbered = s.statement("call_many_keys_numbered")
 	s.sql.unclaimStarts = s.statement("unclaim_starts")

@@ -1,10 +1,8 @@
 package runclaim
 
 import (
-	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,9 +12,12 @@ import (
 // Schema version 3 adds the claim as one PL/pgSQL function in the runs
 // table's schema (sql/003_claim_function.up.sql), named after the table
 // with claimFuncSuffix: a claim is then one statement, SELECT * FROM the
-// function (sql/claim_function.sql), instead of the three of the batch
-// (sql/claim_batch.sql). The function does what the batch does, in the
-// same order and with the same answers:
+// function, instead of the three of the batch of version 2 (kept, as a
+// reference for the benchmarks, in testdata/claim_batch.sql). Later
+// versions gave it overloads with more arguments (ticks, keys, states);
+// the store calls the one of version 9 (lock.go), whose body version 10
+// replaced. Every overload does what the batch did, in the same order and
+// with the same answers:
 //
 //   - Under an isolation level other than READ COMMITTED it takes no lock,
 //     reads and writes nothing, and reports the level: the store then sends
@@ -75,8 +76,8 @@ const claimFuncSuffix = "_claim"
 // microseconds, and the lock timeout in milliseconds.
 const claimFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint)"
 
-// funcClaim is what a call of the claim function sends and returns, in
-// one allocation: its arguments, its row, and the decision made of it.
+// funcClaim is a call of the claim function's row, and the decision made
+// of it.
 type funcClaim struct {
 	claimDecision
 	isolationText        pgtype.Text
@@ -84,32 +85,8 @@ type funcClaim struct {
 	runID                pgtype.Int8
 	runOwner             pgtype.Text
 	runStarted, runLease pgtype.Timestamptz
-	tick                 pgtype.Timestamptz // the tick sent to the function of version 4
+	tick                 pgtype.Timestamptz // the tick sent
 	limitedKey           pgtype.Text        // the key that had no room (version 8)
-	args                 [7]any
-	dest                 [10]any
-}
-
-// callClaim sends one call of the claim function: of version 4, with the
-// tick (NULL for a plain claim), if ticks, else of version 3.
-func (s *PostgresStore) callClaim(ctx context.Context, req ClaimRequest, explicit bool, r *funcClaim, ticks bool) error {
-	r.args = [7]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
-		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds()}
-	r.dest = [10]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick}
-	sql, args, dest := s.sql.call, r.args[:6], r.dest[:9]
-	if ticks {
-		r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
-		r.args[6] = &r.tick
-		sql, args, dest = s.sql.callTick, r.args[:], r.dest[:]
-	}
-	var err error
-	if !explicit {
-		err = s.db.QueryRow(ctx, sql, args...).Scan(dest...)
-	} else {
-		err = s.explicitQueryRow(ctx, sql, args, dest...)
-	}
-	r.settle()
-	return err
 }
 
 // settle turns the function's row into the claim's decision.
@@ -147,28 +124,6 @@ const usedTriggerMark = "trigger"
 func (s *PostgresStore) claimFunc() string {
 	return pgx.Identifier{s.schema, s.table + claimFuncSuffix}.Sanitize()
 }
-
-// The store learns the schema version it claims on without a round trip
-// of its own. A new store, which does not know it yet, calls the function:
-// a call sets the claim's lock-wait bound before anything touches the
-// table, so even a first claim on a locked table waits at most that long,
-// and on a current table it is the claim. When a call finds no function,
-// in any of the forms a missing function takes (missingFunc), the store
-// goes by version 2: it sends that claim again as the batch, and sends the
-// batch, without calling the function, until schemaRecheck has passed.
-// Then a batch claim reads the schema state too, in the same batch: the
-// objects of each version, from the catalogs, not only the table's
-// comment, so that a table whose comment says version 3 but whose function
-// is missing keeps the store on the batch instead of sending it back to a
-// failed call on every claim. Migrate and SchemaVersion record what they
-// find.
-//
-// schemaRecheck bounds how long a store that found no function goes on
-// sending the batch after another replica's Migrate added it.
-const schemaRecheck = 30 * time.Second
-
-// claimFuncVersion is the first schema version with the claim function.
-const claimFuncVersion = 3
 
 // missingFunc reports whether err says the store's claim function is
 // missing: 42883 undefined_function naming it when the call is parsed, or,

@@ -125,38 +125,6 @@ func (s *PostgresStore) keyLocks(locks []int64, keys []string) []int64 {
 	return slices.Compact(locks)
 }
 
-// callKeyed sends one call of the claim function's overload with keys.
-func (s *PostgresStore) callKeyed(ctx context.Context, req ClaimRequest, explicit bool, r *funcClaim) error {
-	r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
-	args := []any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
-		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds(), &r.tick, req.Keys, s.keyLocks(nil, req.Keys)}
-	dest := []any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey}
-	var err error
-	if !explicit {
-		err = s.db.QueryRow(ctx, s.sql.callKeys, args...).Scan(dest...)
-	} else {
-		err = s.explicitQueryRow(ctx, s.sql.callKeys, args, dest...)
-	}
-	r.settle()
-	return err
-}
-
-// claimKeyed is claim for a request that names keys: the overload with
-// keys, whatever the store knows of the schema; on an older table it is
-// missing, and the claim fails with an error that says to migrate.
-func (s *PostgresStore) claimKeyed(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, time.Time, error) {
-	r := &funcClaim{}
-	err := s.callKeyed(ctx, req, explicit, r)
-	switch {
-	case err == nil:
-		return r.result(req, explicit)
-	case s.missingFunc(err):
-		return RunInfo{}, time.Time{}, fmt.Errorf("runclaim: claim %s with keys: the runs table %s is at a schema version older than %d, which keys need; run Migrate (or apply the Migrations): %w",
-			quoteForError(req.Source), s.Table(), keysVersion, err)
-	}
-	return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true)
-}
-
 // unclaimStarts deletes the starts that the runs of infos, won by claims
 // of reqs (pairwise) given up, recorded for their keys.
 func (s *PostgresStore) unclaimStarts(ctx context.Context, reqs []ClaimRequest, infos []RunInfo) error {

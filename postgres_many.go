@@ -62,7 +62,7 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 		res, triggers, err = s.claimMany(cctx, reqs, true)
 	}
 	if err == nil {
-		if serr := s.manyStates(cctx, res); serr != nil {
+		if serr := s.manyStates(cctx, reqs, res); serr != nil {
 			err = fmt.Errorf("runclaim: %s: read the states of the sources won: %w", what, serr)
 			if derr := s.unclaimMany(cctx, res, triggers); derr != nil {
 				return nil, fmt.Errorf("%w; and the runs won could not be deleted: %w", err, derr)
@@ -94,70 +94,42 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 
 // claimMany decides reqs once, in the implicit form or, with explicit,
 // inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT: in one call of
-// the claim function per request, in one statement, unless the store
-// knows the table to be without it. Beside the results it returns the
-// time of the trigger each win used up (zero if none), for unclaimMany.
+// the claim function per request, in one statement. Beside the results it
+// returns the time of the trigger each win used up (zero if none), for
+// unclaimMany.
 func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, []time.Time, error) {
-	ticks, keys := false, false
+	keys := false
 	for _, r := range reqs {
-		ticks = ticks || !r.Tick.IsZero()
 		keys = keys || len(r.Keys) > 0
 	}
-	if keys {
-		// The overload with keys, whatever the store knows of the schema,
-		// as for a single claim that names keys.
-		res, triggers, err := s.callMany(ctx, reqs, explicit, true)
-		if err != nil && s.missingKeySeq(err) {
-			// A table before version 10 (or the step undone under the
-			// store): the batch wrote nothing. The store reads the
-			// version; if it reads 10 (the step redone meanwhile) or
-			// cannot read it, it takes 9 as known. Either way the batch
-			// goes again in the statement of version 9, which works on
-			// version 10 too (the trigger numbers its starts), as later
-			// batches do until the next read of the version.
-			if st, serr := s.schemaState(ctx); serr != nil || st.version() >= keySeqVersion {
-				s.schemaVer.set(keySeqVersion - 1)
-			}
-			res, triggers, err = s.callMany(ctx, reqs, explicit, true)
+	res, triggers, err := s.callMany(ctx, reqs, explicit)
+	if keys && err != nil && s.missingKeySeq(err) {
+		// A table at the version before (or the current step undone under
+		// the store): the batch wrote nothing. The store reads the
+		// version; if it reads the current one (the step redone
+		// meanwhile) or cannot read it, it takes the one before as known.
+		// Either way the batch goes again in the statement of the version
+		// before, which works on the current one too (the trigger numbers
+		// its starts), as later batches do until the next read of the
+		// version.
+		st, serr := s.schemaState(ctx)
+		if serr == nil && st.version() < oldestClaimVersion {
+			return nil, nil, s.tooOldError(ctx, fmt.Sprintf("claim %d sources", len(reqs)), err)
 		}
-		switch {
-		case err == nil || err == errNeedExplicit:
-			return res, triggers, err
-		case s.missingFunc(err):
-			return nil, nil, fmt.Errorf("runclaim: claim %d sources with keys: the runs table %s is at a schema version older than %d, which keys need; run Migrate (or apply the Migrations): %w",
-				len(reqs), s.Table(), keysVersion, err)
-		case ctx.Err() == nil && s.keyLockBusy(err):
-			return s.keysBusy(ctx, reqs, explicit, err)
+		if serr != nil || st.version() >= keySeqVersion {
+			s.schemaVer.set(keySeqVersion - 1)
 		}
-		return nil, nil, s.claimManyError(ctx, reqs, err, true)
+		res, triggers, err = s.callMany(ctx, reqs, explicit)
 	}
-	if ticks || s.schemaVer.useTickFunc() {
-		res, triggers, err := s.callMany(ctx, reqs, explicit, true)
-		switch {
-		case err == nil || err == errNeedExplicit:
-			if err == nil && s.schemaVer.version.Load() < tickFuncVersion {
-				s.schemaVer.set(tickFuncVersion)
-			}
-			return res, triggers, err
-		case !s.missingFunc(err):
-			return nil, nil, s.claimManyError(ctx, reqs, err, true)
-		case ticks:
-			return nil, nil, fmt.Errorf("runclaim: claim %d sources for a tick: the runs table %s is at a schema version older than %d, which ticks need; run Migrate (or apply the Migrations): %w",
-				len(reqs), s.Table(), tickFuncVersion, err)
-		}
-		s.schemaVer.noFunc() // as for a single claim: the call wrote nothing
+	switch {
+	case err == nil || err == errNeedExplicit:
+		return res, triggers, err
+	case s.missingFunc(err) || s.missingKeySeq(err):
+		return nil, nil, s.tooOldError(ctx, fmt.Sprintf("claim %d sources", len(reqs)), err)
+	case keys && ctx.Err() == nil && s.keyLockBusy(err):
+		return s.keysBusy(ctx, reqs, explicit, err)
 	}
-	if s.schemaVer.useFunc() {
-		res, triggers, err := s.callMany(ctx, reqs, explicit, false)
-		switch {
-		case err == nil || err == errNeedExplicit:
-			return res, triggers, err
-		case !s.missingFunc(err):
-			return nil, nil, s.claimManyError(ctx, reqs, err, true)
-		}
-		s.schemaVer.noFunc()
-	}
-	return s.claimEach(ctx, reqs, explicit)
+	return nil, nil, s.claimManyError(ctx, reqs, err)
 }
 
 // keysBusy answers a ClaimMany whose wait for a key's lock ran out: the
@@ -196,30 +168,28 @@ type manyArgs struct {
 	ticks                   []pgtype.Timestamptz
 	keyOffsets, keyCounts   []int32  // each request's keys in keyNames
 	keyNames                []string // every request's keys, one after the other
-	results                 []funcClaim
+	results                 []stateClaim
 	ord                     int64
 	lockTimeoutMilliseconds int64
 }
 
 // callMany sends reqs as one call of the claim function per request, in
-// one statement: of version 4 if ticks, else of version 3. It returns the
+// one statement: the overload with a tick, or, when any names a key, the
+// overload with keys. It returns the
 // decisions, or errNeedExplicit when the transaction's isolation level
 // made every call refuse.
-func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, explicit, ticks bool) ([]ClaimResult, []time.Time, error) {
+func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, []time.Time, error) {
 	n := len(reqs)
 	a := manyArgs{
 		keys: make([]int64, n), sources: make([]string, n), owners: make([]string, n),
-		leases: make([]int64, n), intervals: make([]int64, n), results: make([]funcClaim, n),
+		leases: make([]int64, n), intervals: make([]int64, n), results: make([]stateClaim, n),
 		lockTimeoutMilliseconds: claimLockTimeout.Milliseconds(),
 	}
 	keyed := false
 	for _, r := range reqs {
 		keyed = keyed || len(r.Keys) > 0
 	}
-	ticks = ticks || keyed
-	if ticks {
-		a.ticks = make([]pgtype.Timestamptz, n)
-	}
+	a.ticks = make([]pgtype.Timestamptz, n)
 	if keyed {
 		a.keyOffsets, a.keyCounts = make([]int32, n), make([]int32, n)
 	}
@@ -230,14 +200,9 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		}
 		a.keys[i], a.sources[i], a.owners[i] = AdvisoryKey(s.namespace, r.Source), r.Source, r.Owner
 		a.leases[i], a.intervals[i] = r.Lease.Microseconds(), r.MinInterval.Microseconds()
-		if ticks {
-			a.ticks[i] = pgtype.Timestamptz{Time: r.Tick, Valid: !r.Tick.IsZero()}
-		}
+		a.ticks[i] = pgtype.Timestamptz{Time: r.Tick, Valid: !r.Tick.IsZero()}
 	}
-	sql, args := s.sql.callMany, []any{a.keys, a.sources, a.owners, a.leases, a.intervals, a.lockTimeoutMilliseconds}
-	if ticks {
-		sql, args = s.sql.callManyTick, append(args, a.ticks)
-	}
+	sql, args := s.sql.callMany, []any{a.keys, a.sources, a.owners, a.leases, a.intervals, a.lockTimeoutMilliseconds, a.ticks}
 	if keyed {
 		batchKeys, batchCounts := batchKeyCounts(reqs)
 		single := make([]pgtype.Text, n) // each request's only key
@@ -247,7 +212,7 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 			}
 		}
 		sql, args = s.sql.callManyKeys, append(args, a.keyOffsets, a.keyCounts, a.keyNames, s.keyLocks(nil, a.keyNames), batchKeys, batchCounts, single)
-		if v := s.schemaVer.version.Load(); v == 0 || v >= keySeqVersion {
+		if v := s.schemaVer.version.Load(); v == 0 || v >= keySeqVersion || v < oldestClaimVersion {
 			// The statement that numbers its starts, also while the
 			// version is not known: on an older table it fails, having
 			// written nothing, and claimMany reads the version.
@@ -261,9 +226,9 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 				return fmt.Errorf("runclaim: claim %d sources: more rows than sources", n)
 			}
 			r := &a.results[rowsRead]
-			dest := []any{&a.ord, &r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey}
-			if !keyed {
-				dest = dest[:len(dest)-1]
+			dest := []any{&a.ord, &r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey, &r.state}
+			if keyed {
+				dest = dest[:len(dest)-1] // the overload with keys reads no state: manyStates does
 			}
 			if err := rows.Scan(dest...); err != nil {
 				return err
@@ -300,6 +265,9 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 	var failed error
 	for i := range a.results {
 		out[i].Run, triggers[i], out[i].Err = a.results[i].result(reqs[i], explicit)
+		if out[i].Err == nil && a.results[i].state != nil {
+			out[i].Run.State, out[i].Run.HasState = string(a.results[i].state), true
+		}
 		if failed == nil && out[i].Err != nil && !errors.Is(out[i].Err, ErrNotClaimed) {
 			failed = out[i].Err
 		}
@@ -321,24 +289,22 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 	return out, triggers, nil
 }
 
-// manyStates sets the state of each run in res that won, from the table
-// of states (schema version 9), in one statement after the claim's, and
-// only when one won: a ClaimMany that wins nothing costs what it did. The
+// manyStates sets the state of each run in res that won for a request of
+// reqs (pairwise) that names keys, whose statement (the overload with
+// keys) reads no state, from the table of states, in one statement after
+// the claim's, and only when one won: a ClaimMany that wins nothing costs
+// what it did. (A request that names no key got its state from its call.) The
 // read comes after the claim committed, and returns what the claim's own
 // read would have: once the claim has won, only the new run's SaveState,
 // or an operator's SetState with force, can change a source's state (the
 // run before it can save no more: its row is no longer running, and a
 // save of it in flight held its row FOR SHARE, which the claim's expiry
-// waited for). On a table older than version 9 it reads nothing, as a
-// single claim there returns no state.
-func (s *PostgresStore) manyStates(ctx context.Context, res []ClaimResult) error {
-	if !s.schemaVer.useStateFunc() {
-		return nil
-	}
+// waited for).
+func (s *PostgresStore) manyStates(ctx context.Context, reqs []ClaimRequest, res []ClaimResult) error {
 	var sources []string
 	at := make(map[string]int)
 	for i, r := range res {
-		if r.Err == nil && r.Run.ID != 0 {
+		if r.Err == nil && r.Run.ID != 0 && len(reqs[i].Keys) > 0 {
 			at[r.Run.Source] = i
 			sources = append(sources, r.Run.Source)
 		}
@@ -356,10 +322,6 @@ func (s *PostgresStore) manyStates(ctx context.Context, res []ClaimResult) error
 			}
 			return nil
 		})
-	}
-	if pgCode(err) == "42P01" { // undefined_table: the table is older than version 9
-		s.schemaVer.noStateFunc()
-		return nil
 	}
 	return err
 }
@@ -400,25 +362,6 @@ func resultRuns(res []ClaimResult) []RunInfo {
 	return out
 }
 
-// claimEach claims reqs one at a time, for a table without the claim
-// function. When a claim fails, it deletes the runs won before.
-func (s *PostgresStore) claimEach(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, []time.Time, error) {
-	out, triggers := make([]ClaimResult, len(reqs)), make([]time.Time, len(reqs))
-	for i, req := range reqs {
-		out[i].Run, triggers[i], out[i].Err = s.claim(ctx, req, explicit)
-		if out[i].Err == nil || errors.Is(out[i].Err, ErrNotClaimed) {
-			continue
-		}
-		err := out[i].Err
-		out[i] = ClaimResult{}
-		if derr := s.unclaimMany(ctx, out[:i], triggers[:i]); derr != nil {
-			return nil, nil, fmt.Errorf("%w; and the runs won before could not be deleted: %w", err, derr)
-		}
-		return nil, nil, err
-	}
-	return out, triggers, nil
-}
-
 // unclaimMany deletes the runs that res won, so that a ClaimMany that
 // fails leaves no row, and gives back the triggers they used up (the
 // times in triggers, pairwise with res; zero for none). It runs on ctx without its cancellation, bounded
@@ -454,7 +397,7 @@ func (s *PostgresStore) unclaimMany(ctx context.Context, res []ClaimResult, trig
 
 // claimManyError explains a ClaimMany that failed in the database, as
 // claimError does a claim.
-func (s *PostgresStore) claimManyError(ctx context.Context, reqs []ClaimRequest, err error, function bool) error {
+func (s *PostgresStore) claimManyError(ctx context.Context, reqs []ClaimRequest, err error) error {
 	what := fmt.Sprintf("claim %d sources", len(reqs))
 	switch pgCode(err) {
 	case "23505": // unique_violation
@@ -469,10 +412,8 @@ func (s *PostgresStore) claimManyError(ctx context.Context, reqs []ClaimRequest,
 			return fmt.Errorf("runclaim: %s: %s: %w", what, readOnlyClaim, err)
 		}
 	case "42501": // insufficient_privilege
-		if function {
-			return fmt.Errorf("runclaim: %s: %w (the role needs EXECUTE on function %s as well as SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)",
-				what, err, s.claimFunc(), s.Table())
-		}
+		return fmt.Errorf("runclaim: %s: %w (the role needs EXECUTE on function %s as well as SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)",
+			what, err, s.claimFunc(), s.Table())
 	}
 	return s.wrap(ctx, what, err)
 }

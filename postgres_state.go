@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -65,41 +64,6 @@ type stateClaim struct {
 	state []byte
 	args  [9]any
 	dest  [12]any
-}
-
-// claimState sends the claim as one call of the overload of version 9.
-// done is false when the table has no such function: the call wrote
-// nothing, and the claim goes by the version before.
-func (s *PostgresStore) claimState(ctx context.Context, req ClaimRequest, explicit bool) (info RunInfo, trigger time.Time, err error, done bool) {
-	r := &stateClaim{}
-	r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
-	r.args = [9]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
-		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds(), &r.tick, nil, nil}
-	if len(req.Keys) > 0 {
-		r.args[7], r.args[8] = req.Keys, s.keyLocks(nil, req.Keys)
-	}
-	r.dest = [12]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey, &r.state}
-	if !explicit {
-		err = s.db.QueryRow(ctx, s.sql.callState, r.args[:]...).Scan(r.dest[:]...)
-	} else {
-		err = s.explicitQueryRow(ctx, s.sql.callState, r.args[:], r.dest[:]...)
-	}
-	r.settle()
-	switch {
-	case err == nil:
-		if s.schemaVer.version.Load() < stateFuncVersion {
-			s.schemaVer.set(stateFuncVersion)
-		}
-		info, trigger, err = r.result(req, explicit)
-		if err == nil && r.state != nil {
-			info.State, info.HasState = string(r.state), true
-		}
-		return info, trigger, err, true
-	case s.missingFunc(err) || s.missingStates(err):
-		s.schemaVer.noStateFunc()
-		return RunInfo{}, time.Time{}, nil, false
-	}
-	return RunInfo{}, time.Time{}, s.claimError(ctx, req, err, true), true
 }
 
 // SaveState implements StateSaver in one statement. It needs schema

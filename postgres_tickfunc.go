@@ -20,8 +20,8 @@ package runclaim
 // leaving out the source's running run, which has lapsed by then and serves
 // no tick; a tick at or before it returns there, with nothing written, so
 // that a lost tick claim writes no WAL either. The insert records the
-// tick. The store calls it (sql/claim_function.sql, call_tick) for every
-// claim once the table has it, with a NULL tick for a plain claim.
+// tick. The store calls the overload of version 9, which serves ticks the
+// same way.
 
 // tickFuncVersion is the first schema version with ticks.
 const tickFuncVersion = 4

@@ -299,8 +299,8 @@ func TestClaimFunctionExecute(t *testing.T) {
 	ctx := t.Context()
 	e := newPrivEnv(t)
 	ownerPool := e.pool(t, e.owner, nil)
-	appStore := formStore(t, e.pool(t, e.app, nil), claimForms[1], runclaim.WithTable(e.schema, runclaim.DefaultTable))
-	fn := runclaim.ClaimFuncName(appStore) + runclaim.ClaimFuncArgs
+	appStore := formStore(t, e.pool(t, e.app, nil), claimForms[0], runclaim.WithTable(e.schema, runclaim.DefaultTable))
+	fn := runclaim.ClaimFuncName(appStore) + runclaim.StateFuncArgs
 	var public bool
 	if err := e.db.Pool.QueryRow(ctx, "SELECT has_function_privilege('public', $1, 'EXECUTE')", fn).Scan(&public); err != nil || !public {
 		t.Fatalf("PUBLIC's EXECUTE on %s after Migrate: %v, %v; want true", fn, public, err)
@@ -335,7 +335,7 @@ func TestClaimFunctionExecute(t *testing.T) {
 	owner(fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", pgx.Identifier{e.schema}.Sanitize(), nobody.name))
 	owner(fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", fn, nobody.name))
 	before = readState(t, e.db.Pool, appStore.Table())
-	nobodyStore := formStore(t, e.pool(t, nobody, nil), claimForms[1], runclaim.WithTable(e.schema, runclaim.DefaultTable))
+	nobodyStore := formStore(t, e.pool(t, nobody, nil), claimForms[0], runclaim.WithTable(e.schema, runclaim.DefaultTable))
 	if _, err := newClaimer(t, nobodyStore).Claim(ctx, "other"); pgCode(err) != "42501" {
 		t.Errorf("Claim by a role with EXECUTE but no privilege on the table: %v, want 42501", err)
 	}

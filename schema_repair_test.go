@@ -33,19 +33,19 @@ func claimFuncExists(t *testing.T, pool *pgxpool.Pool, store *runclaim.PostgresS
 	return ok
 }
 
-// TestDowngradeUnderLoad: a step's Down and its Up again, applied over
-// and over while 6 claimers claim and finish, one at a time and many at
-// once: step 3's (the claim function) and the newest step's (version
-// 10's numbers of starts and the bodies that read them, under claims of
-// which half name a key with a limit of starts). A claim that planned
-// the call a moment before the drop commits meets the function missing in
-// one of its forms (42883 undefined_function, or XX000 "cache lookup
-// failed for function"), or, inside a call already under way, the table of
-// states gone (42P01); it wrote nothing, and must then be decided by the
-// version before. Every claim wins or is skipped: none fails.
+// TestDowngradeUnderLoad: the newest step's Down and its Up again (the
+// rollback of a rolling upgrade, and its retry), applied over and over
+// while 6 claimers claim and finish, one at a time and many at once, half
+// of them naming a key with a limit of starts. The store speaks the
+// version before too, so no claim may fail: a claim that planned a
+// statement a moment before the drop commits meets what the step adds
+// missing (a function, in either form: 42883 undefined_function or XX000
+// "cache lookup failed for function"; a column), having written nothing,
+// and must then be decided by the version before. Every claim wins or is
+// skipped: none fails.
 func TestDowngradeUnderLoad(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{3, runclaim.LatestSchemaVersion} {
+	for _, version := range []int{runclaim.LatestSchemaVersion} {
 		t.Run(fmt.Sprintf("step %d", version), func(t *testing.T) {
 			t.Parallel()
 			downgradeUnderLoad(t, version)
@@ -66,8 +66,7 @@ func downgradeUnderLoad(t *testing.T, version int) {
 	if err := store.SetLimit(ctx, "site", runclaim.Limit{MaxStarts: 1_000_000, Per: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	// Each claimer has a store of its own, as replicas do; a short recheck
-	// sends them back to the function soon after each Up.
+	// Each claimer has a store of its own, as replicas do.
 	const claimers = 6
 	stop := make(chan struct{})
 	var (
@@ -86,7 +85,6 @@ func downgradeUnderLoad(t *testing.T, version int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runclaim.SetSchemaRecheck(s, 5*time.Millisecond)
 		opts := []runclaim.Option{runclaim.WithLease(time.Minute)}
 		if version == runclaim.LatestSchemaVersion && i%2 == 0 {
 			// Claims that name a key with a limit of starts, whose
@@ -253,74 +251,39 @@ func checkMigrateTakesNoLock(t *testing.T, pool *pgxpool.Pool, store *runclaim.P
 	}
 }
 
-// TestMissingFunctionStaysOnBatch: a store whose table's comment says
-// version 3 but whose function is missing pays one failed call, then
-// sends the batch until a periodic recheck finds the function: it does
-// not call the missing function again on every claim.
-func TestMissingFunctionStaysOnBatch(t *testing.T) {
+// TestMissingFunctionRefused: a table whose comment says the current
+// version but whose claim function is missing (dropped by hand, restored
+// without it) is refused at every claim with the error that names
+// Migrate, each having written nothing, as the store has no other form to
+// fall back to; once Migrate repairs it, claims win again.
+func TestMissingFunctionRefused(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := pgtest.New(t)
 	setup := migratedStore(t, db.Pool)
-	// The claim functions that a claim naming no key calls: version 3's,
-	// its overload with a tick, and version 9's with a state, which runs
-	// a copy of the body of the one with a tick.
-	if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimFuncName(setup)+runclaim.ClaimFuncArgs+
-		"; DROP FUNCTION "+runclaim.ClaimFuncName(setup)+"(bigint, text, text, bigint, bigint, bigint, timestamptz)"+
-		"; DROP FUNCTION "+runclaim.ClaimFuncName(setup)+runclaim.StateFuncArgs); err != nil {
+	if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimFuncName(setup)+runclaim.StateFuncArgs); err != nil {
 		t.Fatal(err)
 	}
-	pool, rec := recordingPool(t, db)
-	store, err := runclaim.NewPostgresStore(pool)
+	store, err := runclaim.NewPostgresStore(db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runclaim.SetSchemaRecheck(store, pinForm)
 	c := newClaimer(t, store)
-	const n = 5
-	for range n {
-		if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	batches, queries := rec.take()
-	calls := callsOf(queries, store)
-	claimBatches := 0
-	for _, b := range batches {
-		if strings.Contains(strings.Join(b, "\n"), "pg_try_advisory_xact_lock") {
-			claimBatches++
-		}
-	}
-	// The first claim tries the overloads of versions 9 and 4, both missing.
-	if calls != 2 || claimBatches != n {
-		t.Errorf("%d claims with the function missing: %d calls, %d batches; want 2 failed calls, then the batch each time", n, calls, claimBatches)
-	}
-
-	// Rechecks (on every claim now) read the schema state from the
-	// catalogs: the comment says 3, but the function is still missing, so
-	// the store stays on the batch.
-	runclaim.SetSchemaRecheck(store, 0)
+	before := readState(t, db.Pool, store.Table())
 	for range 3 {
-		if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
-			t.Fatal(err)
+		_, err := c.Claim(ctx, "src")
+		if err == nil || errors.Is(err, runclaim.ErrNotClaimed) || !strings.Contains(err.Error(), "run Migrate") {
+			t.Fatalf("claim with the claim function missing: %v, want the error that names Migrate", err)
 		}
 	}
-	batches, queries = rec.take()
-	if n := callsOf(queries, store); n != 0 || len(batches) != 3 {
-		t.Errorf("3 claims with rechecks and the function still missing: %d calls, %d batches; want 0 calls and 3 batches", n, len(batches))
+	if after := readState(t, db.Pool, store.Table()); after != before {
+		t.Errorf("refused claims changed the table from %+v to %+v", before, after)
 	}
-
-	// Repaired: after a recheck the store calls the function again.
 	if err := setup.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if v := runclaim.ClaimSchema(store); v < 3 {
-		t.Errorf("after the repair and a recheck the store claims by version %d, want 3", v)
+	if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+		t.Fatalf("claim after the repair: %v", err)
 	}
 }
 

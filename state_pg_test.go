@@ -248,30 +248,6 @@ func TestMigrateRepairsStates(t *testing.T) {
 	}
 }
 
-// TestStateManyOlderTable: on a table at version 8, which has no table of
-// states, a ClaimMany that wins returns its runs without states and no
-// error, and so does the next (the store reads no states there again
-// until its next look at the schema).
-func TestStateManyOlderTable(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	db := pgtest.New(t)
-	migrateTo(t, db.Pool, 8)
-	store, err := runclaim.NewPostgresStore(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, source := range []string{"a", "b"} {
-		res, err := store.ClaimMany(ctx, []runclaim.ClaimRequest{{Source: source, Owner: "o", Lease: time.Minute}})
-		if err != nil || len(res) != 1 || res[0].Err != nil {
-			t.Fatalf("ClaimMany of %s on a version 8 table: %+v, %v", source, res, err)
-		}
-		if res[0].Run.HasState {
-			t.Errorf("ClaimMany's run on a version 8 table has state %q", res[0].Run.State)
-		}
-	}
-}
-
 // TestStateOperatorWaitsForClaim: SetState and ClearState without force
 // wait for a claim of the source in flight (it holds the source's advisory
 // lock until it commits) and then see its run: they are refused with

@@ -102,9 +102,9 @@ func TestPostgresTickDoneWritesNothing(t *testing.T) {
 }
 
 // A tick claim on a table older than version 4 fails, before writing
-// anything, with an error that says to run Migrate, not a skip; plain
-// claims go on in the form the table has; after Migrate, the same store
-// claims ticks.
+// anything, with an error that says to run Migrate, not a skip, as a
+// plain claim there does (the store claims on the two newest versions
+// only); after Migrate, the same store claims ticks.
 func TestTickClaimOnOlderTable(t *testing.T) {
 	t.Parallel()
 	for _, v := range []int{2, 3} {
@@ -128,8 +128,8 @@ func TestTickClaimOnOlderTable(t *testing.T) {
 				if after := readState(t, db.Pool, store.Table()); after != before {
 					t.Errorf("the failed tick claim changed the table from %+v to %+v", before, after)
 				}
-				if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
-					t.Errorf("plain claim on a version %d table: %v", v, err)
+				if _, err := c.Claim(ctx, "src"); err == nil || !strings.Contains(err.Error(), "run Migrate") {
+					t.Errorf("plain claim on a version %d table: %v, want an error that says to run Migrate", v, err)
 				}
 			}
 			if err := store.Migrate(ctx); err != nil {
@@ -149,18 +149,17 @@ func TestTickClaimOnOlderTable(t *testing.T) {
 	}
 }
 
-// The rolling deploy of ticks: on a version 4 table, the replicas of the
-// releases before it (the version 3 function, the version 2 batch) claim
-// the same sources as the tick claims of this one. They share the source
-// and its lock: at most one run of a source is ever running, an old
-// replica's runs record no tick and serve none, and every tick is still
-// served once.
+// Ticks beside plain claims: replicas whose claims name no tick (of a
+// release that does not use ticks, or configured without them) claim the
+// same sources as the tick claims of others. They share the source and its
+// lock: at most one run of a source is ever running, a plain run records
+// no tick and serves none, and every tick is still served once.
 func TestRollingDeployTicks(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := t.Context()
 	newStore := migratedStore(t, db.Pool)
-	old3 := newClaimer(t, formStore(t, db.Pool, claimForms[1]), runclaim.WithOwner("old-function"))
+	old3 := newClaimer(t, formStore(t, db.Pool, claimForms[0]), runclaim.WithOwner("old-function"))
 	old2 := newClaimer(t, formStore(t, db.Pool, claimForms[0]), runclaim.WithOwner("old-batch"))
 	fresh := newClaimer(t, newStore, runclaim.WithOwner("new"))
 

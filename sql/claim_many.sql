@@ -1,34 +1,26 @@
 -- Many claims in one statement (ClaimMany), and many heartbeats in one
--- statement (HeartbeatMany). Neither is a schema step: both call what
--- schema versions 3 and 4 already have.
+-- statement (HeartbeatMany). Neither is a schema step.
 
--- name: call_many_tick
--- One call of the claim function of schema version 4 per element of the
--- arrays, in their order, in one statement: one round trip, one
--- transaction, one commit. $1 the advisory keys, $2 the sources, $3 the
--- owners, $4 the leases and $5 the minimum intervals in microseconds, $7
--- the ticks (NULL for a plain claim); $6 the bound on a table lock wait in
--- milliseconds. Each call tries its own source's advisory lock, which
--- never waits, so two calls with overlapping sets in any order cannot
--- deadlock; the first call sets the transaction's lock_timeout before
--- anything touches the table, and the later ones find it set. The locks
--- won are held until the statement commits. Each row: the element's
--- ordinal, then the function's row.
-SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick
+-- name: call_many
+-- One call of the claim function's overload of version 9 (call_state)
+-- per element of the arrays, in their order, in one statement: one round
+-- trip, one transaction, one commit. $1 the advisory keys, $2 the
+-- sources, $3 the owners, $4 the leases and $5 the minimum intervals in
+-- microseconds, $7 the ticks (NULL for a plain claim); $6 the bound on a
+-- table lock wait in milliseconds. Each call tries its own source's
+-- advisory lock, which never waits, so two calls with overlapping sets in
+-- any order cannot deadlock; the first call sets the transaction's
+-- lock_timeout before anything touches the table, and the later ones find
+-- it set. The locks won are held until the statement commits. Each win
+-- reads its source's state under its lock, as a single claim does. Each
+-- row: the element's ordinal, then the function's row. A batch that names
+-- keys is call_many_keys_numbered.
+SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key, c.run_state
 FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.text[]), pg_catalog.unnest($4::bigint[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($7::pg_catalog.timestamptz[]))
      WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, ord)
 -- LATERAL: the function is called once per element, after the previous
 -- call has returned.
-CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick) AS c
-ORDER BY s.ord
-
--- name: call_many
--- call_many_tick for a table at schema version 3: the six-argument
--- function, without ticks. done_tick is NULL.
-SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, NULL::pg_catalog.timestamptz
-FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.text[]), pg_catalog.unnest($4::bigint[]), pg_catalog.unnest($5::bigint[]))
-     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, ord)
-CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint) AS c
+CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick, NULL, NULL, true) AS c
 ORDER BY s.ord
 
 -- name: unclaim_many

@@ -1,15 +1,9 @@
 -- Keys: the claim that names keys, and the operators' limits and
 -- cooldowns (schema version 8; see sql/008_keys.up.sql).
 
--- name: call_keys
--- The claim function of schema version 8: call_tick's arguments, then $8
--- the keys, in the order the claim names them, and $9 their advisory
--- locks, ascending. Its row: call_tick's, and limited_key, the key that
--- had no room, if any.
-SELECT * FROM {{table_claim}}($1::bigint, $2::pg_catalog.text, $3::pg_catalog.text, $4::bigint, $5::bigint, $6::bigint, $7::pg_catalog.timestamptz, $8::pg_catalog.text[], $9::bigint[], NULL, NULL)
-
 -- name: call_many_keys
--- call_many_tick with keys: $8 and $9 each element's offset and count in
+-- call_many with keys, for a table at the version before the
+-- current one, 9 (see call_many_keys_numbered): $8 and $9 each element's offset and count in
 -- $10, the keys of every element one after the other. The first call
 -- takes the locks of every key of the batch, $11, ascending, before it
 -- reads anything: two batches whose keys overlap, in any order, never

@@ -3,10 +3,18 @@
 -- sql/009_states.up.sql).
 
 -- name: call_state
--- The claim function of schema version 9: call_keys arguments ($8 and $9
--- NULL for a claim that names no key), and true: a win returns the state.
--- Its row: call_keys row, and run_state, the source state when it won,
--- NULL if it has none or the claim lost.
+-- The claim: one call of the claim function's overload of schema version
+-- 9 (stateFuncArgs), which every claim uses, on the current version and
+-- on the one before it. $1 the source's advisory key, $2 the source, $3
+-- the owner, $4 the lease and $5 the claimer's minimum interval in
+-- microseconds, $6 the bound on the wait for a table lock in
+-- milliseconds, $7 the tick (NULL for a plain claim), $8 the keys, in the
+-- order the claim names them, and $9 their advisory locks, ascending
+-- (both NULL for a claim that names no key), and true: a win returns the
+-- state. Its row: locked, isolation, db_now, won, run_id, run_owner,
+-- run_started, run_lease, retry_after, done_tick, limited_key (the key
+-- that had no room, if any), and run_state, the source's state when it
+-- won, NULL if it has none or the claim lost.
 SELECT * FROM {{table_claim}}($1::bigint, $2::pg_catalog.text, $3::pg_catalog.text, $4::bigint, $5::bigint, $6::bigint, $7::pg_catalog.timestamptz, $8::pg_catalog.text[], $9::bigint[], true)
 
 -- name: save_state

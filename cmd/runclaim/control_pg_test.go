@@ -137,7 +137,11 @@ func TestControlOnOlderSchema(t *testing.T) {
 			t.Errorf("%s on a version 4 table: stderr %q", args[0], r.stderr)
 		}
 	}
-	hold(t, store, "alpha", "host-a")
+	// A run a replica of a release of then recorded.
+	if _, err := db.Pool.Exec(t.Context(), `INSERT INTO `+store.Table()+` (source, status, owner, started_at, lease_until, heartbeat_at)
+VALUES ('alpha', 'running', 'host-a', clock_timestamp(), clock_timestamp() + interval '1 hour', clock_timestamp())`); err != nil {
+		t.Fatal(err)
+	}
 	if got := lines(mustRun(t, db, exitOK, "status").stdout); len(got) != 2 || !strings.HasPrefix(got[1], "alpha ") {
 		t.Errorf("status on a version 4 table: %q", got)
 	}

@@ -425,6 +425,7 @@ func causeFirst(msg string) string {
 // setting causes, by SQLSTATE.
 var hints = map[string]string{
 	"42P01": "run 'runclaim migrate' first, or check --table",                                                        // undefined_table
+	"42883": "run 'runclaim migrate' first, or check --table",                                                        // undefined_function: the claim function of a schema too old
 	"42501": "the role in DATABASE_URL (or PGUSER) lacks a privilege on the runs table; see docs/least-privilege.md", // insufficient_privilege
 	"28P01": "check the password in DATABASE_URL, PGPASSWORD or ~/.pgpass",                                           // invalid_password
 	"28000": "check the user in DATABASE_URL (or PGUSER), and the server's pg_hba.conf",                              // invalid_authorization_specification

@@ -365,11 +365,11 @@ func TestPartitionLatencySpike(t *testing.T) {
 //     is refused with the committed run as the holder when there is one,
 //     and takes over once that run's lease has ended.
 //
-// It runs on a table at the latest schema version, where a claim is one
-// call of the claim function, and on one at version 2, where it is the
-// three-statement batch.
+// It runs on a table at the latest schema version and on one at the
+// version before it, which a store still claims on (a rolling upgrade);
+// on both a claim is one call of the claim function.
 func TestPartitionClaimCutMidBatch(t *testing.T) {
-	for _, version := range []int{runclaim.LatestSchemaVersion, 2} {
+	for _, version := range []int{runclaim.LatestSchemaVersion, runclaim.LatestSchemaVersion - 1} {
 		t.Run(fmt.Sprintf("version=%d", version), func(t *testing.T) {
 			testPartitionClaimCut(t, version)
 		})
@@ -420,9 +420,8 @@ func testPartitionClaimCut(t *testing.T, version int) {
 	ctx := context.Background()
 
 	// The size of one claim on a warm connection. Sources of equal length
-	// give batches of equal size. (A new store's first claim calls the
-	// function first, and on a version 2 table sends the batch after it: the
-	// second warm-up is a claim as all later ones.)
+	// give batches of equal size. (The second warm-up is a claim as all
+	// later ones.)
 	warmUp(t, p, "warm-00")
 	warmUp(t, p, "warm-0a")
 	// The smallest of three probes: a claim that also carries the store's

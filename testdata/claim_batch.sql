@@ -75,15 +75,3 @@ SELECT st.now, ins.id, ins.started_at, ins.lease_until,
 	cur.id, cur.owner, cur.started_at, cur.lease_until, last.next
 FROM st LEFT JOIN ins ON true LEFT JOIN cur ON true LEFT JOIN last ON true
 
--- name: prepare_begin
--- Opens the transaction in which the store prepares expire and claim on a
--- connection, before the batch's first use there: parsing a statement
--- waits for a lock on the table it reads, and pgx's own prepare would do
--- it with no bound. The bound is lock's, in milliseconds. Sent with
--- the simple protocol, as one query of two statements.
-BEGIN ISOLATION LEVEL READ COMMITTED;
-SELECT pg_catalog.set_config('lock_timeout', CASE
-	WHEN pg_catalog.current_setting('lock_timeout')::interval OPERATOR(pg_catalog.>) interval '0'
-	 AND pg_catalog.current_setting('lock_timeout')::interval OPERATOR(pg_catalog.<) ({{lock_timeout_ms}} OPERATOR(pg_catalog.*) interval '1 millisecond')
-	THEN pg_catalog.current_setting('lock_timeout')
-	ELSE '{{lock_timeout_ms}}' END, true)
