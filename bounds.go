@@ -9,7 +9,7 @@ const (
 	// LatestSchemaVersion is the version of the runs table's schema that
 	// this release creates (Migrate) and speaks; docs/schema.md says what
 	// each version adds.
-	LatestSchemaVersion = 10
+	LatestSchemaVersion = 11
 
 	// Claimer options (see New).
 

@@ -21,6 +21,15 @@ func ClaimSchema(s *PostgresStore) int { return int(s.schemaVer.version.Load()) 
 // function, and ClaimFuncArgs its argument types.
 func ClaimFuncName(s *PostgresStore) string { return s.claimFunc() }
 
+// ClaimBodyName returns the quoted, schema-qualified name of s's claim
+// function of the current schema version (sql/claim.sql), and
+// ClaimBodyArgs its argument types.
+func ClaimBodyName(s *PostgresStore) string { return s.claimBody() }
+
+// ClaimBodyArgs are the argument types of the claim function of the
+// current schema version.
+const ClaimBodyArgs = claimBodyArgs
+
 // ClaimFuncArgs are the claim function's argument types.
 const ClaimFuncArgs = claimFuncArgs
 

@@ -580,7 +580,34 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, states...)
-		wantIdents = append(wantIdents, schema, table) // and version 10's COMMENT ON TABLE
+		wantIdents = append(wantIdents, schema, table)                // and version 10's COMMENT ON TABLE
+		wantIdents = append(wantIdents, schema, table+"_claim11")     // version 11's function (sql/claim.sql):
+		wantIdents = append(wantIdents, schema, table, schema, table) // the latest start and the running run
+		wantIdents = append(wantIdents, control...)                   // and the pause, under the lock;
+		wantIdents = append(wantIdents, schema, table)                // the tick
+		for range 2 {                                                 // a batch's check of a key: its running runs,
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, starts...) // a start by its number
+		wantIdents = append(wantIdents, starts...) // from the newest
+		wantIdents = append(wantIdents, keys...)   // and its row
+		wantIdents = append(wantIdents, starts...) // a fast batch's old starts
+		wantIdents = append(wantIdents, starts...) // a key's MaxStarts-th newest start
+		wantIdents = append(wantIdents, starts...) // from the newest
+		wantIdents = append(wantIdents, keys...)   // its row
+		for range 6 {                              // its running runs, the expiry, the tick again
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, control...)                   // the trigger used
+		wantIdents = append(wantIdents, schema, table, schema, table) // the inserts
+		wantIdents = append(wantIdents, starts...)                    // of starts,
+		wantIdents = append(wantIdents, starts...)                    // each numbered,
+		wantIdents = append(wantIdents, starts...)                    // and the old ones
+		wantIdents = append(wantIdents, states...)                    // the state of a win
+		wantIdents = append(wantIdents, schema, table+"_claim")       // the grants: of the overload of version 9,
+		wantIdents = append(wantIdents, schema, table+"_claim11")     // to the new function, as literals
+		wantIdents = append(wantIdents, schema, table+"_claim11")
+		wantIdents = append(wantIdents, schema, table) // and version 11's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

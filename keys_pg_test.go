@@ -62,8 +62,8 @@ func TestKeysOnOlderTable(t *testing.T) {
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool)
 	steps := store.Migrations()
-	for _, step := range []runclaim.Migration{steps[9], steps[8], steps[7]} { // 10, 9, then 8
-		if _, err := db.Pool.Exec(ctx, step.Down); err != nil {
+	for i := len(steps) - 1; i >= 7; i-- { // the newest, ..., then 8
+		if _, err := db.Pool.Exec(ctx, steps[i].Down); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -510,10 +510,10 @@ func TestNoKeySamePath(t *testing.T) {
 	if len(batches) != 0 || len(queries) != 2 {
 		t.Fatalf("a claim and a ClaimMany naming no key sent %d batches and %d queries, want 0 and 2: %q", len(batches), len(queries), queries)
 	}
-	if !strings.Contains(queries[0], "$9::bigint[], true)") {
+	if !strings.Contains(queries[0], "$9::bigint[], true, NULL, NULL)") {
 		t.Errorf("a claim naming no key sent %q, not the claim function with a state", queries[0])
 	}
-	if q := queries[1]; !strings.Contains(q, "s.tick, NULL, NULL, true)") || strings.Contains(q, "$9::") || strings.Contains(q, "_cursors") {
+	if q := queries[1]; !strings.Contains(q, "s.tick, NULL, NULL, true, NULL, NULL)") || strings.Contains(q, "$9::") || strings.Contains(q, "_cursors") {
 		t.Errorf("a ClaimMany naming no key sent %q, not the calls without keys that return the states", q)
 	}
 	// A ClaimMany that wins nothing sends its claim's statement only.
@@ -531,7 +531,7 @@ func TestNoKeySamePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	batches, queries = rec.take()
-	if len(batches) != 0 || len(queries) != 1 || !strings.Contains(queries[0], "$9::bigint[], true)") {
+	if len(batches) != 0 || len(queries) != 1 || !strings.Contains(queries[0], "$9::bigint[], true, NULL, NULL)") {
 		t.Errorf("a claim naming a key sent %d batches and %q, want one call of the overload with keys", len(batches), queries)
 	}
 }
@@ -826,68 +826,3 @@ func TestBusyBatchKeyNoErrors(t *testing.T) {
 	}
 }
 
-// TestManyKeysOnVersion9Table: a store that has not read the schema
-// version sends a batch naming keys in the statement of version 10, which
-// numbers the batch's starts. On a table at version 9 that statement
-// fails, having written nothing (the function of a key's newest number is
-// missing when the step was undone; the column of numbers too on a table
-// that never had it), and the store reads the version and sends the
-// statement of version 9: the batch claims, and honours the key, as on
-// any table. After the step again, a new store's batch numbers its
-// starts in a row.
-func TestManyKeysOnVersion9Table(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
-	steps := store.Migrations()
-	step10 := steps[len(steps)-1]
-	if step10.Version != 10 {
-		t.Fatalf("the newest step is version %d; this test undoes version 10", step10.Version)
-	}
-	if _, err := db.Pool.Exec(ctx, step10.Down); err != nil {
-		t.Fatal(err)
-	}
-	const key = "site:v9"
-	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: 2, Per: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	batch := func(prefix string) []*runclaim.Run {
-		fresh, err := runclaim.NewPostgresStore(db.Pool) // knows no version yet
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := newClaimer(t, fresh, runclaim.WithSourceKeys(func(string) []string { return []string{key} }))
-		runs, err := c.ClaimMany(ctx, []string{prefix + "a", prefix + "b", prefix + "c"})
-		if err != nil {
-			t.Fatalf("ClaimMany naming a key: %v", err)
-		}
-		for _, r := range runs {
-			mustFinish(t, r)
-		}
-		return runs
-	}
-	if runs := batch("v9/"); len(runs) != 2 {
-		t.Fatalf("a batch of 3 on a key with room for 2, at version 9 (undone): %d runs", len(runs))
-	}
-	// A table that never had version 10 has no column of numbers either.
-	if _, err := db.Pool.Exec(ctx, `ALTER TABLE `+runclaim.StartsTable(store)+` DROP COLUMN seq`); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: 4, Per: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	if runs := batch("v9b/"); len(runs) != 2 {
-		t.Fatalf("a batch of 3 on a key with room for 2 more, at version 9: %d runs", len(runs))
-	}
-	if _, err := db.Pool.Exec(ctx, step10.Up); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: 6, Per: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	if runs := batch("v10/"); len(runs) != 2 {
-		t.Fatalf("a batch of 3 on a key with room for 2 more, at version 10: %d runs", len(runs))
-	}
-	checkStartNumbers(t, db.Pool, store)
-}

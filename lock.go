@@ -88,12 +88,13 @@ type claimDecision struct {
 // The store speaks two schema versions: the current one,
 // LatestSchemaVersion, and the one before it, which a rolling deploy
 // needs (new replicas run Migrate at start; the old ones keep their own
-// functions). Both have the claim function's overload of version 9
-// (stateFuncArgs), which decides every claim: plain, for a tick, naming
-// keys, returning the state. A claim is one call of it. On an older table
-// the call fails, having written nothing, and the claim returns
-// tooOldError, which names Migrate: there is no other form to fall back
-// to.
+// functions). A claim is one call of the claim function: on the current
+// version the one body of sql/claim.sql (claimBody), which decides every
+// claim (plain, for a tick, naming keys, returning the state); on the
+// version before, that version's overload (stateFuncArgs), which decides
+// the same. On an older table the call fails, having written nothing, and
+// the claim returns tooOldError, which names Migrate: there is no other
+// form to fall back to. See schemaCache for how a store tells the two.
 
 // oldestClaimVersion is the oldest schema version a store claims on.
 const oldestClaimVersion = LatestSchemaVersion - 1
@@ -113,13 +114,21 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		r.args[7], r.args[8] = req.Keys, s.keyLocks(nil, req.Keys)
 	}
 	r.dest = [12]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey, &r.state}
-	var err error
-	if !explicit {
-		err = s.db.QueryRow(ctx, s.sql.callState, r.args[:]...).Scan(r.dest[:]...)
-	} else {
-		err = s.explicitQueryRow(ctx, s.sql.callState, r.args[:], r.dest[:]...)
+	call := func(prev bool) error {
+		sql := s.sql.call
+		if prev {
+			sql = s.sql.callState
+		}
+		var err error
+		if !explicit {
+			err = s.db.QueryRow(ctx, sql, r.args[:]...).Scan(r.dest[:]...)
+		} else {
+			err = s.explicitQueryRow(ctx, sql, r.args[:], r.dest[:]...)
+		}
+		r.settle()
+		return err
 	}
-	r.settle()
+	err := s.sendClaim(ctx, call)
 	switch {
 	case err == nil:
 	case s.missingFunc(err) || s.missingStates(err):
@@ -132,6 +141,43 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 		info.State, info.HasState = string(r.state), true
 	}
 	return info, trigger, err
+}
+
+// sendClaim sends a claim, or a ClaimMany, with call: in the form of the
+// current version, or, with prev, of the version before (see
+// schemaCache). When the form of the current version finds its function
+// missing, which writes nothing, it reads the table's version, and sends
+// it again in the form of the version before if the table is at that
+// version; the other way round, when the form of the version before finds
+// its function missing and the table reads current; and again, a few
+// times, while the version read and the function found disagree (a step
+// undone and applied again meanwhile). It returns the error of the last
+// call.
+func (s *PostgresStore) sendClaim(ctx context.Context, call func(prev bool) error) error {
+	prev := s.schemaVer.previous()
+	err := call(prev)
+	if err == nil && !prev && s.schemaVer.version.Load() == oldestClaimVersion {
+		s.schemaVer.set(LatestSchemaVersion) // migrated meanwhile
+	}
+	for range 3 {
+		if err == nil || !(s.missingFunc(err) || s.missingStates(err)) {
+			return err
+		}
+		st, serr := s.schemaState(ctx)
+		if serr != nil {
+			return err
+		}
+		switch st.version() {
+		case LatestSchemaVersion:
+			prev = false
+		case oldestClaimVersion:
+			prev = true
+		default:
+			return err
+		}
+		err = call(prev)
+	}
+	return err
 }
 
 // tooOldError explains a claim (what) that found the table without the
@@ -163,8 +209,8 @@ func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err er
 			"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
 			quoteForError(req.Source), s.Table(), s.namespace, err)
 	case "42501": // insufficient_privilege
-		return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s, SELECT, INSERT and UPDATE on %s, SELECT and UPDATE (triggered_at) on %s, and, for keys and states, the grants docs/least-privilege.md lists)",
-			quoteForError(req.Source), err, s.claimFunc(), stateFuncArgs, s.Table(), s.controlTable())
+		return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s (on a table at the version before, %s%s), SELECT, INSERT and UPDATE on %s, SELECT and UPDATE (triggered_at) on %s, and, for keys and states, the grants docs/least-privilege.md lists)",
+			quoteForError(req.Source), err, s.claimBody(), claimBodyArgs, s.claimFunc(), stateFuncArgs, s.Table(), s.controlTable())
 	}
 	return s.wrap(ctx, "claim "+quoteForError(req.Source), err)
 }

@@ -154,7 +154,7 @@ func TestClaimManyOneTransaction(t *testing.T) {
 		t.Fatalf("won %d runs of %d free sources", len(runs), len(sources))
 	}
 	batches, queries := rec.take()
-	if len(batches) != 0 || len(queries) != 1 || !strings.Contains(queries[0], runclaim.ClaimFuncName(traced)) {
+	if len(batches) != 0 || len(queries) != 1 || !isClaimCall(queries[0], traced) {
 		t.Errorf("ClaimMany sent batches %q and queries %q, want one query calling the claim function", batches, queries)
 	}
 	ids := make([]int64, len(runs))

@@ -112,19 +112,21 @@ type PostgresStore struct {
 	syncCommit string
 	// sql holds the statements of sql/, filled in for the store's table.
 	sql struct {
-		heartbeat, finish, unclaim, readRun                               string
-		unclaimRun, unclaimRunKeys, unclaimTrigger, unclaimManyTrigger    string
-		callMany, unclaimMany, heartbeatMany                              string // ClaimMany's and HeartbeatMany's
-		fenceLock, fenceCheck                                             string
-		clock, running, history, releaseLockTimeout, release, prune       string
-		runningTick, historyTick, releaseTick, pruneTick                  string
-		pause, resume, trigger, controls, operatorLockTimeout             string
-		sourceStateOne, sourceStateAll                                    string // Check's and SourceStates'
-		callManyKeys, callManyKeysNumbered, unclaimStarts                 string // claims that name keys
-		lockKeys, lockRunKeys                                             string // before starts are deleted
-		setLimit, deleteLimit, cooldown, endCooldown, keysState           string // Limiter's, and Keys
-		callState, saveState, readState, readStates, setState, clearState string // states (version 9)
-		lockSource                                                        string // SetState's and ClearState's wait for claims in flight
+		heartbeat, finish, unclaim, readRun                            string
+		unclaimRun, unclaimRunKeys, unclaimTrigger, unclaimManyTrigger string
+		call, callMany, callManyKeys                                   string // the claim on the current version
+		callState, callManyPrev, callManyKeysPrev                      string // on the version before
+		unclaimMany, heartbeatMany                                     string // ClaimMany's and HeartbeatMany's
+		fenceLock, fenceCheck                                          string
+		clock, running, history, releaseLockTimeout, release, prune    string
+		runningTick, historyTick, releaseTick, pruneTick               string
+		pause, resume, trigger, controls, operatorLockTimeout          string
+		sourceStateOne, sourceStateAll                                 string // Check's and SourceStates'
+		unclaimStarts                                                  string // claims that name keys
+		lockKeys, lockRunKeys                                          string // before starts are deleted
+		setLimit, deleteLimit, cooldown, endCooldown, keysState        string // Limiter's, and Keys
+		saveState, readState, readStates, setState, clearState         string // states (version 9)
+		lockSource                                                     string // SetState's and ClearState's wait for claims in flight
 	}
 	// schemaVer is what the store knows of its table's schema version.
 	schemaVer schemaCache
@@ -157,6 +159,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 		return nil, errors.New("runclaim: NewPostgresStore: got a single connection; pass a pool, such as a *pgxpool.Pool")
 	}
 	s := &PostgresStore{db: db, schema: DefaultSchema, table: DefaultTable, namespace: DefaultNamespace}
+	s.schemaVer.recheck = schemaRecheck
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("runclaim: NewPostgresStore: nil PostgresOption")
@@ -165,7 +168,11 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 			return nil, err
 		}
 	}
+	s.sql.call = s.statement("call")
 	s.sql.callMany = s.statement("call_many")
+	s.sql.callManyKeys = s.statement("call_many_keys")
+	s.sql.callManyPrev = s.statement("call_many_prev")
+	s.sql.callManyKeysPrev = s.statement("call_many_keys_prev")
 	s.sql.unclaimMany = s.statement("unclaim_many")
 	s.sql.heartbeatMany = s.statement("heartbeat_many")
 	s.sql.heartbeat = s.statement("heartbeat")
@@ -193,8 +200,6 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.trigger = s.statement("trigger")
 	s.sql.controls = s.statement("controls")
 	s.sql.operatorLockTimeout = s.statement("operator_lock_timeout")
-	s.sql.callManyKeys = s.statement("call_many_keys")
-	s.sql.callManyKeysNumbered = s.statement("call_many_keys_numbered")
 	s.sql.unclaimStarts = s.statement("unclaim_starts")
 	s.sql.lockKeys = s.statement("lock_keys")
 	s.sql.lockRunKeys = s.statement("lock_run_keys")

@@ -71,6 +71,25 @@ import (
 // claimFuncSuffix makes the claim function's name from the table's.
 const claimFuncSuffix = "_claim"
 
+// The claim function of the current schema version: the one body of
+// sql/claim.sql, which Migrate creates after the steps (the step of
+// claimBodyVersion holds it; see renderStep), under a name that carries
+// that version, so that a new body never replaces the one the replicas
+// of the release before call. A store calls it on a table at the
+// current version, and the overload of version 9 (stateFuncArgs) on one
+// at the version before.
+const (
+	claimBodyVersion = 11
+	claimBodySuffix  = "_claim11" // claimFuncSuffix and claimBodyVersion; no longer than runningSuffix (see maxTableLen)
+	claimBodyArgs    = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean, pg_catalog.text[], integer[])"
+)
+
+// claimBody returns the quoted, schema-qualified name of the claim function
+// of the current schema version.
+func (s *PostgresStore) claimBody() string {
+	return pgx.Identifier{s.schema, s.table + claimBodySuffix}.Sanitize()
+}
+
 // claimFuncArgs are the claim function's argument types: the advisory key,
 // the source, the owner, the lease and the minimum interval in
 // microseconds, and the lock timeout in milliseconds.
@@ -152,22 +171,6 @@ func missingFuncNamed(err error, name string) bool {
 		return strings.HasPrefix(pgErr.Message, "cache lookup failed for function")
 	}
 	return false
-}
-
-// missingKeySeq reports whether err says that what version 10 adds for a
-// batch naming keys is missing: the function of a key's newest start
-// (the step undone under the store), or the column of numbers (a table
-// before version 10, which a store that does not know its version yet
-// tries the statement of version 10 on). The statement wrote nothing.
-func (s *PostgresStore) missingKeySeq(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	if pgErr.Code == "42703" { // undefined_column
-		return strings.Contains(pgErr.Message, `"seq"`) && strings.Contains(pgErr.Message, s.table+startsSuffix)
-	}
-	return missingFuncNamed(err, s.table+topSuffix)
 }
 
 // missingStates reports whether err says the table of states is missing

@@ -61,18 +61,6 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 		s.explicit.Store(true)
 		res, triggers, err = s.claimMany(cctx, reqs, true)
 	}
-	if err == nil {
-		if serr := s.manyStates(cctx, reqs, res); serr != nil {
-			err = fmt.Errorf("runclaim: %s: read the states of the sources won: %w", what, serr)
-			if derr := s.unclaimMany(cctx, res, triggers); derr != nil {
-				return nil, fmt.Errorf("%w; and the runs won could not be deleted: %w", err, derr)
-			}
-			if derr := s.unclaimStarts(cctx, reqs, resultRuns(res)); derr != nil {
-				return nil, fmt.Errorf("%w; and the starts of the runs won could not be deleted: %w", err, derr)
-			}
-			return nil, err
-		}
-	}
 	ctxErr := ctx.Err()
 	switch {
 	case ctxErr == nil:
@@ -102,29 +90,18 @@ func (s *PostgresStore) claimMany(ctx context.Context, reqs []ClaimRequest, expl
 	for _, r := range reqs {
 		keys = keys || len(r.Keys) > 0
 	}
-	res, triggers, err := s.callMany(ctx, reqs, explicit)
-	if keys && err != nil && s.missingKeySeq(err) {
-		// A table at the version before (or the current step undone under
-		// the store): the batch wrote nothing. The store reads the
-		// version; if it reads the current one (the step redone
-		// meanwhile) or cannot read it, it takes the one before as known.
-		// Either way the batch goes again in the statement of the version
-		// before, which works on the current one too (the trigger numbers
-		// its starts), as later batches do until the next read of the
-		// version.
-		st, serr := s.schemaState(ctx)
-		if serr == nil && st.version() < oldestClaimVersion {
-			return nil, nil, s.tooOldError(ctx, fmt.Sprintf("claim %d sources", len(reqs)), err)
-		}
-		if serr != nil || st.version() >= keySeqVersion {
-			s.schemaVer.set(keySeqVersion - 1)
-		}
-		res, triggers, err = s.callMany(ctx, reqs, explicit)
-	}
+	var (
+		res      []ClaimResult
+		triggers []time.Time
+	)
+	err := s.sendClaim(ctx, func(prev bool) (err error) {
+		res, triggers, err = s.callMany(ctx, reqs, explicit, prev)
+		return err
+	})
 	switch {
 	case err == nil || err == errNeedExplicit:
 		return res, triggers, err
-	case s.missingFunc(err) || s.missingKeySeq(err):
+	case s.missingFunc(err) || s.missingStates(err):
 		return nil, nil, s.tooOldError(ctx, fmt.Sprintf("claim %d sources", len(reqs)), err)
 	case keys && ctx.Err() == nil && s.keyLockBusy(err):
 		return s.keysBusy(ctx, reqs, explicit, err)
@@ -178,7 +155,7 @@ type manyArgs struct {
 // overload with keys. It returns the
 // decisions, or errNeedExplicit when the transaction's isolation level
 // made every call refuse.
-func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, explicit bool) ([]ClaimResult, []time.Time, error) {
+func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, explicit, prev bool) ([]ClaimResult, []time.Time, error) {
 	n := len(reqs)
 	a := manyArgs{
 		keys: make([]int64, n), sources: make([]string, n), owners: make([]string, n),
@@ -203,6 +180,9 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		a.ticks[i] = pgtype.Timestamptz{Time: r.Tick, Valid: !r.Tick.IsZero()}
 	}
 	sql, args := s.sql.callMany, []any{a.keys, a.sources, a.owners, a.leases, a.intervals, a.lockTimeoutMilliseconds, a.ticks}
+	if prev {
+		sql = s.sql.callManyPrev
+	}
 	if keyed {
 		batchKeys, batchCounts := batchKeyCounts(reqs)
 		single := make([]pgtype.Text, n) // each request's only key
@@ -212,11 +192,8 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 			}
 		}
 		sql, args = s.sql.callManyKeys, append(args, a.keyOffsets, a.keyCounts, a.keyNames, s.keyLocks(nil, a.keyNames), batchKeys, batchCounts, single)
-		if v := s.schemaVer.version.Load(); v == 0 || v >= keySeqVersion || v < oldestClaimVersion {
-			// The statement that numbers its starts, also while the
-			// version is not known: on an older table it fails, having
-			// written nothing, and claimMany reads the version.
-			sql = s.sql.callManyKeysNumbered
+		if prev {
+			sql = s.sql.callManyKeysPrev
 		}
 	}
 	rowsRead := 0
@@ -227,8 +204,8 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 			}
 			r := &a.results[rowsRead]
 			dest := []any{&a.ord, &r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey, &r.state}
-			if keyed {
-				dest = dest[:len(dest)-1] // the overload with keys reads no state: manyStates does
+			if keyed && prev {
+				dest = dest[:len(dest)-1] // the overload with keys of the version before reads no state: manyStates does
 			}
 			if err := rows.Scan(dest...); err != nil {
 				return err
@@ -272,6 +249,11 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 			failed = out[i].Err
 		}
 	}
+	if failed == nil && keyed && prev {
+		if err := s.manyStates(ctx, out); err != nil {
+			failed = fmt.Errorf("read the states of the sources won: %w", err)
+		}
+	}
 	if failed != nil {
 		// The transaction has committed: undo what it won, in every row,
 		// before and after the one that failed.
@@ -289,22 +271,22 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 	return out, triggers, nil
 }
 
-// manyStates sets the state of each run in res that won for a request of
-// reqs (pairwise) that names keys, whose statement (the overload with
-// keys) reads no state, from the table of states, in one statement after
-// the claim's, and only when one won: a ClaimMany that wins nothing costs
-// what it did. (A request that names no key got its state from its call.) The
+// manyStates sets the state of each run in res that won, for a ClaimMany
+// naming keys on a table at the version before the current one, whose
+// overload with keys reads no state: from the table of states, in one
+// statement after the claim's, and only when one won: a ClaimMany that
+// wins nothing costs what it did. The
 // read comes after the claim committed, and returns what the claim's own
 // read would have: once the claim has won, only the new run's SaveState,
 // or an operator's SetState with force, can change a source's state (the
 // run before it can save no more: its row is no longer running, and a
 // save of it in flight held its row FOR SHARE, which the claim's expiry
 // waited for).
-func (s *PostgresStore) manyStates(ctx context.Context, reqs []ClaimRequest, res []ClaimResult) error {
+func (s *PostgresStore) manyStates(ctx context.Context, res []ClaimResult) error {
 	var sources []string
 	at := make(map[string]int)
 	for i, r := range res {
-		if r.Err == nil && r.Run.ID != 0 && len(reqs[i].Keys) > 0 {
+		if r.Err == nil && r.Run.ID != 0 {
 			at[r.Run.Source] = i
 			sources = append(sources, r.Run.Source)
 		}

@@ -104,12 +104,19 @@ var versionCommentRE = regexp.MustCompile("^" + versionComment + "([0-9]+)$")
 //     the same whatever the starts in its window. Roles that may insert
 //     into the runs table are granted UPDATE of the number. Replicas of
 //     the release before run the new bodies too.
+//   - Version 11: the claim function with the one body of sql/claim.sql,
+//     named after the table with the suffix "_claim11", which decides
+//     every claim of this release; the grants of EXECUTE of the overload
+//     of version 9 are copied to it. The functions before it stay, for
+//     the release before.
 //
 // migrations are the schema's steps, oldest first. Each is two files of
 // sql/, NNN_<file>.up.sql and .down.sql, with the table's names as their
-// only placeholders (see postgres_sql.go). A released step never changes
-// (TestMigrationsGolden compares them with testdata/migrations): a new
-// function body or index is a new version. To add version N, add
+// only placeholders (see postgres_sql.go), and, in the step that
+// introduces a claim body, the line {{claim_body}} (see renderStep). A
+// released step never changes (TestMigrationsGolden compares them, as
+// rendered, with testdata/migrations): a new function body or index is a
+// new version. To add version N, add
 // sql/00N_<what>.up.sql and .down.sql, one entry here, and raise
 // LatestSchemaVersion; the objects it adds belong in schemaStateSQL and
 // stepGuard, so that Migrate can tell that they are missing.
@@ -161,6 +168,10 @@ var migrations = []struct {
 	// with keys and with a state, under their names, signatures and
 	// results, which the previous release calls as well.
 	{10, "010_key_starts", "number the starts of each key"},
+	// The claim function with the one body of sql/claim.sql, under a name
+	// of its own; the functions before it stay for the previous release.
+	// No lock on the runs table but the comment's.
+	{11, "011_claim_body", "add the claim function of one body"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -194,9 +205,11 @@ const pinSearchPathSQL = "SELECT pg_catalog.set_config('search_path', 'pg_catalo
 // renderStep fills the store's names into a step's file. Each function
 // body and DO block in the file is dollar-quoted with the tag $q$; should
 // the names filled into one end the literal early, that body gets a tag
-// that they do not.
+// that they do not. The line {{claim_body}} is the claim function of the
+// step's version: sql/claim.sql for claimBodyVersion.
 func (s *PostgresStore) renderStep(file string) string {
-	parts := strings.Split(readSQL("sql/"+file), "$q$")
+	text := strings.Replace(readSQL("sql/"+file), "{{claim_body}}\n", readSQL("sql/claim.sql"), 1)
+	parts := strings.Split(text, "$q$")
 	var b strings.Builder
 	for i, part := range parts {
 		switch {
@@ -262,12 +275,12 @@ type schemaState struct {
 	schemaExists, tableExists                           bool
 	comment                                             string
 	indexes, column, function, ticks, control, lostPath bool
-	claimRaces, keys, states, keySeq                    bool
+	claimRaces, keys, states, keySeq, body              bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys, &st.states, &st.keySeq}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys, &st.states, &st.keySeq, &st.body}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -284,7 +297,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys, st.states, st.keySeq} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys, st.states, st.keySeq, st.body} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -297,7 +310,8 @@ func (s *PostgresStore) schemaStateArgs() []any {
 	return []any{s.schema, s.table, s.indexName(runningSuffix), s.indexName(historySuffix), s.claimFunc() + claimFuncArgs,
 		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc(), claimRacesMarker,
 		s.keysTable(), s.startsTable(), s.indexName(keyedSuffix), s.claimFunc() + keyFuncArgs,
-		s.statesTable(), s.claimFunc() + stateFuncArgs, s.indexName(keysetSuffix), s.indexName(nthSuffix), keySeqMarker}
+		s.statesTable(), s.claimFunc() + stateFuncArgs, s.indexName(keysetSuffix), s.indexName(nthSuffix), keySeqMarker,
+		s.claimBody() + claimBodyArgs}
 }
 
 // Suffixes of the indexes' names.
@@ -554,6 +568,8 @@ func (s *PostgresStore) stepGuard(v int) string {
 			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[3]s) AND pg_catalog.strpos(p.prosrc, %[5]s) > 0)"+
 			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[4]s) AND pg_catalog.strpos(p.prosrc, %[5]s) > 0)",
 			dollarQuote(s.indexName(nthSuffix)), dollarQuote(s.startsTable()), dollarQuote(s.claimFunc()+keyFuncArgs), dollarQuote(s.claimFunc()+stateFuncArgs), dollarQuote(keySeqMarker))
+	case 11:
+		objects = fmt.Sprintf("pg_catalog.to_regprocedure(%s) IS NOT NULL", dollarQuote(s.claimBody()+claimBodyArgs))
 	default:
 		objects = "true"
 	}

@@ -300,7 +300,7 @@ func TestClaimFunctionExecute(t *testing.T) {
 	e := newPrivEnv(t)
 	ownerPool := e.pool(t, e.owner, nil)
 	appStore := formStore(t, e.pool(t, e.app, nil), claimForms[0], runclaim.WithTable(e.schema, runclaim.DefaultTable))
-	fn := runclaim.ClaimFuncName(appStore) + runclaim.StateFuncArgs
+	fn := runclaim.ClaimBodyName(appStore) + runclaim.ClaimBodyArgs
 	var public bool
 	if err := e.db.Pool.QueryRow(ctx, "SELECT has_function_privilege('public', $1, 'EXECUTE')", fn).Scan(&public); err != nil || !public {
 		t.Fatalf("PUBLIC's EXECUTE on %s after Migrate: %v, %v; want true", fn, public, err)
@@ -697,5 +697,45 @@ WHERE schemaname || '.' || sequencename = pg_catalog.pg_get_serial_sequence($1, 
 	err := claim("no-delete")
 	if !errors.Is(err, context.Canceled) || pgCode(err) != "42501" || !strings.Contains(err.Error(), "could not be deleted") {
 		t.Errorf("cancelled claim without DELETE: %v, want context.Canceled and the failed delete (42501)", err)
+	}
+}
+
+// TestClaimBodyGrantsCopied: the step that creates the claim function of
+// the current version gives EXECUTE on it to the roles that had EXECUTE on
+// the function the release before calls, and, where that one was revoked
+// from PUBLIC, revokes it from PUBLIC too: an upgrade neither locks out a
+// role that could claim nor opens the new function to every role.
+func TestClaimBodyGrantsCopied(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	e := newPrivEnv(t)
+	ownerPool := e.pool(t, e.owner, nil)
+	ownerStore := e.store(t, ownerPool)
+	steps := ownerStore.Migrations()
+	last := steps[len(steps)-1]
+	prevFn := runclaim.ClaimFuncName(ownerStore) + runclaim.StateFuncArgs
+	bodyFn := runclaim.ClaimBodyName(ownerStore) + runclaim.ClaimBodyArgs
+	for _, q := range []string{
+		last.Down,
+		"REVOKE EXECUTE ON FUNCTION " + prevFn + " FROM PUBLIC",
+		"GRANT EXECUTE ON FUNCTION " + prevFn + " TO " + e.app.name,
+	} {
+		if _, err := ownerPool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := ownerStore.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var app, public bool
+	if err := e.db.Pool.QueryRow(ctx, "SELECT has_function_privilege($1, $2, 'EXECUTE'), has_function_privilege('public', $2, 'EXECUTE')", e.app.name, bodyFn).Scan(&app, &public); err != nil {
+		t.Fatal(err)
+	}
+	if !app || public {
+		t.Errorf("EXECUTE on %s after the step: application %v, PUBLIC %v; want true, false (as on %s)", bodyFn, app, public, prevFn)
+	}
+	appStore := e.store(t, e.pool(t, e.app, nil))
+	if err := newClaimer(t, appStore).Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+		t.Errorf("the application's claim after the upgrade: %v", err)
 	}
 }

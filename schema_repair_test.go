@@ -252,16 +252,19 @@ func checkMigrateTakesNoLock(t *testing.T, pool *pgxpool.Pool, store *runclaim.P
 }
 
 // TestMissingFunctionRefused: a table whose comment says the current
-// version but whose claim function is missing (dropped by hand, restored
-// without it) is refused at every claim with the error that names
-// Migrate, each having written nothing, as the store has no other form to
-// fall back to; once Migrate repairs it, claims win again.
+// version but whose claim functions are missing (dropped by hand,
+// restored without them), that of the current version and the overload
+// of the version before, is refused at every claim with the error that
+// names Migrate, each having written nothing, as the store has no other
+// form to fall back to; once Migrate repairs it, claims win again. With
+// only the current one missing, the table is at the version before, and
+// claims go on in its form.
 func TestMissingFunctionRefused(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := pgtest.New(t)
 	setup := migratedStore(t, db.Pool)
-	if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimFuncName(setup)+runclaim.StateFuncArgs); err != nil {
+	if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimBodyName(setup)+runclaim.ClaimBodyArgs); err != nil {
 		t.Fatal(err)
 	}
 	store, err := runclaim.NewPostgresStore(db.Pool)
@@ -269,6 +272,17 @@ func TestMissingFunctionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClaimer(t, store)
+	if err := c.Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+		t.Fatalf("claim with the current claim function missing: %v, want a run in the form of the version before", err)
+	}
+	if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimFuncName(setup)+runclaim.StateFuncArgs); err != nil {
+		t.Fatal(err)
+	}
+	store, err = runclaim.NewPostgresStore(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = newClaimer(t, store)
 	before := readState(t, db.Pool, store.Table())
 	for range 3 {
 		_, err := c.Claim(ctx, "src")

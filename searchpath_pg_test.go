@@ -130,11 +130,15 @@ func TestNoSearchPathHijack(t *testing.T) {
 	if _, err := sharedtest.NewClaimer(t, v8).Claim(ctx, "v8", runclaim.WithKeys("v8-key")); err != nil {
 		t.Errorf("keyed Claim, version 8: %v", err)
 	}
-	// A batch naming keys on a table the store knows before version 10:
-	// the statement without the numbering (the trigger numbers its starts).
-	v9 := formStore(t, hostile, claimForm{"state", 9})
-	if runs, err := sharedtest.NewClaimer(t, v9).ClaimMany(ctx, []string{"v9-a", "v9-b"}, runclaim.WithKeys("v9-key")); err != nil || len(runs) != 2 {
-		t.Errorf("keyed ClaimMany, version 9: %d runs, %v", len(runs), err)
+	// The batches of a store that takes its table to be at the version
+	// before the current one, without keys and with them (whose states
+	// a statement of their own reads).
+	prev := formStore(t, hostile, claimForm{"previous", runclaim.OldestClaimVersion})
+	if runs, err := sharedtest.NewClaimer(t, prev).ClaimMany(ctx, []string{"prev-a", "prev-b"}); err != nil || len(runs) != 2 {
+		t.Errorf("ClaimMany, the version before: %d runs, %v", len(runs), err)
+	}
+	if runs, err := sharedtest.NewClaimer(t, prev).ClaimMany(ctx, []string{"prev-c", "prev-d"}, runclaim.WithKeys("prev-key")); err != nil || len(runs) != 2 {
+		t.Errorf("keyed ClaimMany, the version before: %d runs, %v", len(runs), err)
 	}
 	check("the statements of older tables")
 

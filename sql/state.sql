@@ -3,9 +3,9 @@
 -- sql/009_states.up.sql).
 
 -- name: call_state
--- The claim: one call of the claim function's overload of schema version
--- 9 (stateFuncArgs), which every claim uses, on the current version and
--- on the one before it. $1 the source's advisory key, $2 the source, $3
+-- The claim on a table at the version before the current one, 10: one
+-- call of the claim function's overload of version 9 (stateFuncArgs),
+-- whose body version 10 replaced. $1 the source's advisory key, $2 the source, $3
 -- the owner, $4 the lease and $5 the claimer's minimum interval in
 -- microseconds, $6 the bound on the wait for a table lock in
 -- milliseconds, $7 the tick (NULL for a plain claim), $8 the keys, in the

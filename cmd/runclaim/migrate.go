@@ -59,9 +59,9 @@ Examples:
   runclaim migrate --print > migrations/runclaim.sql
 
 JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
-"from": 0, "version": 10}, where migrated says whether this run applied a
+"from": 0, "version": 11}, where migrated says whether this run applied a
 step (of several migrates at once, one applies them and says true; the
-others wait for it, and say false); with --status, {"table": ..., "have": 1, "want": 10, "current": false,
+others wait for it, and say false); with --status, {"table": ..., "have": 1, "want": 11, "current": false,
 "missing": [{"version": 2, "name": "..."}, ...]}; with --print,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
