@@ -825,4 +825,3 @@ func TestBusyBatchKeyNoErrors(t *testing.T) {
 		t.Errorf("no single claim ran beside the batches")
 	}
 }
-
