@@ -580,12 +580,14 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, states...)
-		wantIdents = append(wantIdents, schema, table)                // and version 10's COMMENT ON TABLE
-		wantIdents = append(wantIdents, schema, table+"_claim11")     // version 11's function (sql/claim.sql):
-		wantIdents = append(wantIdents, schema, table, schema, table) // the latest start and the running run
-		wantIdents = append(wantIdents, control...)                   // and the pause, under the lock;
-		wantIdents = append(wantIdents, schema, table)                // the tick
-		for range 2 {                                                 // a batch's check of a key: its running runs,
+		wantIdents = append(wantIdents, schema, table)            // and version 10's COMMENT ON TABLE
+		wantIdents = append(wantIdents, schema, table+"_claim11") // version 11's function (sql/claim.sql):
+		wantIdents = append(wantIdents, schema, table)            // the latest start,
+		wantIdents = append(wantIdents, states...)                // the state,
+		wantIdents = append(wantIdents, schema, table)            // the running run
+		wantIdents = append(wantIdents, control...)               // and the pause, under the lock;
+		wantIdents = append(wantIdents, schema, table)            // the tick
+		for range 2 {                                             // a batch's check of a key: its running runs,
 			wantIdents = append(wantIdents, schema, table)
 		}
 		wantIdents = append(wantIdents, starts...) // a start by its number

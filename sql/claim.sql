@@ -88,6 +88,8 @@ DECLARE
 	cached pg_catalog.text;
 	tag pg_catalog.text;
 	fast boolean := false;
+	pre_state pg_catalog.bytea;
+	state_read boolean := false;
 	i integer;
 BEGIN
 	locked := false;
@@ -130,14 +132,25 @@ BEGIN
 	-- 3. The lock of the source, tried, then one read of the source, whose
 	-- snapshot (that of the statement, under READ COMMITTED) is taken after
 	-- the lock: it sees every run committed before the lock was taken. A
-	-- claim wins only on what it read under the lock.
+	-- claim wins only on what it read under the lock. Without a live
+	-- holder, the same statement reads the next start the interval allows
+	-- and, when asked, the state of the source (a CASE evaluates its
+	-- subquery only then, so a loss to a live holder does not pay for
+	-- them). The state read here is the one the win returns unless the
+	-- claim expires a lapsed run below: every save of a run committed
+	-- before its row stopped running, as a save holds the row FOR SHARE
+	-- and a finish or an expiry updates it.
 	locked := pg_catalog.pg_try_advisory_xact_lock(p_key);
 	SELECT c.id, c.owner, c.started_at, c.lease_until,
 	       k.paused_at IS NOT NULL AND (k.pause_until IS NULL OR k.pause_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()),
 	       k.pause_until, k.pause_note, k.triggered_at IS NOT NULL, k.triggered_at,
-	       (SELECT l.started_at OPERATOR(pg_catalog.+) greatest(l.min_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond')
-	         FROM {{table}} AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1)
-	  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at, retry_after
+	       CASE WHEN c.id IS NULL OR c.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN
+	           (SELECT l.started_at OPERATOR(pg_catalog.+) greatest(l.min_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond')
+	             FROM {{table}} AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1) END,
+	       CASE WHEN p_state AND c.id IS NULL THEN
+	           (SELECT s.state FROM {{table_states}} AS s WHERE s.source OPERATOR(pg_catalog.=) p_source) END,
+	       p_state AND c.id IS NULL
+	  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at, retry_after, pre_state, state_read
 	  FROM (SELECT) AS one
 	  LEFT JOIN {{table}} AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
 	  LEFT JOIN {{table_control}} AS k ON k.source OPERATOR(pg_catalog.=) p_source;
@@ -451,13 +464,14 @@ BEGIN
 		retry_after := trigger_at;
 	END IF;
 	won := true;
-	-- A win reads the state of the source in a statement of its own, so with a
-	-- snapshot taken after the lock and after the run before it was
-	-- finished or expired: every save of that run committed before. A
-	-- save locks the row of the run FOR SHARE, so a claim cannot expire a run
-	-- while its save is in flight, and a save after the expiry finds the
-	-- run no longer running.
-	IF p_state THEN
+	-- The state of a win: read in 3, or, after the claim expired a lapsed
+	-- run, in a statement of its own, whose snapshot is taken after the
+	-- expiry. A save locks the row of the run FOR SHARE, so a claim cannot
+	-- expire a run while its save is in flight, and a save after the
+	-- expiry finds the run no longer running.
+	IF state_read THEN
+		run_state := pre_state;
+	ELSIF p_state THEN
 		SELECT s.state INTO run_state FROM {{table_states}} AS s WHERE s.source OPERATOR(pg_catalog.=) p_source;
 	END IF;
 END
