@@ -151,7 +151,7 @@ func TestMigrateCurrentSchemaTakesNoTableLock(t *testing.T) {
 // every isolation default: Heartbeat and Finish that race a takeover answer
 // ErrLeaseLost, a Release that races a heartbeat releases, a Prune that
 // races updates prunes; never a raw serialization failure. (The claim's
-// forms are tested in lock_test.go.)
+// forms are tested in lock_pg_test.go.)
 func TestIsolationDefaultsEveryWrite(t *testing.T) {
 	t.Parallel()
 	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
