@@ -52,7 +52,7 @@ func (b *BatchStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, erro
 
 func (b *BatchStore) batchClaim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, error) {
 	var r claimDecision
-	key := AdvisoryKey(b.namespace, req.Source)
+	key := advisoryKey(b.namespace, req.Source)
 	lease, minInterval := req.Lease.Microseconds(), req.MinInterval.Microseconds()
 	err := b.sendBatch(ctx, explicit, func(bt *pgx.Batch) {
 		bt.Queue(b.lock, key, claimLockTimeout.Milliseconds()).QueryRow(func(row pgx.Row) error {

@@ -319,7 +319,7 @@ func (r *refClaimer) claim(ctx context.Context, source string) (id int64, err er
 		return 0, errRefSkipped
 	}
 	if err := tx.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_xact_lock($1::bigint)`,
-		runclaim.AdvisoryKey(r.namespace, source)).Scan(&locked); err != nil {
+		runclaim.AdvisoryKeyOf(r.namespace, source)).Scan(&locked); err != nil {
 		return 0, err
 	}
 	if !locked {

@@ -45,7 +45,7 @@ func BenchmarkClaimState(b *testing.B) {
 			took time.Duration
 		)
 		took = timed(func() {
-			if err := db.Pool.QueryRow(ctx, call, runclaim.AdvisoryKey(runclaim.DefaultNamespace, src), src, ask).Scan(&won, &id, &st); err != nil {
+			if err := db.Pool.QueryRow(ctx, call, runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, src), src, ask).Scan(&won, &id, &st); err != nil {
 				b.Fatalf("claim of %s: %v", src, err)
 			}
 		})

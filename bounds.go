@@ -31,7 +31,7 @@ const (
 	// DefaultTable is the name of the runs table unless WithTable sets another.
 	DefaultTable = "runclaim_runs"
 	// DefaultNamespace is mixed into every advisory lock key (see
-	// AdvisoryKey) unless WithNamespace sets another.
+	// PostgresStore.AdvisoryKey) unless WithNamespace sets another.
 	DefaultNamespace = "runclaim"
 
 	// Runs, claims and the operator reads and writes.
@@ -68,7 +68,7 @@ const (
 	// sent, as MaxClaimMany is. The Postgres store's call holds one advisory
 	// lock per source and two per distinct key (the table's, and, while
 	// replicas of the previous release may run, the namespace's: see
-	// KeyLock) until it commits, in the server's shared lock table
+	// PostgresStore.KeyLocks) until it commits, in the server's shared lock table
 	// (MaxClaimMany's doc): with both bounds a call holds at most 1,200
 	// locks, under a fifth of a default server's 6,400,
 	// where 1,000 sources naming 16 keys each, all distinct, took 17,000

@@ -166,7 +166,7 @@ func TestClaimFormsAgree(t *testing.T) {
 					t.Fatal(err)
 				}
 				hold = append(hold, func() { _ = tx.Rollback(context.Background()) })
-				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", runclaim.AdvisoryKey(runclaim.DefaultNamespace, src)); err != nil {
+				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, src)); err != nil {
 					t.Fatal(err)
 				}
 			}

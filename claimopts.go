@@ -38,7 +38,7 @@ type claimOptions struct {
 // Name the tick the scheduler fired for (its scheduled time, not the time
 // the job started), so that every replica names the same one; see Ticker
 // and LatestTick. Ticks compare at microsecond precision: tick is cut down
-// to whole microseconds (see NormalTick), and Run.Tick reports it so. A
+// to whole microseconds, in UTC, and Run.Tick reports it so. A
 // zero tick is an error, and nothing is sent to the store; so is a tick in
 // the first microsecond of year 1, which would be cut down to the zero
 // time, and a tick after year 9999.
@@ -50,7 +50,7 @@ func ForTick(tick time.Time) ClaimOption {
 		if err := checkTick("ForTick", tick); err != nil {
 			return err
 		}
-		o.tick, o.tickSet = NormalTick(tick), true
+		o.tick, o.tickSet = normalTick(tick), true
 		return nil
 	}
 }
@@ -150,7 +150,7 @@ func applyClaimOptions(what string, opts []ClaimOption) (claimOptions, error) {
 }
 
 // checkTick returns an error for a tick that names no tick: the zero
-// time, or one that NormalTick cuts down to it (the first microsecond of
+// time, or one that is cut down to it (the first microsecond of
 // year 1), which a store would take for a plain claim; or a tick out of
 // the range a store keeps. what names the caller.
 func checkTick(what string, tick time.Time) error {

@@ -3,9 +3,9 @@ package runclaim
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/runclaim/runclaim/internal/rules"
 )
 
 // A Controller is a Store that operators can steer without a deploy: pause
@@ -44,8 +44,8 @@ type Controller interface {
 	// store's clock: a time that has passed is refused with an error and
 	// changes nothing (a pause that would end at once is a mistake, not
 	// a no-op), and so is one after year 9999. note is stored with the
-	// pause and shown in skips and in the CLI's status; see
-	// ValidatePauseNote.
+	// pause and shown in skips and in the CLI's status: at most
+	// MaxPauseNoteLen bytes of UTF-8 without a NUL byte.
 	Pause(ctx context.Context, source string, until time.Time, note string) error
 
 	// Resume ends the pause of source. It returns nil if the source is
@@ -59,26 +59,10 @@ type Controller interface {
 	Trigger(ctx context.Context, source string) error
 }
 
-// ValidatePauseNote returns an error if note cannot be stored with a pause:
-// longer than MaxPauseNoteLen bytes, not valid UTF-8, or with a NUL byte.
-// An empty note is valid.
-func ValidatePauseNote(note string) error { return validateNote("pause", note) }
-
-// validateNote checks a note of the kind named (a pause's, a cooldown's)
-// for ValidatePauseNote and ValidateCooldownNote, and names the kind in
-// its error.
-func validateNote(kind, note string) error {
-	switch {
-	case len(note) > MaxPauseNoteLen:
-		return fmt.Errorf("runclaim: %s note is %d bytes, more than %d", kind, len(note), MaxPauseNoteLen)
-	case !utf8.ValidString(note):
-		return fmt.Errorf("runclaim: %s note is not valid UTF-8", kind)
-	}
-	if i := strings.IndexByte(note, 0); i >= 0 {
-		return fmt.Errorf("runclaim: %s note has a NUL byte at offset %d", kind, i)
-	}
-	return nil
-}
+// validateNote returns an error if note cannot be stored with a pause or
+// a cooldown (kind names which): longer than MaxPauseNoteLen bytes, not
+// valid UTF-8, or with a NUL byte. An empty note is valid.
+func validateNote(kind, note string) error { return rules.Note(kind, note, MaxPauseNoteLen) }
 
 // maxPauseUntil is the latest end a pause takes: the last moment of year
 // 9999, which every store can keep (a Postgres timestamp can, a pgx
@@ -98,7 +82,7 @@ func checkPause(ctx context.Context, source string, until time.Time, note string
 		return fmt.Errorf("runclaim: pause %s: until %s is after year 9999; give an earlier time, or the zero time to pause until Resume",
 			quoteForError(source), until.Format(time.RFC3339))
 	}
-	return ValidatePauseNote(note)
+	return validateNote("pause", note)
 }
 
 // pastUntil is the error for a pause that would have ended already.

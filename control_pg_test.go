@@ -198,7 +198,7 @@ func TestOlderReleasesHonourControl(t *testing.T) {
 	}
 	for name, call := range calls {
 		src := "src-" + strings.ReplaceAll(name, " ", "-")
-		key := runclaim.AdvisoryKey(runclaim.DefaultNamespace, src)
+		key := runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, src)
 		type row struct {
 			locked, won bool
 			isolation   *string

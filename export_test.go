@@ -69,3 +69,10 @@ func StartsTable(s *PostgresStore) string { return s.startsTable() }
 // KeysTable returns the quoted, schema-qualified name of s's table of
 // keys' limits and cooldowns.
 func KeysTable(s *PostgresStore) string { return s.keysTable() }
+
+// AdvisoryKeyOf is PostgresStore.AdvisoryKey in namespace.
+func AdvisoryKeyOf(namespace, source string) int64 { return advisoryKey(namespace, source) }
+
+// TableKeyLockOf is the key's lock of table that PostgresStore.KeyLocks
+// returns first.
+func TableKeyLockOf(table, key string) int64 { return tableKeyLock(table, key) }

@@ -99,7 +99,7 @@ func FuzzValidateSource(f *testing.F) {
 		if err != nil {
 			checkRefusal(t, "ValidateSource", source, err)
 		}
-		if k1, k2 := runclaim.AdvisoryKey("ns", source), runclaim.AdvisoryKey("ns", source); k1 != k2 {
+		if k1, k2 := runclaim.AdvisoryKeyOf("ns", source), runclaim.AdvisoryKeyOf("ns", source); k1 != k2 {
 			t.Fatalf("AdvisoryKey(%q) is not deterministic", source)
 		}
 	})

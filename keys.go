@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/runclaim/runclaim/internal/rules"
 )
 
 // Keys: a key names a target that many sources share ("site:avito"). A
@@ -71,19 +73,9 @@ type cooldownForer interface {
 	cooldownFor(ctx context.Context, key string, d time.Duration, note string) error
 }
 
-// ValidateKey returns an error if key cannot be named by a claim: the
+// validateKey returns an error if key cannot be named by a claim: the
 // rules of ValidateSource, with MaxKeyLen.
-func ValidateKey(key string) error {
-	if err := validateName(key, MaxKeyLen); err != nil {
-		return fmt.Errorf("runclaim: invalid key: %w", err)
-	}
-	for i, r := range key {
-		if invisible(r) {
-			return fmt.Errorf("runclaim: invalid key: invisible or format character %U at offset %d", r, i)
-		}
-	}
-	return nil
-}
+func validateKey(key string) error { return rules.Key(key, MaxKeyLen) }
 
 // validateKeys returns an error for a list of keys a claim cannot name:
 // more than MaxKeys, an invalid key, or a key listed twice.
@@ -92,7 +84,7 @@ func validateKeys(keys []string) error {
 		return fmt.Errorf("runclaim: %d keys, more than MaxKeys (%d)", len(keys), MaxKeys)
 	}
 	for i, k := range keys {
-		if err := ValidateKey(k); err != nil {
+		if err := validateKey(k); err != nil {
 			return err
 		}
 		if slices.Contains(keys[:i], k) {
@@ -102,17 +94,12 @@ func validateKeys(keys []string) error {
 	return nil
 }
 
-// ValidateCooldownNote returns an error if note cannot be stored with a
-// cooldown: longer than MaxCooldownNoteLen bytes, not valid UTF-8, or with
-// a NUL byte. An empty note is valid.
-func ValidateCooldownNote(note string) error { return validateNote("cooldown", note) }
-
 // checkKeyCall validates the arguments of a Limiter call that names one key.
 func checkKeyCall(ctx context.Context, key string) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	return ValidateKey(key)
+	return validateKey(key)
 }
 
 // checkCooldown validates a Cooldown's arguments, all but until's place
@@ -127,7 +114,7 @@ func checkCooldown(ctx context.Context, key string, until time.Time, note string
 	if until.After(maxPauseUntil) {
 		return fmt.Errorf("runclaim: cooldown %s: until %s is after year 9999", quoteForError(key), until.Format(time.RFC3339))
 	}
-	return ValidateCooldownNote(note)
+	return validateNote("cooldown", note)
 }
 
 // checkCooldownFor validates a cooldown of d from now.
@@ -138,7 +125,7 @@ func checkCooldownFor(ctx context.Context, key string, d time.Duration, note str
 	if d <= 0 || d > MaxLease {
 		return fmt.Errorf("runclaim: cooldown %s: duration must be between 0 (excluded) and %v, got %v", quoteForError(key), MaxLease, d)
 	}
-	return ValidateCooldownNote(note)
+	return validateNote("cooldown", note)
 }
 
 // pastCooldown is the error for a cooldown that would have ended already.

@@ -604,7 +604,7 @@ func TestKeyLockBusyIsSkip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	key := runclaim.TableKeyLock(store.Table(), "site:busy")
+	key := runclaim.TableKeyLockOf(store.Table(), "site:busy")
 	if _, err := conn.Exec(ctx, `SELECT pg_catalog.pg_advisory_lock($1)`, key); err != nil {
 		t.Fatal(err)
 	}
@@ -722,7 +722,7 @@ func TestKeyStartsNumberedWithoutGaps(t *testing.T) {
 		if err := db.Pool.QueryRow(ctx, `SELECT `+pgx.Identifier{"public", runclaim.DefaultTable + "_keylock"}.Sanitize()+`($1)`, k).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		if want := runclaim.TableKeyLock(store.Table(), k); got != want {
+		if want := runclaim.TableKeyLockOf(store.Table(), k); got != want {
 			t.Errorf("the key lock of %q in SQL is %d, TableKeyLock says %d", k, got, want)
 		}
 	}

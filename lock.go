@@ -10,11 +10,18 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// AdvisoryKey returns the 64-bit key of the transaction-scoped advisory lock
-// that serialises claims of source: FNV-64a over namespace, a NUL byte and
-// source. The derivation is fixed across releases so that replicas on
-// different versions agree.
-func AdvisoryKey(namespace, source string) int64 {
+// AdvisoryKey returns the 64-bit key of the transaction-scoped advisory
+// lock that serialises the claims of source in s's namespace (see
+// WithNamespace): FNV-64a over the namespace, a NUL byte and source. The
+// derivation is fixed across releases so that replicas on different
+// versions agree; an operator can find a claim in flight, or a session
+// that holds the lock, in pg_locks by it (docs/security.md).
+func (s *PostgresStore) AdvisoryKey(source string) int64 {
+	return advisoryKey(s.namespace, source)
+}
+
+// advisoryKey is AdvisoryKey in namespace.
+func advisoryKey(namespace, source string) int64 {
 	const (
 		offset64 = 14695981039346656037
 		prime64  = 1099511628211
@@ -32,18 +39,18 @@ func AdvisoryKey(namespace, source string) int64 {
 	return int64(h)
 }
 
-// The claim's locking protocol, in either form. A claim takes the
-// transaction-scoped advisory lock of its source's key, only under READ
-// COMMITTED (under another isolation level the snapshot of the re-check
-// would predate the lock, so the claim refuses and the store re-sends it
-// inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT), bounds its wait
-// for a lock on the runs table, re-checks the source under the lock, frees
-// it of a lapsed run only when it will go on to insert, and inserts the
-// run; or it says why not. On a table with the claim function (schema
-// version 3, postgres_claimfunc.go) that is one call of it; on a table without it,
-// the batch of postgres_batch.go. Each form scans into its own small struct,
-// and both turn into one claimDecision. A lost claim updates and inserts
-// nothing, so it assigns no transaction ID and its commit flushes no WAL.
+// The claim's locking protocol. A claim takes the transaction-scoped
+// advisory lock of its source's key, only under READ COMMITTED (under
+// another isolation level the snapshot of the read would predate the
+// lock, so the claim refuses and the store re-sends it inside BEGIN
+// ISOLATION LEVEL READ COMMITTED ... COMMIT), bounds its wait for a lock on
+// the runs table, reads the source under the lock, frees it of a lapsed run
+// only when it will go on to insert, and inserts the run; or it says why
+// not. It is one call of the claim function, whose body, sql/claim.sql,
+// states the decision in order; its row scans into a small struct and
+// turns into one claimDecision, which outcome reads. A lost claim updates
+// and inserts nothing, so it assigns no transaction ID and its commit
+// flushes no WAL.
 
 // claimLockTimeout bounds how long a claim waits for a lock on the runs
 // table (DDL, VACUUM FULL, an explicit LOCK TABLE): it then fails with
@@ -62,8 +69,8 @@ const (
 	commitSQL = `COMMIT`
 )
 
-// claimDecision is what a claim returned, in either form, in the terms
-// outcome decides on. The nullable columns scan into pgtype values rather
+// claimDecision is what a claim returned, in the terms outcome decides
+// on. The nullable columns scan into pgtype values rather
 // than pointers, which spares pgx an allocation per column for the scan
 // plan and another per non-NULL value.
 type claimDecision struct {
@@ -108,7 +115,7 @@ const oldestClaimVersion = LatestSchemaVersion - 1
 func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bool) (RunInfo, time.Time, error) {
 	r := &stateClaim{}
 	r.tick = pgtype.Timestamptz{Time: req.Tick, Valid: !req.Tick.IsZero()}
-	r.args = [9]any{AdvisoryKey(s.namespace, req.Source), req.Source, req.Owner,
+	r.args = [9]any{advisoryKey(s.namespace, req.Source), req.Source, req.Owner,
 		req.Lease.Microseconds(), req.MinInterval.Microseconds(), claimLockTimeout.Milliseconds(), &r.tick, nil, nil}
 	if len(req.Keys) > 0 {
 		r.args[7], r.args[8] = req.Keys, s.keyLocks(nil, req.Keys)
@@ -145,37 +152,40 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 
 // sendClaim sends a claim, or a ClaimMany, with call: in the form of the
 // current version, or, with prev, of the version before (see
-// schemaCache). When the form of the current version finds its function
-// missing, which writes nothing, it reads the table's version, and sends
-// it again in the form of the version before if the table is at that
-// version; the other way round, when the form of the version before finds
-// its function missing and the table reads current; and again, a few
-// times, while the version read and the function found disagree (a step
-// undone and applied again meanwhile). It returns the error of the last
-// call.
+// schemaCache). A call that finds its function missing has written
+// nothing. When the form of the current version does, the store reads the
+// table's version: older than the version before, the claim is refused
+// (a table that old may still hold that version's functions, with older
+// bodies); otherwise the claim goes again in the form of the version
+// before, whose functions a table at the current version keeps too, so
+// that this is right even while a step is undone and applied again under
+// the store; and later claims go in that form until schemaRecheck has
+// passed.
+// When the form of the version before finds its function missing, the
+// store reads the table's version, and sends the claim in the current
+// form if the table is current. It returns the error of the last call.
 func (s *PostgresStore) sendClaim(ctx context.Context, call func(prev bool) error) error {
 	prev := s.schemaVer.previous()
 	err := call(prev)
-	if err == nil && !prev && s.schemaVer.version.Load() == oldestClaimVersion {
-		s.schemaVer.set(LatestSchemaVersion) // migrated meanwhile
+	switch {
+	case err == nil:
+		if !prev && s.schemaVer.version.Load() == oldestClaimVersion {
+			s.schemaVer.set(LatestSchemaVersion) // migrated meanwhile
+		}
+		return nil
+	case !(s.missingFunc(err) || s.missingStates(err)):
+		return err
+	case !prev:
+		if st, serr := s.schemaState(ctx); serr == nil && st.version() < oldestClaimVersion {
+			return err // older than both forms: the functions of the version before answer for theirs
+		}
+		if err = call(true); err == nil {
+			s.schemaVer.set(oldestClaimVersion)
+		}
+		return err
 	}
-	for range 3 {
-		if err == nil || !(s.missingFunc(err) || s.missingStates(err)) {
-			return err
-		}
-		st, serr := s.schemaState(ctx)
-		if serr != nil {
-			return err
-		}
-		switch st.version() {
-		case LatestSchemaVersion:
-			prev = false
-		case oldestClaimVersion:
-			prev = true
-		default:
-			return err
-		}
-		err = call(prev)
+	if st, serr := s.schemaState(ctx); serr == nil && st.version() == LatestSchemaVersion {
+		return call(false)
 	}
 	return err
 }
@@ -197,8 +207,7 @@ func (s *PostgresStore) tooOldError(ctx context.Context, what string, err error)
 		what, s.Table(), have, LatestSchemaVersion, oldestClaimVersion, err)
 }
 
-// claimError explains a claim that failed in the database; function says
-// whether it was the call of the claim function.
+// claimError explains a claim that failed in the database.
 func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err error) error {
 	if len(req.Keys) > 0 && ctx.Err() == nil && s.keyLockBusy(err) {
 		return keyBusy(req, err)
@@ -224,11 +233,10 @@ func (r *claimDecision) result(req ClaimRequest, explicit bool) (RunInfo, time.T
 	return info, r.usedTrigger.Time, nil
 }
 
-// outcome turns what a claim returned into its answer. The reasons are
-// decided here, in the same order for both forms: a pause (the function
-// of version 5 only), a key with no room (version 8, which decides it
-// after every other reason), a live holder, then too soon, then a lapsed holder
-// that could not be expired, then a claim in flight.
+// outcome turns what a claim returned into its answer, in the order of
+// sql/claim.sql: a pause, a key with no room (decided after every other
+// reason), a live holder, a tick served, too soon, a lapsed holder that
+// could not be expired, then a claim in flight.
 func (r *claimDecision) outcome(req ClaimRequest, explicit bool) (RunInfo, error) {
 	if !r.locked && r.isolation != "read committed" {
 		if explicit {
@@ -236,7 +244,7 @@ func (r *claimDecision) outcome(req ClaimRequest, explicit bool) (RunInfo, error
 		}
 		return RunInfo{}, errNeedExplicit
 	}
-	tick := NormalTick(req.Tick)
+	tick := normalTick(req.Tick)
 	if r.paused {
 		var end time.Time
 		if r.retryAfter.Valid {

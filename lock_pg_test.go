@@ -51,11 +51,11 @@ func TestAdvisoryKeyGolden(t *testing.T) {
 		t.Errorf("DefaultNamespace = %q; changing it changes every lock key", runclaim.DefaultNamespace)
 	}
 	for _, g := range goldenKeys {
-		if got := runclaim.AdvisoryKey(g.namespace, g.source); got != g.key {
+		if got := runclaim.AdvisoryKeyOf(g.namespace, g.source); got != g.key {
 			t.Errorf("AdvisoryKey(%q, %q) = %d, want %d", g.namespace, g.source, got, g.key)
 		}
 	}
-	if runclaim.AdvisoryKey("runclaim", "avit") == runclaim.AdvisoryKey("runcla", "imavito") {
+	if runclaim.AdvisoryKeyOf("runclaim", "avit") == runclaim.AdvisoryKeyOf("runcla", "imavito") {
 		t.Error("namespace and source are not separated")
 	}
 }
@@ -71,7 +71,7 @@ func TestAdvisoryKeyIsFNV64a(t *testing.T) {
 	for _, p := range pairs {
 		h := fnv.New64a()
 		h.Write([]byte(p[0] + "\x00" + p[1]))
-		if got, want := runclaim.AdvisoryKey(p[0], p[1]), int64(h.Sum64()); got != want {
+		if got, want := runclaim.AdvisoryKeyOf(p[0], p[1]), int64(h.Sum64()); got != want {
 			t.Errorf("AdvisoryKey(%.20q, %.20q) = %d, want FNV-64a %d", p[0], p[1], got, want)
 		}
 	}
@@ -95,7 +95,7 @@ func TestClaimTakesTheAdvisoryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", runclaim.AdvisoryKey(runclaim.DefaultNamespace, "src")); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, "src")); err != nil {
 		t.Fatal(err)
 	}
 	before := readState(t, db.Pool, store.Table())
@@ -819,7 +819,7 @@ func TestNoSessionState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", runclaim.AdvisoryKey(runclaim.DefaultNamespace, "busy")); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, "busy")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Claim(ctx, "busy"); !errors.Is(err, runclaim.ErrAlreadyRunning) {

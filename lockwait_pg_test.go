@@ -54,7 +54,7 @@ func TestOperatorLockBounded(t *testing.T) {
 
 	t.Run("pause", func(t *testing.T) {
 		t.Parallel()
-		squat(t, runclaim.AdvisoryKey(runclaim.DefaultNamespace, "paused"))
+		squat(t, runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, "paused"))
 		held(t, "Pause", store.Pause(bounded(t), "paused", time.Time{}, "hold"))
 		if c, _, err := store.Controls(ctx, "paused"); err != nil || len(c) != 0 {
 			t.Errorf("after the failed Pause: %+v, %v; want no pause", c, err)
@@ -62,7 +62,7 @@ func TestOperatorLockBounded(t *testing.T) {
 	})
 	t.Run("set state", func(t *testing.T) {
 		t.Parallel()
-		squat(t, runclaim.AdvisoryKey(runclaim.DefaultNamespace, "stated"))
+		squat(t, runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, "stated"))
 		held(t, "SetState", store.SetState(bounded(t), "stated", []byte("x"), true))
 		if _, ok, err := store.State(ctx, "stated"); err != nil || ok {
 			t.Errorf("after the failed SetState: a state %v, %v; want none", ok, err)
@@ -73,7 +73,7 @@ func TestOperatorLockBounded(t *testing.T) {
 		if err := store.SetState(ctx, "cleared", []byte("keep"), true); err != nil {
 			t.Fatal(err)
 		}
-		squat(t, runclaim.AdvisoryKey(runclaim.DefaultNamespace, "cleared"))
+		squat(t, runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, "cleared"))
 		_, err := store.ClearState(bounded(t), "cleared", true)
 		held(t, "ClearState", err)
 		if st, ok, err := store.State(ctx, "cleared"); err != nil || !ok || string(st.State) != "keep" {
@@ -82,7 +82,7 @@ func TestOperatorLockBounded(t *testing.T) {
 	})
 	t.Run("migrate", func(t *testing.T) {
 		t.Parallel()
-		squat(t, runclaim.AdvisoryKey("runclaim.migrate", ""))
+		squat(t, runclaim.AdvisoryKeyOf("runclaim.migrate", ""))
 		fresh, err := runclaim.NewPostgresStore(db.Pool, runclaim.WithTable(runclaim.DefaultSchema, "fresh_runs"))
 		if err != nil {
 			t.Fatal(err)

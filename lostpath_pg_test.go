@@ -36,7 +36,7 @@ func TestLostClaimTakesNoAdvisoryLock(t *testing.T) {
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
 		err = tx.QueryRow(ctx, `SELECT c.won, c.run_id FROM `+runclaim.ClaimFuncName(store)+`($1, $2, 'b', 60000000, 0, 1000) AS c`,
-			runclaim.AdvisoryKey(runclaim.DefaultNamespace, source), source).Scan(&won, &runID)
+			runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, source), source).Scan(&won, &runID)
 		if err != nil {
 			t.Fatalf("claim %q: %v", source, err)
 		}

@@ -109,7 +109,7 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 // claimLocked decides a valid claim, with s.mu held.
 func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 	now := s.now()
-	tick := NormalTick(req.Tick)
+	tick := normalTick(req.Tick)
 	if p, ok := s.pauses[req.Source]; ok && p.holds(now) {
 		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrPaused, RetryAfter: p.until, Note: p.note, Tick: tick}
 	}

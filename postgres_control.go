@@ -80,7 +80,7 @@ func (s *PostgresStore) Pause(ctx context.Context, source string, until time.Tim
 	var paused bool
 	err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
 		b.Queue(s.sql.operatorLockTimeout)
-		b.Queue(s.sql.pause, source, end, note, AdvisoryKey(s.namespace, source)).QueryRow(func(row pgx.Row) error {
+		b.Queue(s.sql.pause, source, end, note, advisoryKey(s.namespace, source)).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&now, &paused)
 		})
 	})

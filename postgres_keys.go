@@ -48,7 +48,7 @@ const (
 // Suffixes of the objects of version 10, which numbers each key's starts:
 // the index of starts by key and number (nthSuffix), and the functions
 // that number a start inserted (numberSuffix), close the gap a start
-// deleted leaves (renumSuffix), derive TableKeyLock in SQL for the latter
+// deleted leaves (renumSuffix), derive the key's lock of the table (KeyLocks) in SQL for the latter
 // (keylockSuffix), and read a key's newest number for a batch
 // (topSuffix).
 const (
@@ -84,30 +84,30 @@ func (s *PostgresStore) startsTable() string {
 	return pgx.Identifier{s.schema, s.table + startsSuffix}.Sanitize()
 }
 
-// KeyLock returns the 64-bit key of the transaction-scoped advisory lock
-// by which the releases before this one serialised the claims naming key:
-// AdvisoryKey of namespace and key behind a NUL byte and "key" and a NUL
-// byte, which no source can spell (a source has no NUL byte). Its
-// derivation is fixed across releases, as AdvisoryKey's is.
-//
-// A key binds every store on the table, whatever its namespace (G17): the
-// claims naming it share its limit row, its runs and its starts. So a
-// claim now also takes the key's lock of the table, which no namespace
-// enters (see TableKeyLock), and takes KeyLock of its namespace as well,
-// all in ascending order, for as long as replicas of a release that took
-// KeyLock alone may run beside it: old and new replicas of one namespace
-// then still exclude each other.
-func KeyLock(namespace, key string) int64 {
-	return AdvisoryKey(namespace, "\x00key\x00"+key)
+// KeyLocks returns the 64-bit keys of the transaction-scoped advisory
+// locks that a claim naming key takes on s's table. table serialises the
+// claims naming key on the table, whatever their namespace (G17: every
+// store on the table shares the key's limit row, runs and starts):
+// AdvisoryKey, in the namespace "runclaim.key", of the table's quoted,
+// schema-qualified name and the key, NUL-separated. namespace is the lock
+// by which the releases before this one serialised them, in s's namespace
+// only: AdvisoryKey of the key behind a NUL byte, "key" and a NUL byte,
+// which no source can spell; a claim takes it too, in ascending order
+// with the other, for as long as replicas of such a release may run
+// beside this one, so that old and new replicas of one namespace still
+// exclude each other. Both derivations are fixed across releases.
+func (s *PostgresStore) KeyLocks(key string) (table, namespace int64) {
+	return tableKeyLock(s.Table(), key), keyLock(s.namespace, key)
 }
 
-// TableKeyLock returns the 64-bit key of the transaction-scoped advisory
-// lock that serialises the claims naming key on the runs table table (as
-// PostgresStore.Table returns it: quoted and schema-qualified), whatever
-// their namespace: AdvisoryKey of "runclaim.key" and the table's and the
-// key's names, NUL-separated. Its derivation is fixed across releases.
-func TableKeyLock(table, key string) int64 {
-	return AdvisoryKey("runclaim.key", table+"\x00"+key)
+// keyLock is the key's lock of namespace (see KeyLocks).
+func keyLock(namespace, key string) int64 {
+	return advisoryKey(namespace, "\x00key\x00"+key)
+}
+
+// tableKeyLock is the key's lock of the table (see KeyLocks).
+func tableKeyLock(table, key string) int64 {
+	return advisoryKey("runclaim.key", table+"\x00"+key)
 }
 
 // keyLocks returns the advisory locks of keys, ascending, once each: each
@@ -116,9 +116,9 @@ func TableKeyLock(table, key string) int64 {
 func (s *PostgresStore) keyLocks(locks []int64, keys []string) []int64 {
 	table := s.Table()
 	for _, k := range keys {
-		locks = append(locks, KeyLock(s.namespace, k))
+		locks = append(locks, keyLock(s.namespace, k))
 		if !s.previousKeyLocks {
-			locks = append(locks, TableKeyLock(table, k))
+			locks = append(locks, tableKeyLock(table, k))
 		}
 	}
 	slices.Sort(locks)

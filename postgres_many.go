@@ -175,7 +175,7 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 			a.keyOffsets[i], a.keyCounts[i] = int32(len(a.keyNames)), int32(len(r.Keys))
 			a.keyNames = append(a.keyNames, r.Keys...)
 		}
-		a.keys[i], a.sources[i], a.owners[i] = AdvisoryKey(s.namespace, r.Source), r.Source, r.Owner
+		a.keys[i], a.sources[i], a.owners[i] = advisoryKey(s.namespace, r.Source), r.Source, r.Owner
 		a.leases[i], a.intervals[i] = r.Lease.Microseconds(), r.MinInterval.Microseconds()
 		a.ticks[i] = pgtype.Timestamptz{Time: r.Tick, Valid: !r.Tick.IsZero()}
 	}

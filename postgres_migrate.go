@@ -370,7 +370,7 @@ func parseSchemaVersion(comment string) int {
 
 // migrateKey is the advisory lock Migrate holds so that replicas migrating
 // at once do not race on the catalog.
-var migrateKey = AdvisoryKey("runclaim.migrate", "")
+var migrateKey = advisoryKey("runclaim.migrate", "")
 
 // Bounds of Migrate's DDL. A step that waits for a lock on the runs table
 // makes every claim, heartbeat and finish queue behind it, so it waits at

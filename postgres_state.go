@@ -138,7 +138,7 @@ func (s *PostgresStore) SetState(ctx context.Context, source string, state []byt
 	var got string
 	err := s.sendBatch(ctx, true, func(b *pgx.Batch) {
 		b.Queue(s.sql.operatorLockTimeout)
-		b.Queue(s.sql.lockSource, AdvisoryKey(s.namespace, source))
+		b.Queue(s.sql.lockSource, advisoryKey(s.namespace, source))
 		b.Queue(s.sql.setState, source, state, !force).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -164,7 +164,7 @@ func (s *PostgresStore) ClearState(ctx context.Context, source string, force boo
 	var held, deleted bool
 	err := s.sendBatch(ctx, true, func(b *pgx.Batch) {
 		b.Queue(s.sql.operatorLockTimeout)
-		b.Queue(s.sql.lockSource, AdvisoryKey(s.namespace, source))
+		b.Queue(s.sql.lockSource, advisoryKey(s.namespace, source))
 		b.Queue(s.sql.clearState, source, !force).QueryRow(func(row pgx.Row) error { return row.Scan(&held, &deleted) })
 	})
 	if err != nil {

@@ -62,7 +62,7 @@ func newV1Store(pool *pgxpool.Pool, table string) *v1Store {
 
 func (s *v1Store) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {
 	b := &pgx.Batch{}
-	b.Queue(v1LockSQL, runclaim.AdvisoryKey(s.namespace, req.Source))
+	b.Queue(v1LockSQL, runclaim.AdvisoryKeyOf(s.namespace, req.Source))
 	b.Queue(s.expire, req.Source)
 	b.Queue(s.claim, req.Source, req.Owner, req.Lease.Microseconds(), req.MinInterval.Microseconds())
 	br := s.pool.SendBatch(ctx, b)

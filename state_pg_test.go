@@ -270,7 +270,7 @@ func TestStateOperatorWaitsForClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback(context.Background())
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, runclaim.AdvisoryKey(runclaim.DefaultNamespace, src)); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, runclaim.AdvisoryKeyOf(runclaim.DefaultNamespace, src)); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO `+store.Table()+` (source, status, owner, started_at, lease_until, heartbeat_at)

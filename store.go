@@ -89,9 +89,10 @@ var (
 	maxTick = time.Date(10000, time.January, 1, 0, 0, 0, 0, time.UTC)
 )
 
-// NormalTick returns tick as stores keep and compare it: cut down to whole
-// microseconds, in UTC, without a monotonic clock reading.
-func NormalTick(tick time.Time) time.Time {
+// normalTick returns tick as stores keep and compare it: cut down to whole
+// microseconds, in UTC, without a monotonic clock reading. ForTick
+// normalises the tick of a request so; a Store normalises it again.
+func normalTick(tick time.Time) time.Time {
 	return tick.Round(0).UTC().Truncate(tickPrecision)
 }
 
@@ -101,7 +102,7 @@ func validateTick(tick time.Time) error {
 	if tick.IsZero() {
 		return nil
 	}
-	if !NormalTick(tick).After(minTick) || !tick.Before(maxTick) {
+	if !normalTick(tick).After(minTick) || !tick.Before(maxTick) {
 		return fmt.Errorf("runclaim: tick %s is out of range: it must be in the years 1 to 9999, and not in the first microsecond of year 1, which is cut down to the zero time (no tick)", tick.Format(time.RFC3339Nano))
 	}
 	return nil

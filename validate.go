@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/runclaim/runclaim/internal/rules"
 )
 
 // ValidateSource reports whether source can be claimed: it must be valid
@@ -25,43 +25,15 @@ import (
 // operator would release or prune the wrong one. Emoji sequences joined by
 // U+200D or ended by a variation selector are refused with them.
 func ValidateSource(source string) error {
-	if err := validateName(source, MaxSourceLen); err != nil {
+	if err := rules.Name(source, MaxSourceLen); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSource, err)
 	}
-	for i, r := range source {
-		if invisible(r) {
-			return fmt.Errorf("%w: invisible or format character %U at offset %d", ErrInvalidSource, r, i)
-		}
-	}
 	return nil
 }
 
-// invisible reports whether r is a character ValidateSource refuses for
-// being invisible or acting on the text around it.
-func invisible(r rune) bool {
-	return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp,
-		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
-}
-
-func validateName(s string, max int) error {
-	switch {
-	case s == "":
-		return errors.New("empty")
-	case len(s) > max:
-		return fmt.Errorf("%d bytes long, more than the limit of %d", len(s), max)
-	case !utf8.ValidString(s):
-		return errors.New("not valid UTF-8")
-	}
-	for i, r := range s {
-		if r == 0 {
-			return fmt.Errorf("NUL byte at offset %d", i)
-		}
-		if unicode.IsControl(r) {
-			return fmt.Errorf("control character %U at offset %d", r, i)
-		}
-	}
-	return nil
-}
+// validateName returns an error if s is empty, longer than max bytes, not
+// valid UTF-8, or holds a NUL byte or another control character.
+func validateName(s string, max int) error { return rules.Plain(s, max) }
 
 func checkContext(ctx context.Context) error {
 	if ctx == nil {

@@ -17,7 +17,7 @@ SELECT pg_catalog.pg_advisory_xact_lock(l.k) FROM ROWS FROM (pg_catalog.unnest($
 
 -- name: lock_run_keys
 -- lock_keys for the keys that running run $1 of source $2, started at $3,
--- names, by the locks of the table (TableKeyLock, derived in SQL; schema
+-- names, by the locks of the table (KeyLocks, derived in SQL; schema
 -- version 10), ascending: for Unclaim, which knows the run but not its
 -- keys.
 SELECT pg_catalog.pg_advisory_xact_lock(l.k)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/rules"
 )
 
 // The keys of a copyStore backend: its limits, cooldowns and starts. The
@@ -98,7 +99,7 @@ func (k *keyBackend) unstarted(keys []string, id int64) {
 var _ runclaim.Limiter = (*copyStore)(nil)
 
 func (s *copyStore) SetLimit(ctx context.Context, key string, l runclaim.Limit) error {
-	if err := runclaim.ValidateKey(key); err != nil {
+	if err := rules.Key(key, runclaim.MaxKeyLen); err != nil {
 		return err
 	}
 	if err := l.Validate(); err != nil {
@@ -111,7 +112,7 @@ func (s *copyStore) SetLimit(ctx context.Context, key string, l runclaim.Limit) 
 }
 
 func (s *copyStore) DeleteLimit(ctx context.Context, key string) error {
-	if err := runclaim.ValidateKey(key); err != nil {
+	if err := rules.Key(key, runclaim.MaxKeyLen); err != nil {
 		return err
 	}
 	s.b.mu.Lock()
@@ -121,10 +122,10 @@ func (s *copyStore) DeleteLimit(ctx context.Context, key string) error {
 }
 
 func (s *copyStore) Cooldown(ctx context.Context, key string, until time.Time, note string) error {
-	if err := runclaim.ValidateKey(key); err != nil {
+	if err := rules.Key(key, runclaim.MaxKeyLen); err != nil {
 		return err
 	}
-	if err := runclaim.ValidateCooldownNote(note); err != nil {
+	if err := rules.Note("cooldown", note, runclaim.MaxCooldownNoteLen); err != nil {
 		return err
 	}
 	now := time.Now()
@@ -141,7 +142,7 @@ func (s *copyStore) Cooldown(ctx context.Context, key string, until time.Time, n
 }
 
 func (s *copyStore) EndCooldown(ctx context.Context, key string) error {
-	if err := runclaim.ValidateKey(key); err != nil {
+	if err := rules.Key(key, runclaim.MaxKeyLen); err != nil {
 		return err
 	}
 	s.b.mu.Lock()

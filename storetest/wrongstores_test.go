@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/rules"
 )
 
 // This file holds deliberately wrong Stores, each with one bug that a real
@@ -227,7 +228,7 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 	}
 	b := s.b
 	if s.bug != bugTickNanos {
-		req.Tick = runclaim.NormalTick(req.Tick)
+		req.Tick = req.Tick.Round(0).UTC().Truncate(time.Microsecond)
 	}
 	switch s.bug {
 	case bugTriggerReadOutside:
@@ -358,7 +359,7 @@ func (s *copyStore) ClaimMany(ctx context.Context, reqs []runclaim.ClaimRequest)
 				return nil, err
 			}
 		}
-		req.Tick = runclaim.NormalTick(req.Tick)
+		req.Tick = req.Tick.Round(0).UTC().Truncate(time.Microsecond)
 		if s.bug == bugManyTickIgnored {
 			req.Tick = time.Time{}
 		}
@@ -728,7 +729,7 @@ func (s *copyStore) Pause(ctx context.Context, source string, until time.Time, n
 	if err := runclaim.ValidateSource(source); err != nil {
 		return err
 	}
-	if err := runclaim.ValidatePauseNote(note); err != nil && s.bug != bugNoteUnchecked {
+	if err := rules.Note("pause", note, runclaim.MaxPauseNoteLen); err != nil && s.bug != bugNoteUnchecked {
 		return err
 	}
 	if until.Year() > 9999 && s.bug != bugFarUntilAccepted {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/rules"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -66,7 +67,7 @@ func (o *cooldownOptions) Validate() error {
 	if o.nargs != 1 {
 		return errors.New("give the key")
 	}
-	if err := runclaim.ValidateKey(o.key); err != nil {
+	if err := rules.Key(o.key, runclaim.MaxKeyLen); err != nil {
 		return err
 	}
 	switch {
@@ -85,7 +86,7 @@ func (o *cooldownOptions) Validate() error {
 		return fmt.Errorf("--for %s: give a duration between 0 and %v", o.forArg, runclaim.MaxLease)
 	}
 	o.d = d
-	return runclaim.ValidateCooldownNote(o.note)
+	return rules.Note("cooldown", o.note, runclaim.MaxCooldownNoteLen)
 }
 
 func runCooldown(ctx context.Context, c *cli, o *cooldownOptions) int {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/rules"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -244,7 +245,7 @@ func (o *execOptions) Validate() error {
 		return fmt.Errorf("--key given %d times, more than %d", len(o.keys), runclaim.MaxKeys)
 	}
 	for i, k := range o.keys {
-		if err := runclaim.ValidateKey(k); err != nil {
+		if err := rules.Key(k, runclaim.MaxKeyLen); err != nil {
 			return fmt.Errorf("--key: %w", err)
 		}
 		if slices.Contains(o.keys[:i], k) {
@@ -709,7 +710,7 @@ func parseTick(s string, every time.Duration, now time.Time) (time.Time, error) 
 	switch {
 	case t.IsZero():
 		return time.Time{}, fmt.Errorf("--tick %s: the zero time is not a tick", s)
-	case !runclaim.NormalTick(t).After(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)):
+	case !t.Round(0).UTC().Truncate(time.Microsecond).After(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)):
 		// The store keeps ticks to the microsecond, in UTC: this one
 		// would be the zero time, which means no tick, or before it.
 		return time.Time{}, fmt.Errorf("--tick %s: in UTC, to the microsecond, it is the first microsecond of year 1 (the zero time, no tick) or earlier; a tick is in the years 1 to 9999", s)

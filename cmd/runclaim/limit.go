@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/rules"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -73,7 +74,7 @@ func (o *limitOptions) Validate() error {
 	if o.nargs != 2 || (o.action != "set" && o.action != "rm") {
 		return errors.New("give 'set <key>' or 'rm <key>'")
 	}
-	if err := runclaim.ValidateKey(o.key); err != nil {
+	if err := rules.Key(o.key, runclaim.MaxKeyLen); err != nil {
 		return err
 	}
 	if o.action == "rm" {

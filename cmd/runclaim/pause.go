@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/rules"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -66,7 +67,7 @@ func (o *pauseOptions) Validate() error {
 	if err := o.validate("give the source to pause"); err != nil {
 		return err
 	}
-	if err := runclaim.ValidatePauseNote(o.note); err != nil {
+	if err := rules.Note("pause", o.note, runclaim.MaxPauseNoteLen); err != nil {
 		return fmt.Errorf("--note: %w", err)
 	}
 	if o.untilSet {

@@ -883,7 +883,7 @@ func workload(t *testing.T, e *env, mode pgx.QueryExecMode, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", runclaim.AdvisoryKey(runclaim.DefaultNamespace, prefix+"busy")); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", sourceLockKey(t, prefix+"busy")); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := e.claimer(t, mode, runclaim.WithOwner(prefix+"x"))
@@ -1047,4 +1047,15 @@ func deref(p *string) string {
 		return "NULL"
 	}
 	return fmt.Sprintf("%q", *p)
+}
+
+// sourceLockKey returns the advisory lock key of source in the default
+// namespace, as a store computes it (no database needed).
+func sourceLockKey(t *testing.T, source string) int64 {
+	t.Helper()
+	s, err := runclaim.NewPostgresStore(struct{ runclaim.Querier }{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.AdvisoryKey(source)
 }

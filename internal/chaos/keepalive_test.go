@@ -164,7 +164,7 @@ func hangClaim(t *testing.T, db *pgtest.DB, source string, keepalives []int) (*p
 
 	// A context that never ends: pgconn would cancel the query on the
 	// server when the pipeline's context ended.
-	key := runclaim.AdvisoryKey(runclaim.DefaultNamespace, source)
+	key := sourceLockKey(t, source)
 	pl := conn.PgConn().StartPipeline(context.Background())
 	pl.SendQueryParams(`SELECT pg_catalog.pg_try_advisory_xact_lock($1::bigint)`,
 		[][]byte{[]byte(strconv.FormatInt(key, 10))}, nil, nil, nil)
@@ -261,4 +261,15 @@ WHERE datname = current_database() AND application_name LIKE 'chaos-hung-%'`).Sc
 	if backends != 1 {
 		t.Errorf("%d hung backends left, want 1 (the one without keepalives)", backends)
 	}
+}
+
+// sourceLockKey returns the advisory lock key of source in the default
+// namespace, as a store computes it (no database needed).
+func sourceLockKey(t *testing.T, source string) int64 {
+	t.Helper()
+	s, err := runclaim.NewPostgresStore(struct{ runclaim.Querier }{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.AdvisoryKey(source)
 }

@@ -24,7 +24,7 @@ import (
 // standby.
 func waitSyncRep(t *testing.T, c *cluster, primary *pgxpool.Pool, rs *replicas, source string) {
 	t.Helper()
-	key := runclaim.AdvisoryKey(runclaim.DefaultNamespace, source)
+	key := sourceLockKey(t, source)
 	deadline := time.After(wait)
 	for {
 		if s := running(rs.rec.snapshot(), source); s != nil {
@@ -215,4 +215,15 @@ WHERE status = 'running' AND owner LIKE 'replica-%' AND heartbeat_at > $1`, prom
 	if t.Failed() {
 		t.Logf("spans: %v", fmtSpans(spans))
 	}
+}
+
+// sourceLockKey returns the advisory lock key of source in the default
+// namespace, as a store computes it (no database needed).
+func sourceLockKey(t *testing.T, source string) int64 {
+	t.Helper()
+	s, err := runclaim.NewPostgresStore(struct{ runclaim.Querier }{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.AdvisoryKey(source)
 }
