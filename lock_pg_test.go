@@ -380,7 +380,7 @@ func contentionPool(t *testing.T, db *pgtest.DB, isolation string) *pgxpool.Pool
 }
 
 // TestContentionOneSource: 64 claimers on one source, each with its own
-// owner, never overlap (G1), in either form of the claim. Not parallel: it
+// owner, never overlap (G1), in each form of the claim. Not parallel: it
 // uses the machine's CPUs.
 func TestContentionOneSource(t *testing.T) {
 	for _, f := range claimForms {
@@ -413,8 +413,8 @@ func TestContentionFourSources(t *testing.T) {
 // the lock and double-run.
 //
 // Each form of the claim is pinned before its first claim, so that the
-// implicit attempt of each (the batch's lock statement, or the function)
-// is what refuses the default; both then go on in the explicit form.
+// implicit attempt of each (its call of the claim function) is what
+// refuses the default; both then go on in the explicit form.
 func TestContentionIsolationDefaults(t *testing.T) {
 	for _, level := range []string{"repeatable read", "serializable"} {
 		for _, f := range claimForms {

@@ -105,9 +105,8 @@ func contendMany(t *testing.T, store runclaim.Store, sources []string, claimers 
 }
 
 // TestClaimManyContention: eight claimers call ClaimMany on overlapping,
-// shuffled sets of five of eight sources, in each form of the claim (the batch
-// one source at a time, the function of version 3 and of version 4 in one
-// statement): no two runs of a source overlap, in Go and in the history
+// shuffled sets of five of eight sources, in each form of the claim (the
+// current version's statement and the previous version's): no two runs of a source overlap, in Go and in the history
 // (G1), no call fails (none deadlocks: the advisory locks are tried, never
 // waited for), and no advisory lock is left. Not parallel: it uses the
 // machine's CPUs.

@@ -79,8 +79,8 @@ func TestNoSearchPathHijack(t *testing.T) {
 	exerciseStore(t, db, hostile, store, check)
 	check("the store's and the Claimer's calls on the current schema")
 
-	// The claim forms an older table uses: the batch of version 2 and the
-	// plain and tick functions.
+	// The claim forms: the current version's function and the previous
+	// version's, plain and for a tick.
 	for _, f := range claimForms {
 		fs := formStore(t, hostile, f)
 		c := sharedtest.NewClaimer(t, fs, runclaim.WithOwner("form"), runclaim.WithLease(time.Minute))
@@ -103,8 +103,9 @@ func TestNoSearchPathHijack(t *testing.T) {
 		check("claims in the " + f.name + " form")
 	}
 
-	// The statements of older tables: without ticks (version 3), and the
-	// call with keys of version 8.
+	// The operator statements of tables before ticks (a store that takes
+	// its table to be at version 3), and claims by a store that takes it
+	// to be at version 8: both claim as on the current table.
 	v3 := formStore(t, hostile, claimForm{"function", 3})
 	if _, _, err := v3.Running(ctx, ""); err != nil {
 		t.Errorf("Running, version 3: %v", err)
