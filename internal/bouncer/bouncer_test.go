@@ -618,8 +618,10 @@ func testDoSucceeds(t *testing.T, e *env, mode pgx.QueryExecMode) {
 
 func testDoHeartbeats(t *testing.T, e *env, mode pgx.QueryExecMode) {
 	// A lease long enough that a loaded machine (CI runs several servers'
-	// tests at once) does not delay every heartbeat in it.
-	const lease, beat = 2 * time.Second, 100 * time.Millisecond
+	// tests at once, and is also run with two busy loops beside it) does not
+	// delay every heartbeat in it: 2 s was seen to lapse there, with no
+	// heartbeat through in 2 s, on a machine five times oversubscribed.
+	const lease, beat = 3 * time.Second, 100 * time.Millisecond
 	c, _ := e.claimer(t, mode, runclaim.WithOwner("holder"), runclaim.WithLease(lease), runclaim.WithHeartbeat(beat))
 	rival, _ := e.claimer(t, mode, runclaim.WithOwner("rival"), runclaim.WithLease(lease))
 	var (
