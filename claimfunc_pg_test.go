@@ -351,15 +351,15 @@ func TestClaimSchemaVersions(t *testing.T) {
 	// Steps undone under the store, which knows the current version.
 	migrateTo(t, db.Pool, runclaim.OldestClaimVersion)
 	works("the current step undone")
-	// A store that read the version before less than a recheck ago goes
-	// on in that form, which an older table may answer too; a new store
-	// (a replica started now) refuses it at once.
+	// The store, which now claims in the form of the version before, and
+	// a new one (a replica started now) refuse a table two steps back.
 	migrateTo(t, db.Pool, runclaim.OldestClaimVersion-1)
+	refused("two steps undone", runclaim.OldestClaimVersion-1)
 	if store, err = runclaim.NewPostgresStore(pool); err != nil {
 		t.Fatal(err)
 	}
 	c = newClaimer(t, store)
-	refused("two steps undone", runclaim.OldestClaimVersion-1)
+	refused("two steps undone, a new store", runclaim.OldestClaimVersion-1)
 }
 
 // callsOf counts the calls of store's claim functions among queries.

@@ -151,7 +151,9 @@ func (s *PostgresStore) claimFunc() string {
 // other 42883 (an operator or function the call's body uses, say) is an
 // error of its own, not an older table.
 func (s *PostgresStore) missingFunc(err error) bool {
-	return missingFuncNamed(err, s.table+claimFuncSuffix)
+	// The statements of the version before name the function of a key's
+	// newest number too, which version 10 added (see call_state).
+	return missingFuncNamed(err, s.table+claimFuncSuffix) || missingFuncNamed(err, s.table+topSuffix)
 }
 
 // missingFuncNamed reports whether err says that the function name (the

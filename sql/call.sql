@@ -93,6 +93,8 @@ FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalo
 -- LATERAL: the function is called once per element, after the previous
 -- call has returned.
 CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick, NULL, NULL, true) AS c
+-- As call_state: fails on a table older than version 10.
+WHERE {{table_top}}(NULL) IS NULL
 ORDER BY s.ord
 
 -- name: call_many_keys_prev

@@ -16,6 +16,12 @@
 -- that had no room, if any), and run_state, the source's state when it
 -- won, NULL if it has none or the claim lost.
 SELECT * FROM {{table_claim}}($1::bigint, $2::pg_catalog.text, $3::pg_catalog.text, $4::bigint, $5::bigint, $6::bigint, $7::pg_catalog.timestamptz, $8::pg_catalog.text[], $9::bigint[], true)
+-- Names the function of version 10 that gives a key its newest number,
+-- which a table at version 9 lacks: there the statement fails, having
+-- written nothing, so that a store refuses a table two versions old even
+-- while it takes it to be at the version before. The call is of a STRICT
+-- function with a NULL argument, which the planner folds away.
+WHERE {{table_top}}(NULL) IS NULL
 
 -- name: save_state
 -- Saves $5 as the state of source $2 for run $1, started at $4 by owner
