@@ -2,9 +2,9 @@ package runclaim
 
 import "time"
 
-// The package's constants: defaults, bounds, and the schema version this
-// release speaks. Every input beyond a bound is refused with an error,
-// before anything is sent to the store.
+// The package's constants, in one block: the schema version this release
+// speaks, defaults, bounds, and the states of a run. Every input beyond a
+// bound is refused with an error, before anything is sent to the store.
 const (
 	// LatestSchemaVersion is the version of the runs table's schema that
 	// this release creates (Migrate) and speaks; docs/schema.md says what
@@ -104,4 +104,13 @@ const (
 	MaxCooldownNoteLen = MaxPauseNoteLen
 	// MaxKeyStates is the most keys Keys reports.
 	MaxKeyStates = 10000
+
+	// The states of a run (Status). A run starts as StatusRunning and ends
+	// in one of the others.
+
+	StatusRunning   Status = "running"   // holds its source
+	StatusSucceeded Status = "succeeded" // finished without error
+	StatusFailed    Status = "failed"    // finished with an error or a panic
+	StatusExpired   Status = "expired"   // its lease ended and a claim took over
+	StatusReleased  Status = "released"  // ended by an operator
 )

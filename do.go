@@ -98,7 +98,7 @@ func (c *Claimer) Do(ctx context.Context, source string, fn func(ctx context.Con
 // maximum run time applies, and the outcome is recorded when fn returns.
 // It returns once every fn has returned and its outcome is recorded.
 //
-// When the Store is a ManyHeartbeater (PostgresStore and MemoryStore
+// When the Store is a ManyStore (PostgresStore and MemoryStore
 // are), the runs of every DoMany call of the Claimer are kept alive
 // together: one call of HeartbeatMany (with PostgresStore, one statement)
 // per heartbeat interval for all of them, whatever their number. Each
@@ -132,7 +132,7 @@ func (c *Claimer) DoMany(ctx context.Context, sources []string, fn func(ctx cont
 
 // doMany runs fn for each of runs, just claimed, as DoMany describes.
 func (c *Claimer) doMany(ctx context.Context, runs []*Run, fn func(ctx context.Context, run *Run) error) error {
-	_, group := c.store.(ManyHeartbeater)
+	_, group := c.store.(ManyStore)
 	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
 	for i, run := range runs {

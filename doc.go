@@ -104,11 +104,11 @@
 // statement, one transaction. DoMany runs fn for each won
 // run under Do's rules, and keeps all of a Claimer's DoMany runs alive in
 // one statement per heartbeat interval. A Store offers the bulk forms by
-// implementing ManyClaimer and ManyHeartbeater; another Store is asked one
-// source, and one run, at a time. A call that returns an error claims
-// nothing and serves no tick: on a Store that asks one source at a time,
-// the runs won before a failed claim are taken back if the Store is an
-// Unclaimer. Otherwise they are finished as failed, which serves their
+// implementing ManyStore; another Store is asked one source, and one run,
+// at a time. A call that returns an error claims nothing and serves no
+// tick: on a Store that asks one source at a time, the runs won before a
+// failed claim are taken back if the Store has an Unclaim method (see
+// ManyStore). Otherwise they are finished as failed, which serves their
 // tick, so on such a Store ClaimMany with ForTick of more than one source is
 // refused before anything is claimed.
 //

@@ -76,3 +76,6 @@ func AdvisoryKeyOf(namespace, source string) int64 { return advisoryKey(namespac
 // TableKeyLockOf is the key's lock of table that PostgresStore.KeyLocks
 // returns first.
 func TableKeyLockOf(table, key string) int64 { return tableKeyLock(table, key) }
+
+// ValidateClaims is what ClaimMany refuses before it sends anything.
+var ValidateClaims = validateClaims

@@ -9,7 +9,7 @@ import (
 )
 
 // heartbeats keeps the runs of a Claimer's DoMany calls alive together, on
-// a store that is a ManyHeartbeater: one HeartbeatMany per heartbeat
+// a store that is a ManyStore: one HeartbeatMany per heartbeat
 // interval for every such run the Claimer holds, instead of one Heartbeat
 // per run. Its loop runs while it has runs, and follows the schedule that
 // keepAlive follows for one run: an attempt that does not answer within
@@ -85,7 +85,7 @@ type beatAnswer struct {
 // When it returns, every attempt it started has returned.
 func (c *Claimer) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	store := c.store.(ManyHeartbeater)
+	store := c.store.(ManyStore)
 	interval, timeout, retry := c.sched.heartbeat, c.sched.attempt, c.sched.retry
 
 	// The attempts' parent, ended only by the loop's return.

@@ -7,28 +7,41 @@ import (
 	"time"
 )
 
-// A ManyClaimer is a Store that decides many claims at once. Claimer's
-// ClaimMany uses it when its Store implements it, and otherwise claims
-// one source at a time with Store.Claim. PostgresStore implements it with
-// one statement per call; MemoryStore under one lock.
-type ManyClaimer interface {
+// A ManyStore is a Store that decides many claims, and extends many
+// leases, in one step each. Claimer's ClaimMany and DoMany use it when
+// their Store implements it; otherwise they ask one source at a time with
+// Store.Claim, and each run heartbeats on its own, as under Do.
+// PostgresStore implements it with one statement per call; MemoryStore
+// under one lock.
+//
+// A Store that is not a ManyStore may still have a method
+//
+//	Unclaim(ctx context.Context, run RunInfo) error
+//
+// which takes back a run that a claim has just won, as if the claim had
+// never been made: no row or record of it is left, so it serves no tick,
+// counts for no minimum interval and no key, and its source is free. It
+// returns an error matching ErrLeaseLost if the run is not running
+// (finished, expired, released, taken back already, or another run),
+// named by its ID, source and StartedAt as a HeartbeatRequest names it.
+// ClaimMany, asking such a Store one source at a time, takes back with it
+// the runs won before a claim that failed. PostgresStore and MemoryStore
+// have it too; a trigger that the claim used up is given back by
+// MemoryStore, not by PostgresStore (a run's row does not record it).
+type ManyStore interface {
+	Store
+
 	// ClaimMany decides every request as Store.Claim would, as one
 	// atomic step: the results are in the order of reqs, each either the
 	// run started or the skip (a *NotClaimedError). An error that is not
 	// a skip claims nothing, and leaves no row: the store either decided
-	// every request or none. It refuses requests that ValidateClaims
-	// refuses before it writes anything, and returns ctx's error, wrapped,
-	// when ctx ends first (as Claim does, a run won after ctx ended is
-	// deleted again).
+	// every request or none. Before it writes anything it refuses more
+	// than MaxClaimMany requests, an invalid one (ClaimRequest.Validate),
+	// two for one source, and more than MaxClaimManyKeys distinct keys in
+	// all; it returns ctx's error, wrapped, when ctx ends first (as Claim
+	// does, a run won after ctx ended is deleted again).
 	ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
-}
 
-// A ManyHeartbeater is a Store that extends many leases in one step.
-// DoMany keeps its runs alive through it, one call per heartbeat interval
-// for every run of the Claimer, when its Store implements it; otherwise
-// each run heartbeats on its own, as under Do. PostgresStore implements it
-// with one statement per call; MemoryStore under one lock.
-type ManyHeartbeater interface {
 	// HeartbeatMany does what Store.Heartbeat does for each request, in
 	// one step: the results are in the order of reqs, each either the new
 	// end of the lease or an error matching ErrLeaseLost for that run
@@ -42,46 +55,31 @@ type ManyHeartbeater interface {
 	HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error)
 }
 
-// An Unclaimer is a Store that can take back a run that a claim has just
-// won, as if the claim had never been made. Claimer's ClaimMany uses it
-// on a Store that is not a ManyClaimer, which it asks one source at a
-// time: when one of those claims fails, it unclaims the runs won before it, so that the call, which returns an error,
-// claims nothing and serves no tick. PostgresStore and MemoryStore
-// implement it.
-type Unclaimer interface {
-	Store
-	// Unclaim deletes the running run: no row or record of it is left,
-	// so it serves no tick, counts for no minimum interval, and its
-	// source is free. It returns an error matching ErrLeaseLost if the
-	// run is not running: finished, expired, released, taken back
-	// already, or another run. The run is named by its ID, source and
-	// StartedAt, as a HeartbeatRequest names it.
-	//
-	// A trigger that the claim used up is given back, unless another is
-	// pending, by a store that knows it: MemoryStore does, PostgresStore
-	// does not (a run's row does not record it).
+// unclaimer is a Store with the Unclaim method that ManyStore's doc
+// describes.
+type unclaimer interface {
 	Unclaim(ctx context.Context, run RunInfo) error
 }
 
-// ClaimResult is the answer to one request of a ManyClaimer's ClaimMany.
+// ClaimResult is the answer to one request of a ManyStore's ClaimMany.
 type ClaimResult struct {
 	Run RunInfo // the run started, when Err is nil
 	Err error   // nil, or why the source was skipped: a *NotClaimedError
 }
 
-// HeartbeatResult is the answer to one request of a ManyHeartbeater's
+// HeartbeatResult is the answer to one request of a ManyStore's
 // HeartbeatMany.
 type HeartbeatResult struct {
 	LeaseUntil time.Time // the new end of the lease, when Err is nil
 	Err        error     // nil, or an error matching ErrLeaseLost
 }
 
-// ValidateClaims returns an error if reqs cannot be claimed together: more
+// validateClaims returns an error if reqs cannot be claimed together: more
 // than MaxClaimMany requests, an invalid request (see
 // ClaimRequest.Validate), two requests for one source, or more than
 // MaxClaimManyKeys distinct keys in all. A store checks it before it sends
 // anything.
-func ValidateClaims(reqs []ClaimRequest) error {
+func validateClaims(reqs []ClaimRequest) error {
 	if len(reqs) > MaxClaimMany {
 		return fmt.Errorf("runclaim: claim many: %d sources, more than MaxClaimMany (%d); claim them in slices of at most %d", len(reqs), MaxClaimMany, MaxClaimMany)
 	}
@@ -158,9 +156,10 @@ func validateHeartbeats(reqs []HeartbeatRequest) error {
 // source (ErrInvalidSource) or a source listed twice is refused before
 // anything is sent. ctx bounds the call as it bounds Claim.
 //
-// A Store that is not a ManyClaimer is asked one source at a time. If
+// A Store that is not a ManyStore is asked one source at a time. If
 // one of those claims fails, the runs already won are taken back with
-// Unclaim when the Store is an Unclaimer, and the call claims nothing.
+// Unclaim when the Store has that method (see ManyStore), and the call
+// claims nothing.
 // Otherwise the Store has no way to remove a run, and the runs already
 // won are finished as failed with that error: they then count for the
 // minimum interval.
@@ -174,8 +173,8 @@ func validateHeartbeats(reqs []HeartbeatRequest) error {
 // of the minute for all the cities of a scraper); sources on different
 // schedules fire at different ticks, and then make one call per tick.
 //
-// An error serves no tick. A Store that is neither a ManyClaimer nor an
-// Unclaimer could leave ticks served by an error, since a failed run
+// An error serves no tick. A Store that is not a ManyStore and has no
+// Unclaim could leave ticks served by an error, since a failed run
 // serves its tick: on such a Store, ClaimMany with ForTick of more than
 // one source is refused before anything is sent, with an error that says
 // so; claim those sources one at a time.
@@ -207,7 +206,7 @@ func (c *Claimer) claimMany(ctx context.Context, sources []string, o claimOption
 		return nil, nil
 	}
 	if len(sources) > MaxClaimMany {
-		err := ValidateClaims(make([]ClaimRequest, len(sources)))
+		err := validateClaims(make([]ClaimRequest, len(sources)))
 		c.claimFailed(ctx, "", err, 0)
 		return nil, err
 	}
@@ -220,7 +219,7 @@ func (c *Claimer) claimMany(ctx context.Context, sources []string, o claimOption
 		}
 		reqs[i] = ClaimRequest{Source: s, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: tick, Keys: keys}
 	}
-	if err := ValidateClaims(reqs); err != nil {
+	if err := validateClaims(reqs); err != nil {
 		c.manyFailed(ctx, sources, err, 0)
 		return nil, err
 	}
@@ -229,16 +228,16 @@ func (c *Claimer) claimMany(ctx context.Context, sources []string, o claimOption
 		results []ClaimResult
 		err     error
 	)
-	mc, many := c.store.(ManyClaimer)
-	_, unclaimer := c.store.(Unclaimer)
+	mc, many := c.store.(ManyStore)
+	_, canUnclaim := c.store.(unclaimer)
 	switch {
 	case many:
 		results, err = mc.ClaimMany(ctx, reqs)
 		if err == nil && len(results) != len(reqs) {
 			err = fmt.Errorf("runclaim: claim many: the store returned %d results for %d sources", len(results), len(reqs))
 		}
-	case !tick.IsZero() && !unclaimer && len(reqs) > 1:
-		err = fmt.Errorf("runclaim: claim many for a tick: the store (%T) is neither a ManyClaimer, which claims many sources in one step, nor an Unclaimer, which takes a claim back, so a failed call could leave ticks served; claim the %d sources one at a time", c.store, len(reqs))
+	case !tick.IsZero() && !canUnclaim && len(reqs) > 1:
+		err = fmt.Errorf("runclaim: claim many for a tick: the store (%T) is not a ManyStore, which claims many sources in one step, and has no Unclaim method, which takes a claim back, so a failed call could leave ticks served; claim the %d sources one at a time", c.store, len(reqs))
 		c.manyFailed(ctx, sources, err, 0)
 		return nil, err
 	default:
@@ -263,10 +262,10 @@ func (c *Claimer) claimMany(ctx context.Context, sources []string, o claimOption
 }
 
 // claimEach claims reqs one at a time, for a Store that is not a
-// ManyClaimer. When a claim fails, it takes back the runs won before, with
-// Unclaim on an Unclaimer and otherwise by finishing them as failed, and
+// ManyStore. When a claim fails, it takes back the runs won before, with
+// Unclaim where the Store has it and otherwise by finishing them as failed, and
 // returns the error. A failed run serves its tick, so claimMany does not
-// ask a Store that is not an Unclaimer for several sources of a tick.
+// ask a Store without Unclaim for several sources of a tick.
 func (c *Claimer) claimEach(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
 	results := make([]ClaimResult, len(reqs))
 	for i, req := range reqs {
@@ -278,13 +277,13 @@ func (c *Claimer) claimEach(ctx context.Context, reqs []ClaimRequest) ([]ClaimRe
 		err = fmt.Errorf("runclaim: claim many: claim %s: %w", quoteForError(req.Source), err)
 		fctx, cancel := finishContext(ctx)
 		defer cancel()
-		uc, unclaimer := c.store.(Unclaimer)
+		uc, canUnclaim := c.store.(unclaimer)
 		var undo []error
 		for _, r := range results[:i] {
 			if r.Err != nil {
 				continue
 			}
-			if unclaimer {
+			if canUnclaim {
 				if uerr := uc.Unclaim(fctx, r.Run); uerr != nil {
 					undo = append(undo, fmt.Errorf("and run %d of %s, won before, could not be taken back: %w", r.Run.ID, quoteForError(r.Run.Source), uerr))
 				}
@@ -308,13 +307,13 @@ func (c *Claimer) manyFailed(ctx context.Context, sources []string, err error, d
 	}
 }
 
-// ClaimMany implements ManyClaimer: it decides every request under the
+// ClaimMany implements ManyStore: it decides every request under the
 // store's lock, as one step.
 func (s *MemoryStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	if err := ValidateClaims(reqs); err != nil {
+	if err := validateClaims(reqs); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -329,7 +328,7 @@ func (s *MemoryStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]Cla
 	return out, nil
 }
 
-// HeartbeatMany implements ManyHeartbeater: it extends every lease under
+// HeartbeatMany implements ManyStore: it extends every lease under
 // the store's lock, as one step.
 func (s *MemoryStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error) {
 	if err := checkContext(ctx); err != nil {
@@ -351,10 +350,8 @@ func (s *MemoryStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest
 }
 
 var (
-	_ ManyClaimer     = (*MemoryStore)(nil)
-	_ ManyHeartbeater = (*MemoryStore)(nil)
-	_ Unclaimer       = (*MemoryStore)(nil)
-	_ ManyClaimer     = (*PostgresStore)(nil)
-	_ ManyHeartbeater = (*PostgresStore)(nil)
-	_ Unclaimer       = (*PostgresStore)(nil)
+	_ ManyStore = (*MemoryStore)(nil)
+	_ unclaimer = (*MemoryStore)(nil)
+	_ ManyStore = (*PostgresStore)(nil)
+	_ unclaimer = (*PostgresStore)(nil)
 )

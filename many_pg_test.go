@@ -469,7 +469,7 @@ func TestClaimManyKeysBound(t *testing.T) {
 			ctx := t.Context()
 			store := sc.Open(t).(interface {
 				runclaim.Store
-				runclaim.ManyClaimer
+				runclaim.ManyStore
 			})
 			reqs := make([]runclaim.ClaimRequest, runclaim.MaxClaimMany)
 			for i := range reqs {

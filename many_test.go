@@ -153,7 +153,7 @@ func TestClaimManyResultAndEvents(t *testing.T) {
 	}
 }
 
-// A Store that is not a ManyClaimer is asked one source at a time; when a
+// A Store that is not a ManyStore is asked one source at a time; when a
 // claim fails, the runs already won are finished as failed, and nothing is
 // returned but the error.
 func TestClaimManyFallbackFailure(t *testing.T) {
@@ -375,8 +375,8 @@ func testDoManyBatchFailuresKeepRuns(t *testing.T) {
 	}
 }
 
-// oneByOneStore is a Store that is neither a ManyClaimer nor an
-// Unclaimer: it forwards Claim, Heartbeat and Finish to a MemoryStore, and
+// oneByOneStore is a Store that is not a ManyStore and has no Unclaim
+// method: it forwards Claim, Heartbeat and Finish to a MemoryStore, and
 // its Claim of the source fail returns errDown.
 type oneByOneStore struct {
 	mem  *runclaim.MemoryStore
@@ -400,7 +400,13 @@ func (s *oneByOneStore) Finish(ctx context.Context, req runclaim.FinishRequest) 
 	return s.mem.Finish(ctx, req)
 }
 
-// unclaimingStore is a oneByOneStore that is also an Unclaimer.
+// unclaimer is a Store with the Unclaim method that runclaim.ManyStore's
+// doc describes.
+type unclaimer interface {
+	Unclaim(ctx context.Context, run runclaim.RunInfo) error
+}
+
+// unclaimingStore is a oneByOneStore that also has Unclaim.
 type unclaimingStore struct{ oneByOneStore }
 
 func (s *unclaimingStore) Unclaim(ctx context.Context, run runclaim.RunInfo) error {
@@ -408,9 +414,9 @@ func (s *unclaimingStore) Unclaim(ctx context.Context, run runclaim.RunInfo) err
 }
 
 // A ClaimMany with ForTick that returns an error claims nothing and serves no tick,
-// also on a Store that is not a ManyClaimer: afterwards the same tick can
+// also on a Store that is not a ManyStore: afterwards the same tick can
 // be claimed for every source, and the minimum interval does not count a
-// run of the failed call. An Unclaimer takes back the runs won before the
+// run of the failed call. A Store with Unclaim takes back the runs won before the
 // failure; a Store that is not one is refused before anything is claimed.
 func TestClaimManyForTickErrorServesNoTick(t *testing.T) {
 	for _, tc := range []struct {
@@ -437,7 +443,7 @@ func TestClaimManyForTickErrorServesNoTick(t *testing.T) {
 				return inner.Claim(ctx, req)
 			}
 			var store runclaim.Store = spy
-			if uc, ok := inner.(runclaim.Unclaimer); ok {
+			if uc, ok := inner.(unclaimer); ok {
 				store = &unclaimingSpy{spy: spy, uc: uc}
 			}
 			tick := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -449,7 +455,7 @@ func TestClaimManyForTickErrorServesNoTick(t *testing.T) {
 			if errors.Is(err, errDown) != tc.storeErr {
 				t.Errorf("ClaimMany with ForTick: %v; the store's error returned: %v, want %v", err, !tc.storeErr, tc.storeErr)
 			}
-			if !tc.storeErr && !strings.Contains(err.Error(), "neither a ManyClaimer") {
+			if !tc.storeErr && !strings.Contains(err.Error(), "not a ManyStore") {
 				t.Errorf("ClaimMany with ForTick: %v; want a refusal that names what the store lacks", err)
 			}
 			if n := int(claims.Load()); n != tc.wantClaim {
@@ -481,7 +487,7 @@ func TestClaimManyForTickErrorServesNoTick(t *testing.T) {
 // unclaimingSpy is a spyStore that forwards Unclaim to uc.
 type unclaimingSpy struct {
 	spy *spyStore
-	uc  runclaim.Unclaimer
+	uc  unclaimer
 }
 
 func (s *unclaimingSpy) Claim(ctx context.Context, req runclaim.ClaimRequest) (runclaim.RunInfo, error) {

@@ -170,7 +170,7 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 	return info, nil
 }
 
-// Unclaim implements Unclaimer: it forgets the run, makes the run of the
+// Unclaim takes back a run that a claim has just won (see ManyStore): it forgets the run, makes the run of the
 // source that started before it the latest again, and gives back the
 // trigger that the claim used up, unless another one is pending.
 func (s *MemoryStore) Unclaim(ctx context.Context, run RunInfo) error {

@@ -295,15 +295,14 @@ func graceContext(ctx context.Context) (cctx context.Context, release func()) {
 // context ends, to learn whether it won (see Claim).
 const claimGrace = 5 * time.Second
 
-// Unclaim implements Unclaimer in one statement: it deletes the run's
-// row and, from schema version 8, the starts it recorded for the keys its
-// row names, so that they count against no key's MaxStarts. From version
-// 10 a statement before it, in the same transaction and round trip, takes
-// the locks of those keys, as a claim does: deleting a start renumbers
-// the key's later ones. A trigger
-// that the claim used up stays used up: the row does not record it. Claim
-// and ClaimMany, which know the trigger, give it back when their caller
-// gave up.
+// Unclaim takes back a run that a claim has just won (see ManyStore), in
+// one statement: it deletes the run's row and the starts it recorded for
+// the keys its row names, so that they count against no key's MaxStarts.
+// A statement before it, in the same transaction and round trip, takes the
+// locks of those keys, as a claim does: deleting a start renumbers the
+// key's later ones. A trigger that the claim used up stays used up: the
+// row does not record it. Claim and ClaimMany, which know the trigger,
+// give it back when their caller gave up.
 func (s *PostgresStore) Unclaim(ctx context.Context, run RunInfo) error {
 	if err := checkContext(ctx); err != nil {
 		return err

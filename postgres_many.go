@@ -34,12 +34,12 @@ import (
 // is claimed with the batch, one at a time; a failure then deletes the
 // runs won before it, so that the call still claims nothing when it fails.
 
-// ClaimMany implements ManyClaimer in one statement.
+// ClaimMany implements ManyStore in one statement.
 func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	if err := ValidateClaims(reqs); err != nil {
+	if err := validateClaims(reqs); err != nil {
 		return nil, err
 	}
 	if len(reqs) == 0 {
@@ -400,7 +400,7 @@ func (s *PostgresStore) claimManyError(ctx context.Context, reqs []ClaimRequest,
 	return s.wrap(ctx, what, err)
 }
 
-// HeartbeatMany implements ManyHeartbeater in one statement.
+// HeartbeatMany implements ManyStore in one statement.
 func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err

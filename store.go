@@ -56,18 +56,9 @@ type Store interface {
 	Finish(ctx context.Context, req FinishRequest) error
 }
 
-// Status is the state of a run.
+// Status is the state of a run: StatusRunning, then one of the other
+// Status constants.
 type Status string
-
-// The states of a run. A run starts as StatusRunning and ends in one of the
-// others.
-const (
-	StatusRunning   Status = "running"   // holds its source
-	StatusSucceeded Status = "succeeded" // finished without error
-	StatusFailed    Status = "failed"    // finished with an error or a panic
-	StatusExpired   Status = "expired"   // its lease ended and a claim took over
-	StatusReleased  Status = "released"  // ended by an operator
-)
 
 // ClaimRequest is what Claimer asks of a Store.
 type ClaimRequest struct {

@@ -100,7 +100,7 @@
 //     complete or return an error matching context.Canceled: a claim that
 //     returned it wrote nothing, a heartbeat left the run held, and a
 //     finish can be sent again.
-//   - Many sources at once: a Store that is a runclaim.ManyClaimer is
+//   - Many sources at once: a Store that is a runclaim.ManyStore is
 //     asked through its ClaimMany (another one through Claim, a source at a
 //     time, as a Claimer asks it). Results come in the order asked: a run
 //     for each free source, a skip for each held, too-soon or tick-done
@@ -109,12 +109,12 @@
 //     runclaim.MaxClaimMany sources is refused and claims none of the
 //     valid ones; eight claimants on four replicas, each asking for two
 //     thirds of 24 sources in its own shuffled order, win each source
-//     exactly once per round, and none of their calls fails. A Store that
-//     is a runclaim.ManyHeartbeater extends many leases at once: each live
+//     exactly once per round, and none of their calls fails. A
+//     runclaim.ManyStore also extends many leases at once: each live
 //     run's, while a run finished, lapsed or named with another source is
 //     lost alone.
-//   - Taking a claim back, for a Store that is also a runclaim.Unclaimer
-//     (the case is skipped, and says so, for one that is not): a run taken
+//   - Taking a claim back, for a Store with an Unclaim method (see
+//     runclaim.ManyStore; the case is skipped, and says so, for one without): a run taken
 //     back serves no tick, counts for no minimum interval (the source's
 //     run before it counts again) and leaves its source free; a run taken
 //     back already, a finished run, and a running run named with another

@@ -496,9 +496,9 @@ func testKeyReplicas(t *testing.T, open func() runclaim.Store) {
 // allowed one start an hour wins.
 func testKeyUnclaim(t *testing.T, s runclaim.Store) {
 	l := limiterOf(t, s)
-	uc, ok := s.(runclaim.Unclaimer)
+	uc, ok := s.(unclaimer)
 	if !ok {
-		t.Skipf("storetest: %T does not implement runclaim.Unclaimer", s)
+		t.Skipf("storetest: %T has no Unclaim method", s)
 	}
 	ctx, prefix := setup(t)
 	one, two := prefix+"/key-one", prefix+"/key-two"

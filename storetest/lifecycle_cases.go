@@ -131,7 +131,7 @@ func testSourceMustMatch(t *testing.T, s runclaim.Store) {
 // heartbeat or finish that names the run's ID and source but another
 // start, as the holder of a run whose ID was handed out again after an
 // asynchronous failover does, is answered as for a run that is not
-// running, and changes nothing. HeartbeatMany too, on a ManyHeartbeater.
+// running, and changes nothing. HeartbeatMany too, on a ManyStore.
 func testStartMustMatch(t *testing.T, s runclaim.Store) {
 	ctx, prefix := setup(t)
 	a := mustClaim(t, ctx, s, claimReq(prefix+"/a", "owner", longLease))
@@ -141,7 +141,7 @@ func testStartMustMatch(t *testing.T, s runclaim.Store) {
 		if _, err := s.Heartbeat(ctx, runclaim.HeartbeatRequest{ID: other.ID, Source: other.Source, StartedAt: other.StartedAt, Lease: 2 * longLease}); !errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("Heartbeat of run %d naming a start %v off: %v, want ErrLeaseLost", a.ID, shift, err)
 		}
-		if mh, ok := s.(runclaim.ManyHeartbeater); ok {
+		if mh, ok := s.(runclaim.ManyStore); ok {
 			res, err := mh.HeartbeatMany(ctx, []runclaim.HeartbeatRequest{{ID: other.ID, Source: other.Source, StartedAt: other.StartedAt, Lease: 2 * longLease}})
 			if err != nil || len(res) != 1 || !errors.Is(res[0].Err, runclaim.ErrLeaseLost) {
 				t.Errorf("HeartbeatMany of run %d naming a start %v off: %v, %v; want ErrLeaseLost for it", a.ID, shift, res, err)

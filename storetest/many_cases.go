@@ -13,16 +13,16 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-// The cases of many-source claims. A Store that is a runclaim.ManyClaimer
+// The cases of many-source claims. A Store that is a runclaim.ManyStore
 // is asked through its ClaimMany; another one through Claim, one request
 // at a time, as runclaim.Claimer asks it.
 
 // claimMany asks s to decide reqs together.
 func claimMany(ctx context.Context, s runclaim.Store, reqs []runclaim.ClaimRequest) ([]runclaim.ClaimResult, error) {
-	if mc, ok := s.(runclaim.ManyClaimer); ok {
+	if mc, ok := s.(runclaim.ManyStore); ok {
 		return mc.ClaimMany(ctx, reqs)
 	}
-	if err := runclaim.ValidateClaims(reqs); err != nil {
+	if err := validateMany(reqs); err != nil {
 		return nil, err
 	}
 	out := make([]runclaim.ClaimResult, len(reqs))
@@ -33,6 +33,31 @@ func claimMany(ctx context.Context, s runclaim.Store, reqs []runclaim.ClaimReque
 		}
 	}
 	return out, nil
+}
+
+// validateMany refuses what runclaim.Claimer refuses before it asks a
+// Store one source at a time: what ManyStore.ClaimMany refuses.
+func validateMany(reqs []runclaim.ClaimRequest) error {
+	if len(reqs) > runclaim.MaxClaimMany {
+		return fmt.Errorf("%d sources, more than MaxClaimMany", len(reqs))
+	}
+	sources, keys := map[string]bool{}, map[string]bool{}
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+		if sources[r.Source] {
+			return fmt.Errorf("source %q is listed twice", r.Source)
+		}
+		sources[r.Source] = true
+		for _, k := range r.Keys {
+			keys[k] = true
+		}
+	}
+	if len(keys) > runclaim.MaxClaimManyKeys {
+		return fmt.Errorf("%d distinct keys, more than MaxClaimManyKeys", len(keys))
+	}
+	return nil
 }
 
 // mustClaimMany is claimMany that fails the test on an error and on a
@@ -298,9 +323,9 @@ func testManyExclusive(t *testing.T, open func() runclaim.Store) {
 }
 
 // heartbeatMany asks s to extend reqs' leases together: through its
-// HeartbeatMany if it is a runclaim.ManyHeartbeater, else one at a time.
+// HeartbeatMany if it is a runclaim.ManyStore, else one at a time.
 func heartbeatMany(ctx context.Context, s runclaim.Store, reqs []runclaim.HeartbeatRequest) ([]runclaim.HeartbeatResult, error) {
-	if mh, ok := s.(runclaim.ManyHeartbeater); ok {
+	if mh, ok := s.(runclaim.ManyStore); ok {
 		return mh.HeartbeatMany(ctx, reqs)
 	}
 	out := make([]runclaim.HeartbeatResult, len(reqs))
@@ -407,7 +432,7 @@ func testManyHeartbeatsByRun(t *testing.T, s runclaim.Store) {
 	}
 	// The same run twice is refused, as before.
 	if _, err := heartbeatMany(ctx, s, []runclaim.HeartbeatRequest{hb(live), hb(live)}); err == nil {
-		if _, ok := s.(runclaim.ManyHeartbeater); ok {
+		if _, ok := s.(runclaim.ManyStore); ok {
 			t.Error("heartbeats of one run listed twice: no error; want the batch refused")
 		}
 	}

@@ -176,7 +176,7 @@ func testStateBadInput(t *testing.T, s runclaim.Store) {
 }
 
 // testStateMany checks a Store that is both a runclaim.StateSaver and a
-// runclaim.ManyClaimer: a many-source claim returns, with each run it
+// runclaim.ManyStore: a many-source claim returns, with each run it
 // wins, the state of its source as a single claim does (none for a source
 // that has none, empty for an empty one), and nothing with a skip.
 func testStateMany(t *testing.T, s runclaim.Store) {
@@ -184,9 +184,9 @@ func testStateMany(t *testing.T, s runclaim.Store) {
 	if !ok {
 		t.Skipf("storetest: %T does not implement runclaim.StateSaver", s)
 	}
-	mc, ok := s.(runclaim.ManyClaimer)
+	mc, ok := s.(runclaim.ManyStore)
 	if !ok {
-		t.Skipf("storetest: %T does not implement runclaim.ManyClaimer", s)
+		t.Skipf("storetest: %T does not implement runclaim.ManyStore", s)
 	}
 	ctx, prefix := setup(t)
 	saved, empty, none, held := prefix+"/saved", prefix+"/empty", prefix+"/none", prefix+"/held"

@@ -36,7 +36,7 @@ func TestSharedMemoryStore(t *testing.T) {
 }
 
 // TestNotManyClaimer runs the suite on a store that is not a
-// runclaim.ManyClaimer, which the many-source cases then ask one source at
+// runclaim.ManyStore, which the many-source cases then ask one source at
 // a time.
 func TestNotManyClaimer(t *testing.T) {
 	storetest.RunReplicas(t, func(t *testing.T) func() runclaim.Store {
@@ -44,8 +44,8 @@ func TestNotManyClaimer(t *testing.T) {
 		// (ManyControl through the one-at-a-time path) instead of
 		// skipping.
 		s := struct{ runclaim.Controller }{runclaim.NewMemoryStore()}
-		if _, ok := runclaim.Store(s).(runclaim.ManyClaimer); ok {
-			t.Fatal("the wrapped store is still a ManyClaimer")
+		if _, ok := runclaim.Store(s).(runclaim.ManyStore); ok {
+			t.Fatal("the wrapped store is still a ManyStore")
 		}
 		return func() runclaim.Store { return s }
 	})

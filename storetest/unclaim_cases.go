@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -8,15 +9,21 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-// testUnclaim checks a Store that is a runclaim.Unclaimer: a run taken
+// unclaimer is a Store with the Unclaim method that runclaim.ManyStore's
+// doc describes.
+type unclaimer interface {
+	Unclaim(ctx context.Context, run runclaim.RunInfo) error
+}
+
+// testUnclaim checks a Store that has an Unclaim method: a run taken
 // back serves no tick, counts for no minimum interval and leaves its
 // source free, with the source's earlier run counting again; a run that
 // is not running, or is named with another start or source, is not taken
 // back, and the call returns runclaim.ErrLeaseLost and changes nothing.
 func testUnclaim(t *testing.T, s runclaim.Store) {
-	uc, ok := s.(runclaim.Unclaimer)
+	uc, ok := s.(unclaimer)
 	if !ok {
-		t.Skipf("storetest: %T does not implement runclaim.Unclaimer", s)
+		t.Skipf("storetest: %T has no Unclaim method", s)
 	}
 	ctx, prefix := setup(t)
 	lost := func(what string, err error) {

@@ -334,10 +334,35 @@ func (s *copyStore) Claim(ctx context.Context, req runclaim.ClaimRequest) (runcl
 	}
 }
 
+// validateMany refuses what runclaim.ManyStore's ClaimMany refuses
+// before it writes anything.
+func validateMany(reqs []runclaim.ClaimRequest) error {
+	if len(reqs) > runclaim.MaxClaimMany {
+		return fmt.Errorf("claim many: %d sources, more than MaxClaimMany", len(reqs))
+	}
+	sources, keys := map[string]bool{}, map[string]bool{}
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("claim many: %w", err)
+		}
+		if sources[r.Source] {
+			return fmt.Errorf("claim many: source %q listed twice", r.Source)
+		}
+		sources[r.Source] = true
+		for _, k := range r.Keys {
+			keys[k] = true
+		}
+	}
+	if len(keys) > runclaim.MaxClaimManyKeys {
+		return fmt.Errorf("claim many: %d distinct keys, more than MaxClaimManyKeys", len(keys))
+	}
+	return nil
+}
+
 // ClaimMany decides every request in one critical section, in order.
 func (s *copyStore) ClaimMany(ctx context.Context, reqs []runclaim.ClaimRequest) ([]runclaim.ClaimResult, error) {
 	if s.bug != bugManyValidateLate {
-		if err := runclaim.ValidateClaims(reqs); err != nil {
+		if err := validateMany(reqs); err != nil {
 			return nil, err
 		}
 	}
@@ -684,7 +709,7 @@ func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) erro
 	return nil
 }
 
-// Unclaim implements runclaim.Unclaimer: it forgets the run, and the
+// Unclaim takes a run back (see runclaim.ManyStore): it forgets the run, and the
 // source's start before it counts again. A trigger the claim used up stays
 // used up, as in the Postgres store.
 func (s *copyStore) Unclaim(ctx context.Context, run runclaim.RunInfo) error {
