@@ -35,10 +35,10 @@ func TestSharedMemoryStore(t *testing.T) {
 	})
 }
 
-// TestNotManyClaimer runs the suite on a store that is not a
+// TestNotManyStore runs the suite on a store that is not a
 // runclaim.ManyStore, which the many-source cases then ask one source at
 // a time.
-func TestNotManyClaimer(t *testing.T) {
+func TestNotManyStore(t *testing.T) {
 	storetest.RunReplicas(t, func(t *testing.T) func() runclaim.Store {
 		// It keeps the Controller methods, so that the control cases run
 		// (ManyControl through the one-at-a-time path) instead of
