@@ -2,6 +2,10 @@ package runclaim
 
 import "time"
 
+// Status is the state of a run: StatusRunning, then one of the other
+// Status constants.
+type Status string
+
 // The package's constants, in one block: the schema version this release
 // speaks, defaults, bounds, and the states of a run. Every input beyond a
 // bound is refused with an error, before anything is sent to the store.

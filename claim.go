@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // A Claimer claims sources in a Store on behalf of one holder. It is safe
@@ -30,10 +29,7 @@ func New(store Store, opts ...Option) (*Claimer, error) {
 	if err != nil {
 		return nil, err
 	}
-	sched, err := newSchedule(cfg.lease, cfg.heartbeat)
-	if err != nil {
-		return nil, err
-	}
+	sched := newSchedule(cfg.lease, cfg.heartbeat)
 	if cfg.owner == "" {
 		cfg.owner = defaultOwner()
 	}
@@ -464,23 +460,48 @@ func finishContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
 }
 
-const truncatedMark = "…(truncated)"
-
-// errorText is err's text made storable: valid UTF-8, no NUL bytes, at most
-// MaxErrorLen bytes plus a truncation mark.
-func errorText(err error) string {
-	s := err.Error()
-	if s == "" {
-		s = fmt.Sprintf("%T with empty message", err)
-	}
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) > MaxErrorLen {
-		cut := MaxErrorLen
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
+// keysFor returns the keys a claim of source names: keysOf's, then those
+// of WithKeys not among them.
+func (c *Claimer) keysFor(source string, call []string) ([]string, error) {
+	var keys []string
+	if c.cfg.keysOf != nil {
+		keys = slices.Clone(c.cfg.keysOf(source))
+		if err := validateKeys(keys); err != nil {
+			return nil, fmt.Errorf("runclaim: the keys WithSourceKeys gives %s: %w", quoteForError(source), err)
 		}
-		s = s[:cut] + truncatedMark
 	}
-	return s
+	for _, k := range call {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > MaxKeys {
+		return nil, fmt.Errorf("runclaim: claim %s names %d keys, more than MaxKeys (%d)", quoteForError(source), len(keys), MaxKeys)
+	}
+	if len(keys) > 0 {
+		if _, ok := c.store.(Limiter); !ok {
+			return nil, fmt.Errorf("runclaim: claim %s names keys, but the store (%T) is not a Limiter, which would ignore them", quoteForError(source), c.store)
+		}
+	}
+	return keys, nil
+}
+
+// Cooldown makes every claim that names key wait d from now, by the
+// store's clock (PostgresStore's and MemoryStore's; another Limiter is
+// given this process's clock plus d), with note: for instance on an HTTP 429 answer, for its
+// Retry-After. A cooldown never shortens one already in force. The run
+// need not have named key, nor still hold its lease. It returns an error
+// if the Claimer's store is not a Limiter, for an invalid key or note, and
+// for d not positive or longer than MaxLease.
+func (r *Run) Cooldown(ctx context.Context, key string, d time.Duration, note string) error {
+	if err := checkCooldownFor(ctx, key, d, note); err != nil {
+		return err
+	}
+	switch s := r.claimer.store.(type) {
+	case cooldownForer:
+		return s.cooldownFor(ctx, key, d, note)
+	case Limiter:
+		return s.Cooldown(ctx, key, time.Now().Add(d), note)
+	}
+	return fmt.Errorf("runclaim: cooldown %s: the store (%T) is not a Limiter", quoteForError(key), r.claimer.store)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/runclaim/runclaim/internal/rules"
 )
 
 // A Controller is a Store that operators can steer without a deploy: pause
@@ -58,11 +56,6 @@ type Controller interface {
 	// or the source is paused.
 	Trigger(ctx context.Context, source string) error
 }
-
-// validateNote returns an error if note cannot be stored with a pause or
-// a cooldown (kind names which): longer than MaxPauseNoteLen bytes, not
-// valid UTF-8, or with a NUL byte. An empty note is valid.
-func validateNote(kind, note string) error { return rules.Note(kind, note, MaxPauseNoteLen) }
 
 // maxPauseUntil is the latest end a pause takes: the last moment of year
 // 9999, which every store can keep (a Postgres timestamp can, a pgx

@@ -16,9 +16,5 @@ func (c *Claimer) With(opts ...Option) (*Claimer, error) {
 	if cfg.heartbeat == 0 && cfg.lease == c.cfg.lease {
 		cfg.heartbeat = c.cfg.heartbeat
 	}
-	sched, err := newSchedule(cfg.lease, cfg.heartbeat)
-	if err != nil {
-		return nil, err
-	}
-	return &Claimer{store: c.store, cfg: cfg, sched: sched}, nil
+	return &Claimer{store: c.store, cfg: cfg, sched: newSchedule(cfg.lease, cfg.heartbeat)}, nil
 }

@@ -1,18 +1,17 @@
 package runclaim
 
 import (
-	"fmt"
 	"time"
 )
 
 // A schedule is the timing of a Claimer's runs. Every duration in it
 // follows from the lease and the heartbeat interval, and is computed here
 // only, once, when the Claimer is built (as River's leadershipTerm is).
-// The Claimer's accessors report its fields, and the docs name those
-// accessors rather than restate the formulas.
+// Claimer.Settings reports its fields, and the docs name those fields
+// rather than restate the formulas.
 //
-// The fields, for a lease L and a heartbeat interval H (L/3 unless
-// WithHeartbeat sets it, and under L/2):
+// The fields, for a lease L and a heartbeat interval H (L/3 unless an
+// option sets it, and under L/2):
 //
 //   - margin, (L - 2H)/4: how long before a lease ends by the holder's own
 //     clock a run without a successful heartbeat is given up as lost. The
@@ -34,19 +33,17 @@ type schedule struct {
 }
 
 // newSchedule derives the schedule of a lease and a heartbeat interval; a
-// heartbeat interval of 0 means the default, a third of the lease. It
-// returns an error naming WithHeartbeat for an interval of half the lease
-// or more. The lease is assumed valid (WithLease checks it).
-func newSchedule(lease, heartbeat time.Duration) (schedule, error) {
+// heartbeat interval of 0 means the default, a third of the lease. Both
+// are assumed valid, the interval under half the lease (the options and
+// applyOptions check them).
+func newSchedule(lease, heartbeat time.Duration) schedule {
 	if heartbeat == 0 {
 		heartbeat = lease / 3
-	} else if heartbeat >= lease/2 {
-		return schedule{}, fmt.Errorf("runclaim: WithHeartbeat: interval %v must be shorter than half the lease (%v)", heartbeat, lease)
 	}
 	s := schedule{lease: lease, heartbeat: heartbeat, retry: heartbeat / 4}
 	s.margin = (lease - 2*heartbeat) / 4
 	s.attempt = (lease - s.margin - heartbeat) / 3
-	return s, nil
+	return s
 }
 
 // localEnd is the end of a lease by the holder's own clock, for a claim or

@@ -29,10 +29,7 @@ func TestSchedule(t *testing.T) {
 		{"MinLease", MinLease, 0, 3333333, 833333, 833333, 1944444},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := newSchedule(tc.lease, tc.heartbeat)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := newSchedule(tc.lease, tc.heartbeat)
 			got := [...]time.Duration{s.lease, s.heartbeat, s.retry, s.margin, s.attempt}
 			want := [...]time.Duration{tc.lease, tc.wantHeartbeat, tc.wantRetry, tc.wantMargin, tc.wantAttempt}
 			if got != want {
@@ -59,11 +56,21 @@ func TestSchedule(t *testing.T) {
 }
 
 // TestScheduleRefusesSlowHeartbeat: an interval of half the lease or more
-// is an error that names WithHeartbeat.
+// is an error that names WithHeartbeat, from New and from With.
 func TestScheduleRefusesSlowHeartbeat(t *testing.T) {
+	base, err := New(NewMemoryStore(), WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, hb := range []time.Duration{5 * time.Second, 6 * time.Second, 10 * time.Second} {
-		if s, err := newSchedule(10*time.Second, hb); err == nil || !strings.Contains(err.Error(), "WithHeartbeat") {
-			t.Errorf("newSchedule(10s, %v) = %+v, %v; want an error naming WithHeartbeat", hb, s, err)
+		if c, err := New(NewMemoryStore(), WithLease(10*time.Second), WithHeartbeat(hb)); err == nil || !strings.Contains(err.Error(), "WithHeartbeat") {
+			t.Errorf("New(WithLease(10s), WithHeartbeat(%v)) = %v, %v; want an error naming WithHeartbeat", hb, c, err)
 		}
+		if c, err := base.With(WithHeartbeat(hb)); err == nil || !strings.Contains(err.Error(), "WithHeartbeat") {
+			t.Errorf("With(WithHeartbeat(%v)) on a lease of 10s = %v, %v; want an error naming WithHeartbeat", hb, c, err)
+		}
+	}
+	if _, err := New(NewMemoryStore(), WithLease(10*time.Second), WithHeartbeat(4999*time.Millisecond)); err != nil {
+		t.Errorf("a heartbeat just under half the lease: %v", err)
 	}
 }

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -51,12 +55,6 @@ func advisoryKey(namespace, source string) int64 {
 // turns into one claimDecision, which outcome reads. A lost claim updates
 // and inserts nothing, so it assigns no transaction ID and its commit
 // flushes no WAL.
-
-// claimLockTimeout bounds how long a claim waits for a lock on the runs
-// table (DDL, VACUUM FULL, an explicit LOCK TABLE): it then fails with
-// SQLSTATE 55P03. It is shorter than claimGrace, so that a claim whose
-// caller gave up always ends on the server before the grace does.
-const claimLockTimeout = time.Second
 
 // errNeedExplicit says the session's isolation level is not READ COMMITTED,
 // so the claim wrote nothing and must be sent in the explicit form.
@@ -279,4 +277,148 @@ func (r *claimDecision) outcome(req ClaimRequest, explicit bool) (RunInfo, error
 		return RunInfo{}, fmt.Errorf("runclaim: claim %s: the claim statement inserted nothing without a reason", quoteForError(req.Source))
 	}
 	return RunInfo{}, nc
+}
+
+// The claim function. Its name is the table's with claimFuncSuffix (and
+// the version of its body, claimBodySuffix), which fits in Postgres's
+// 63-byte identifiers for every table name WithTable accepts (see
+// maxTableLen). It is VOLATILE, so under READ COMMITTED each statement in
+// it takes a fresh snapshot, after the lock; SECURITY INVOKER, so it runs
+// with the caller's privileges and grants nothing of its own; and every
+// object it names is schema-qualified, so it needs no SET search_path.
+// Its results: locked, whether it took the advisory lock; isolation, the
+// transaction's isolation level when it refused to claim under it (else
+// NULL); db_now, the database clock when it decided; won, whether it
+// inserted a run; run_*, the run it inserted (without the owner, which is
+// the caller's), or else the source's running run, if any; retry_after,
+// the earliest start the minimum interval allows, when it read it. A win
+// that used up a trigger returns run_owner usedTriggerMark and
+// retry_after the trigger's time instead.
+
+// funcClaim is a call of the claim function's row, and the decision made
+// of it.
+type funcClaim struct {
+	claimDecision
+	isolationText        pgtype.Text
+	won                  bool
+	runID                pgtype.Int8
+	runOwner             pgtype.Text
+	runStarted, runLease pgtype.Timestamptz
+	tick                 pgtype.Timestamptz // the tick sent
+	limitedKey           pgtype.Text        // the key that had no room (version 8)
+}
+
+// settle turns the function's row into the claim's decision.
+func (r *funcClaim) settle() {
+	// The function names the level only when it refuses to claim under it,
+	// and returns one run: the one it inserted, or the source's running one.
+	r.isolation = "read committed"
+	if r.isolationText.Valid {
+		r.isolation = r.isolationText.String
+	}
+	switch {
+	case r.limitedKey.Valid:
+		// A key with no room (version 8): its name, the cooldown's note.
+		r.limited, r.key, r.note = true, r.limitedKey.String, r.runOwner.String
+	case r.won:
+		r.insID, r.insStarted, r.insLease = r.runID, r.runStarted, r.runLease
+		if r.runOwner.Valid && r.runOwner.String == usedTriggerMark {
+			r.usedTrigger = r.retryAfter
+		}
+	case !r.locked && !r.runID.Valid && r.runOwner.Valid:
+		// A pause (version 5; see postgres_control.go): its note and end.
+		r.paused, r.note = true, r.runOwner.String
+	default:
+		r.curID, r.curOwner, r.curStarted, r.curLease = r.runID, r.runOwner, r.runStarted, r.runLease
+	}
+}
+
+// usedTriggerMark is what the claim function of version 7 returns as
+// run_owner for a win that used up a trigger; retry_after is then the
+// trigger's time. Before version 7, run_owner is NULL on a win.
+const usedTriggerMark = "trigger"
+
+// missingFunc reports whether err says the store's claim function is
+// missing: 42883 undefined_function naming it when the call is parsed, or,
+// for a call planned just before a concurrent DROP FUNCTION committed (a
+// step's Down under load), XX000 "cache lookup failed for function". Any
+// other 42883 (an operator or function the call's body uses, say) is an
+// error of its own, not an older table.
+func (s *PostgresStore) missingFunc(err error) bool {
+	// The statements of the version before name the function of a key's
+	// newest number too, which version 10 added (see call_state).
+	return missingFuncNamed(err, s.table+claimFuncSuffix) || missingFuncNamed(err, s.table+topSuffix)
+}
+
+// missingFuncNamed reports whether err says that the function name (the
+// table's name with a suffix) is missing, in either form a missing
+// function gives: 42883, or XX000 for one dropped after the statement
+// was planned.
+func missingFuncNamed(err error, name string) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "42883": // undefined_function
+		return strings.HasPrefix(pgErr.Message, "function ") &&
+			(strings.Contains(pgErr.Message, name) || strings.Contains(pgErr.Message, pgx.Identifier{name}.Sanitize()))
+	case "XX000": // internal_error
+		return strings.HasPrefix(pgErr.Message, "cache lookup failed for function")
+	}
+	return false
+}
+
+// missingStates reports whether err says the table of states is missing
+// (42P01): a call of the overload of version 9 under way when the step's
+// Down dropped the table. The call wrote nothing.
+func (s *PostgresStore) missingStates(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01" && strings.Contains(pgErr.Message, s.table+statesSuffix)
+}
+
+// schemaCache is what a store knows of its table's schema version: 0 until
+// it has read it (Migrate, SchemaVersion, or a read after a claim found
+// the current claim function missing).
+//
+// A store claims on the current version with the claim function of
+// claimBodyVersion, and on the version before it (oldestClaimVersion)
+// with that version's statements. It takes a table to be current until
+// a claim finds the function missing: it then reads the version, and, on
+// the version before, sends that claim and the next ones in the form of
+// that version, until schemaRecheck has passed; the claim after that
+// tries the current function again, so that a store that started before
+// another replica's Migrate moves to it by itself. A store that reads an
+// older version refuses the claim (tooOldError).
+type schemaCache struct {
+	version atomic.Int64
+	read    atomic.Int64 // when version was read, in Unix nanoseconds
+	recheck time.Duration
+}
+
+// schemaRecheck bounds how long a store that found its table at the
+// version before goes on claiming in that version's form after another
+// replica's Migrate.
+const schemaRecheck = 30 * time.Second
+
+// set records version v, read now.
+func (c *schemaCache) set(v int) {
+	c.read.Store(time.Now().UnixNano())
+	c.version.Store(int64(v))
+}
+
+// previous reports whether claims go in the form of the version before
+// the current one.
+func (c *schemaCache) previous() bool {
+	return c.version.Load() == oldestClaimVersion &&
+		time.Since(time.Unix(0, c.read.Load())) < c.recheck
+}
+
+// stateClaim is what a call of the overload of version 9 sends and
+// returns, in one allocation.
+type stateClaim struct {
+	funcClaim
+	state []byte
+	args  [9]any
+	dest  [12]any
 }

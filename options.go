@@ -3,6 +3,7 @@ package runclaim
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -113,6 +114,9 @@ func applyOptions(c config, opts []Option, fn string) (config, error) {
 			return c, err
 		}
 	}
+	if c.heartbeat != 0 && c.heartbeat >= c.lease/2 {
+		return c, fmt.Errorf("runclaim: WithHeartbeat: interval %v must be shorter than half the lease (%v)", c.heartbeat, c.lease)
+	}
 	return c, nil
 }
 
@@ -125,4 +129,20 @@ func defaultOwner() string {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:]))
+}
+
+// WithSourceKeys gives every claim of a source the keys keysOf returns for
+// it, so that code that claims through an adapter (gocronlock, cronlock,
+// runclaim exec) names keys without a change at each call site. keysOf
+// must be safe for concurrent use and quick; it may return nil for a
+// source that names no key. Keys it returns that are invalid make the
+// claim fail, as WithKeys's do.
+func WithSourceKeys(keysOf func(source string) []string) Option {
+	return func(c *config) error {
+		if keysOf == nil {
+			return errors.New("runclaim: WithSourceKeys: nil function")
+		}
+		c.keysOf = keysOf
+		return nil
+	}
 }

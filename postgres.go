@@ -14,11 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// maxTableLen leaves room for the suffixes of the index names and the
-// claim function's name ("_running", "_history", "_claim") within
-// Postgres's 63-byte identifier limit.
-const maxTableLen = 63 - len("_running")
-
 // Querier is what the Postgres store needs of a connection pool.
 // *pgxpool.Pool implements it. Pass a pool, not a single connection
 // (*pgx.Conn, *pgxpool.Conn) or a transaction, which NewPostgresStore

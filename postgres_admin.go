@@ -2,6 +2,7 @@ package runclaim
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,16 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// RunRecord is one row of a source's run history, as the operator commands
-// of PostgresStore report it.
-type RunRecord struct {
-	RunInfo
-	Status      Status    // running, or how the run ended
-	HeartbeatAt time.Time // the last heartbeat, or the start
-	FinishedAt  time.Time // zero while running
-	Error       string    // the failure's text, if any
-}
 
 func scanRecords(rows pgx.Rows) ([]RunRecord, error) {
 	defer rows.Close()
@@ -203,12 +194,6 @@ func withTicks(q, twin string, ticks bool) string {
 	return q
 }
 
-// releaseLockWait is how long Release waits for the lock on the run's row
-// before it gives up with ErrFenced. Heartbeats, finishes and claims hold
-// that row for milliseconds; a fenced transaction, for as long as it is
-// open.
-const releaseLockWait = time.Second
-
 // Release ends a running run as released, for an operator freeing a stuck
 // source before its lease ends. The run's holder learns it at its next
 // Heartbeat or Finish (ErrLeaseLost). Give the run's ID, or 0 and the source.
@@ -347,4 +332,122 @@ func (s *PostgresStore) PruneRuns(ctx context.Context, opts PruneOptions) (int64
 		}
 		after = last
 	}
+}
+
+var (
+	//go:embed sql/source_state.sql
+	sourceStateSQL string
+	//go:embed sql/source_state_one.sql
+	sourceStateOneSQL string
+	//go:embed sql/source_state_all.sql
+	sourceStateAllSQL string
+)
+
+// Check tells whether source's newest succeeded run started within maxAge,
+// by the database's clock: the answer of a dead man's switch, for a
+// service's health endpoint or a monitoring probe ('runclaim check' gives
+// the same). It sends one query, which reads at most CheckScanLimit + 4 of
+// the source's runs through the history index, however long the history.
+//
+// A source that never ran, never succeeded, or did not succeed in its
+// CheckScanLimit newest runs is not healthy. An error (an invalid source, a
+// maxAge that is not positive, an unreachable database, a missing table)
+// means Check could not tell.
+func (s *PostgresStore) Check(ctx context.Context, source string, maxAge time.Duration) (Health, error) {
+	if err := checkContext(ctx); err != nil {
+		return Health{}, err
+	}
+	if err := ValidateSource(source); err != nil {
+		return Health{}, err
+	}
+	if maxAge <= 0 {
+		return Health{}, fmt.Errorf("runclaim: check: maxAge must be positive, got %v", maxAge)
+	}
+	states, err := s.sourceStates(ctx, s.sql.sourceStateOne, source)
+	if err != nil {
+		return Health{}, s.wrap(ctx, "check "+quoteForError(source), err)
+	}
+	st := SourceState{Source: source}
+	if len(states) == 1 {
+		st = states[0]
+	}
+	return Health{SourceState: st, MaxAge: maxAge, Healthy: !st.Overdue(maxAge)}, nil
+}
+
+// SourceStates returns the state of every source in the runs table,
+// ordered by source, read in one query at the same database time: for a
+// scrape-time collector, or a list of the overdue sources. The query
+// visits each source with one probe of the history index and then reads at
+// most CheckScanLimit + 4 of its runs, so its cost grows with the number
+// of sources, not with the history. With more than MaxSourceStates sources
+// it returns an error.
+func (s *PostgresStore) SourceStates(ctx context.Context) ([]SourceState, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	states, err := s.sourceStates(ctx, s.sql.sourceStateAll, int64(MaxSourceStates+1))
+	if err != nil {
+		return nil, s.wrap(ctx, "source states", err)
+	}
+	if len(states) > MaxSourceStates {
+		return nil, fmt.Errorf("runclaim: source states: %w: more than %d sources", errTooManySources, MaxSourceStates)
+	}
+	return states, nil
+}
+
+// sourceStates runs q, a form of sourceStateSQL with first as $1, and
+// gathers its rows by source.
+func (s *PostgresStore) sourceStates(ctx context.Context, q string, first any) ([]SourceState, error) {
+	rows, err := s.db.Query(ctx, q, first, int64(CheckScanLimit))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []SourceState
+	for rows.Next() {
+		var (
+			now      time.Time
+			source   string
+			kind     *string
+			id       *int64
+			owner    *string
+			started  *time.Time
+			lease    *time.Time
+			status   *string
+			hb       *time.Time
+			finished *time.Time
+			errText  *string
+		)
+		if err := rows.Scan(&now, &source, &kind, &id, &owner, &started, &lease, &status, &hb, &finished, &errText); err != nil {
+			return nil, err
+		}
+		if len(out) == 0 || out[len(out)-1].Source != source {
+			out = append(out, SourceState{Source: source, CheckedAt: now})
+		}
+		st := &out[len(out)-1]
+		if kind == nil { // a source without runs: only Check asks for one
+			continue
+		}
+		r := &RunRecord{
+			RunInfo: RunInfo{ID: *id, Source: source, Owner: *owner, StartedAt: *started, LeaseUntil: *lease},
+			Status:  Status(*status), HeartbeatAt: *hb,
+		}
+		if finished != nil {
+			r.FinishedAt = *finished
+		}
+		if errText != nil {
+			r.Error = *errText
+		}
+		switch *kind {
+		case "latest":
+			st.Latest = r
+		case "finished":
+			st.LastFinished = r
+		case "succeeded":
+			st.LastSuccess = r
+		case "unread":
+			st.SuccessUnread = true
+		}
+	}
+	return out, rows.Err()
 }

@@ -38,21 +38,7 @@ import (
 // end. A release before this one reads that as "another claim in flight",
 // a skip too. Nothing else returns run_owner without run_id.
 
-// controlSuffix makes the control table's name from the runs table's. It
-// is as long as runningSuffix, so the name fits in 63 bytes for every
-// table name WithTable accepts (see maxTableLen).
-const controlSuffix = "_control"
-
-// controlVersion is the first schema version with pauses and triggers.
-const controlVersion = 5
-
 var _ Controller = (*PostgresStore)(nil)
-
-// controlTable returns the quoted, schema-qualified name of the table of
-// pauses and triggers.
-func (s *PostgresStore) controlTable() string {
-	return pgx.Identifier{s.schema, s.table + controlSuffix}.Sanitize()
-}
 
 // Pause implements Controller. The end is checked against the database's
 // clock: an until that is not after it is refused, and nothing changes.
@@ -210,11 +196,6 @@ func (s *PostgresStore) controlError(ctx context.Context, what string, err error
 	}
 	return s.wrap(ctx, what, err)
 }
-
-// operatorLockWait bounds how long Pause, SetState and ClearState wait for
-// the source's advisory lock, which a claim in flight holds for
-// milliseconds (sql/control.sql's operator_lock_timeout).
-const operatorLockWait = 5 * time.Second
 
 // operatorLockError is the error of an operator's call whose wait for a
 // lock ran out: another session held the source's advisory lock (or a row

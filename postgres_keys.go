@@ -36,53 +36,7 @@ import (
 // nothing (no row lock, no transaction ID, no WAL). A run started records
 // its keys in its row and one start per key.
 
-// Suffixes of the objects of version 8. None is longer than
-// runningSuffix, so every name fits in 63 bytes (see maxTableLen).
-const (
-	keysSuffix   = "_keys"
-	startsSuffix = "_starts"
-	keyedSuffix  = "_keyed"
-	keysetSuffix = "_keyset"
-)
-
-// Suffixes of the objects of version 10, which numbers each key's starts:
-// the index of starts by key and number (nthSuffix), and the functions
-// that number a start inserted (numberSuffix), close the gap a start
-// deleted leaves (renumSuffix), derive the key's lock of the table (KeyLocks) in SQL for the latter
-// (keylockSuffix), and read a key's newest number for a batch
-// (topSuffix).
-const (
-	nthSuffix     = "_nth"
-	numberSuffix  = "_number"
-	renumSuffix   = "_renum"
-	keylockSuffix = "_keylock"
-	topSuffix     = "_top"
-)
-
-// keySeqVersion is the first schema version whose claims find a key's
-// MaxStarts-th newest start by its number.
-const keySeqVersion = 10
-
-// keysVersion is the first schema version with keys.
-const keysVersion = 8
-
-// keyFuncArgs are the argument types of the claim function's overload
-// with keys.
-const keyFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], pg_catalog.text[], integer[])"
-
 var _ Limiter = (*PostgresStore)(nil)
-
-// keysTable returns the quoted, schema-qualified name of the table of
-// keys' limits and cooldowns.
-func (s *PostgresStore) keysTable() string {
-	return pgx.Identifier{s.schema, s.table + keysSuffix}.Sanitize()
-}
-
-// startsTable returns the quoted, schema-qualified name of the table of
-// keys' starts.
-func (s *PostgresStore) startsTable() string {
-	return pgx.Identifier{s.schema, s.table + startsSuffix}.Sanitize()
-}
 
 // KeyLocks returns the 64-bit keys of the transaction-scoped advisory
 // locks that a claim naming key takes on s's table. table serialises the

@@ -314,18 +314,6 @@ func (s *PostgresStore) schemaStateArgs() []any {
 		s.claimBody() + claimBodyArgs}
 }
 
-// Suffixes of the indexes' names.
-const (
-	runningSuffix = "_running"
-	historySuffix = "_history"
-)
-
-// indexName returns the quoted, schema-qualified name of an index of the
-// runs table.
-func (s *PostgresStore) indexName(suffix string) string {
-	return pgx.Identifier{s.schema, s.table + suffix}.Sanitize()
-}
-
 // SchemaVersion returns the schema version of the runs table in the
 // database (have) and the one this release needs (want, which is
 // LatestSchemaVersion). have is the version the table's comment records
@@ -587,17 +575,6 @@ func (s *PostgresStore) stepGuard(v int) string {
 // inside s, and not across its end (s = "runs$q" with tag "$q$" would end
 // the literal at "$q$q$"'s first "$q$").
 func dollarQuote(s string) string { return dollarQuoteWith("q", s) }
-
-// dollarQuoteWith is dollarQuote with tags that start with name: a
-// literal inside a body quoted with $q$ takes another name, so that the
-// body keeps its tag.
-func dollarQuoteWith(name, s string) string {
-	tag := "$" + name + "$"
-	for i := 0; strings.Index(s+tag, tag) != len(s); i++ {
-		tag = "$" + name + strconv.Itoa(i) + "$"
-	}
-	return tag + s + tag
-}
 
 // keySeqMarker is a text that version 10's bodies of the claim function's
 // overloads with keys and with a state hold, and no body before them.

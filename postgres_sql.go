@@ -6,14 +6,15 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // The store's SQL lives in sql/, embedded:
 //
-//   - NNN_<what>.up.sql and .down.sql are the schema's steps (see
-//     migrations in postgres_migrate.go), frozen once released.
+//   - NNN_<what>.up.sql and .down.sql are the schema's steps
+//     (postgres_migrate.go), frozen once released.
 //   - The other files hold the statements the store sends, each after a
 //     "-- name: <name>" line (a file without such lines is embedded and
 //     filled by its own code), with "--" comments beside the clauses they
@@ -189,4 +190,172 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_keylock}}", pgx.Identifier{s.schema, s.table + keylockSuffix}.Sanitize(),
 		"{{table_top}}", pgx.Identifier{s.schema, s.table + topSuffix}.Sanitize(),
 	).Replace(q)
+}
+
+// claimFuncSuffix makes the claim function's name from the table's.
+const claimFuncSuffix = "_claim"
+
+// The claim function of the current schema version: the one body of
+// sql/claim.sql, which the step of claimBodyVersion creates (its
+// {{claim_body}} line), under a name that carries
+// that version, so that a new body never replaces the one the replicas
+// of the release before call. A store calls it on a table at the
+// current version, and the overload of version 9 (stateFuncArgs) on one
+// at the version before.
+const (
+	claimBodyVersion = 11
+	claimBodySuffix  = "_claim11" // claimFuncSuffix and claimBodyVersion; no longer than runningSuffix (see maxTableLen)
+	claimBodyArgs    = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean, pg_catalog.text[], integer[])"
+)
+
+// claimBody returns the quoted, schema-qualified name of the claim function
+// of the current schema version.
+func (s *PostgresStore) claimBody() string {
+	return pgx.Identifier{s.schema, s.table + claimBodySuffix}.Sanitize()
+}
+
+// claimFuncArgs are the claim function's argument types: the advisory key,
+// the source, the owner, the lease and the minimum interval in
+// microseconds, and the lock timeout in milliseconds.
+const claimFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint)"
+
+// claimFunc returns the quoted, schema-qualified name of the claim
+// function.
+func (s *PostgresStore) claimFunc() string {
+	return pgx.Identifier{s.schema, s.table + claimFuncSuffix}.Sanitize()
+}
+
+// controlSuffix makes the control table's name from the runs table's. It
+// is as long as runningSuffix, so the name fits in 63 bytes for every
+// table name WithTable accepts (see maxTableLen).
+const controlSuffix = "_control"
+
+// controlVersion is the first schema version with pauses and triggers.
+const controlVersion = 5
+
+// controlTable returns the quoted, schema-qualified name of the table of
+// pauses and triggers.
+func (s *PostgresStore) controlTable() string {
+	return pgx.Identifier{s.schema, s.table + controlSuffix}.Sanitize()
+}
+
+// Suffixes of the objects of version 8. None is longer than
+// runningSuffix, so every name fits in 63 bytes (see maxTableLen).
+const (
+	keysSuffix   = "_keys"
+	startsSuffix = "_starts"
+	keyedSuffix  = "_keyed"
+	keysetSuffix = "_keyset"
+)
+
+// Suffixes of the objects of version 10, which numbers each key's starts:
+// the index of starts by key and number (nthSuffix), and the functions
+// that number a start inserted (numberSuffix), close the gap a start
+// deleted leaves (renumSuffix), derive the key's lock of the table (KeyLocks) in SQL for the latter
+// (keylockSuffix), and read a key's newest number for a batch
+// (topSuffix).
+const (
+	nthSuffix     = "_nth"
+	numberSuffix  = "_number"
+	renumSuffix   = "_renum"
+	keylockSuffix = "_keylock"
+	topSuffix     = "_top"
+)
+
+// keySeqVersion is the first schema version whose claims find a key's
+// MaxStarts-th newest start by its number.
+const keySeqVersion = 10
+
+// keysVersion is the first schema version with keys.
+const keysVersion = 8
+
+// keyFuncArgs are the argument types of the claim function's overload
+// with keys.
+const keyFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], pg_catalog.text[], integer[])"
+
+// keysTable returns the quoted, schema-qualified name of the table of
+// keys' limits and cooldowns.
+func (s *PostgresStore) keysTable() string {
+	return pgx.Identifier{s.schema, s.table + keysSuffix}.Sanitize()
+}
+
+// startsTable returns the quoted, schema-qualified name of the table of
+// keys' starts.
+func (s *PostgresStore) startsTable() string {
+	return pgx.Identifier{s.schema, s.table + startsSuffix}.Sanitize()
+}
+
+// statesSuffix makes the table of states' name from the runs table's; it
+// is no longer than runningSuffix (see maxTableLen). Its first letters
+// after the underscore differ from every other table's suffix, so that
+// Postgres's names for the tables' primary keys, which cut the table's
+// name to fit 63 bytes, stay apart for the longest table names too.
+const statesSuffix = "_cursors"
+
+// stateFuncVersion is the first schema version with states.
+const stateFuncVersion = 9
+
+// stateFuncArgs are the argument types of the claim function's overload
+// of version 9.
+const stateFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean)"
+
+// statesTable returns the quoted, schema-qualified name of the table of
+// states.
+func (s *PostgresStore) statesTable() string {
+	return pgx.Identifier{s.schema, s.table + statesSuffix}.Sanitize()
+}
+
+// Suffixes of the indexes' names.
+const (
+	runningSuffix = "_running"
+	historySuffix = "_history"
+)
+
+// indexName returns the quoted, schema-qualified name of an index of the
+// runs table.
+func (s *PostgresStore) indexName(suffix string) string {
+	return pgx.Identifier{s.schema, s.table + suffix}.Sanitize()
+}
+
+// tickFuncVersion is the first schema version with ticks.
+const tickFuncVersion = 4
+
+// tickFuncArgs are the argument types of the version 4 claim function.
+const tickFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz)"
+
+// tickSuffix makes the name of the index of ticks served from the
+// table's.
+const tickSuffix = "_tick"
+
+// claimLockTimeout bounds how long a claim waits for a lock on the runs
+// table (DDL, VACUUM FULL, an explicit LOCK TABLE): it then fails with
+// SQLSTATE 55P03. It is shorter than claimGrace, so that a claim whose
+// caller gave up always ends on the server before the grace does.
+const claimLockTimeout = time.Second
+
+// releaseLockWait is how long Release waits for the lock on the run's row
+// before it gives up with ErrFenced. Heartbeats, finishes and claims hold
+// that row for milliseconds; a fenced transaction, for as long as it is
+// open.
+const releaseLockWait = time.Second
+
+// operatorLockWait bounds how long Pause, SetState and ClearState wait for
+// the source's advisory lock, which a claim in flight holds for
+// milliseconds (sql/control.sql's operator_lock_timeout).
+const operatorLockWait = 5 * time.Second
+
+// maxTableLen leaves room for the suffixes of the index names and the
+// claim function's name ("_running", "_history", "_claim") within
+// Postgres's 63-byte identifier limit.
+const maxTableLen = 63 - len("_running")
+
+// dollarQuoteWith is dollarQuote with tags that start with name: a
+// literal inside a body quoted with $q$ takes another name, so that the
+// body keeps its tag.
+func dollarQuoteWith(name, s string) string {
+	tag := "$" + name + "$"
+	for i := 0; strings.Index(s+tag, tag) != len(s); i++ {
+		tag = "$" + name + strconv.Itoa(i) + "$"
+	}
+	return tag + s + tag
 }

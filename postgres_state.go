@@ -35,36 +35,7 @@ import (
 // The code of version 8 calls the functions it called before, which
 // version 9 leaves alone, and never reads the table of states.
 
-// statesSuffix makes the table of states' name from the runs table's; it
-// is no longer than runningSuffix (see maxTableLen). Its first letters
-// after the underscore differ from every other table's suffix, so that
-// Postgres's names for the tables' primary keys, which cut the table's
-// name to fit 63 bytes, stay apart for the longest table names too.
-const statesSuffix = "_cursors"
-
-// stateFuncVersion is the first schema version with states.
-const stateFuncVersion = 9
-
-// stateFuncArgs are the argument types of the claim function's overload
-// of version 9.
-const stateFuncArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean)"
-
-// statesTable returns the quoted, schema-qualified name of the table of
-// states.
-func (s *PostgresStore) statesTable() string {
-	return pgx.Identifier{s.schema, s.table + statesSuffix}.Sanitize()
-}
-
 var _ StateSaver = (*PostgresStore)(nil)
-
-// stateClaim is what a call of the overload of version 9 sends and
-// returns, in one allocation.
-type stateClaim struct {
-	funcClaim
-	state []byte
-	args  [9]any
-	dest  [12]any
-}
 
 // SaveState implements StateSaver in one statement. It needs schema
 // version 9 and, for the role, INSERT and UPDATE on the table of states

@@ -56,10 +56,6 @@ type Store interface {
 	Finish(ctx context.Context, req FinishRequest) error
 }
 
-// Status is the state of a run: StatusRunning, then one of the other
-// Status constants.
-type Status string
-
 // ClaimRequest is what Claimer asks of a Store.
 type ClaimRequest struct {
 	Source      string        // what to claim; see ValidateSource
@@ -209,4 +205,76 @@ type RunInfo struct {
 	Tick       time.Time // the scheduled tick it serves (ForTick); zero for a plain claim
 	State      string    // the source's state when a claim won the run (see StateSaver), as bytes in a string, which keeps RunInfo comparable
 	HasState   bool      // whether the source had a state then; false in a NotClaimedError's Holder
+}
+
+// A Limiter is a Store that honours keys: it decides every key a claim
+// names inside the claim. PostgresStore and MemoryStore implement it.
+// Claimer refuses a claim that names keys on a Store that is not one, so
+// that a key is never silently ignored.
+type Limiter interface {
+	Store
+	// SetLimit creates or replaces the limit of key. It takes effect for
+	// the next claim that names key; runs already started count.
+	SetLimit(ctx context.Context, key string, l Limit) error
+	// DeleteLimit removes the limit of key, if any; a cooldown stays.
+	DeleteLimit(ctx context.Context, key string) error
+	// Cooldown skips every claim that names key until until, by the
+	// store's clock, with note (at most MaxCooldownNoteLen bytes). It
+	// never shortens a cooldown already in force: the later end, with its
+	// note, stays. until must be after the store's clock.
+	Cooldown(ctx context.Context, key string, until time.Time, note string) error
+	// EndCooldown ends key's cooldown, if any.
+	EndCooldown(ctx context.Context, key string) error
+}
+
+// Limit bounds the runs of every source whose claims name one key,
+// across every replica. Zero means no bound; a key whose limit is zero in
+// both counts, and that is not cooling down, constrains nothing.
+type Limit struct {
+	MaxRunning int           // at most this many running runs of the key at once; 0: no bound
+	MaxStarts  int           // at most this many starts in any window of Per; 0: no bound
+	Per        time.Duration // the window of MaxStarts
+}
+
+const truncatedMark = "…(truncated)"
+
+// errorText is err's text made storable: valid UTF-8, no NUL bytes, at most
+// MaxErrorLen bytes plus a truncation mark.
+func errorText(err error) string {
+	s := err.Error()
+	if s == "" {
+		s = fmt.Sprintf("%T with empty message", err)
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) > MaxErrorLen {
+		cut := MaxErrorLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + truncatedMark
+	}
+	return s
+}
+
+// Validate returns an error, naming the field, if l is out of range:
+// negative counts, counts above MaxLimitCount, MaxStarts without a Per (or
+// a Per without MaxStarts), or a Per that is not whole microseconds or is
+// longer than MaxLimitPer.
+func (l Limit) Validate() error {
+	switch {
+	case l.MaxRunning < 0 || l.MaxRunning > MaxLimitCount:
+		return fmt.Errorf("runclaim: Limit.MaxRunning must be between 0 and %d, got %d", MaxLimitCount, l.MaxRunning)
+	case l.MaxStarts < 0 || l.MaxStarts > MaxLimitCount:
+		return fmt.Errorf("runclaim: Limit.MaxStarts must be between 0 and %d, got %d", MaxLimitCount, l.MaxStarts)
+	case l.MaxStarts > 0 && l.Per <= 0:
+		return fmt.Errorf("runclaim: Limit.Per must be positive with MaxStarts %d, got %v", l.MaxStarts, l.Per)
+	case l.MaxStarts == 0 && l.Per != 0:
+		return fmt.Errorf("runclaim: Limit.Per is %v but MaxStarts is 0: give both or neither", l.Per)
+	case l.Per > MaxLimitPer:
+		return fmt.Errorf("runclaim: Limit.Per must be at most %v, got %v", MaxLimitPer, l.Per)
+	case l.Per%time.Microsecond != 0:
+		return fmt.Errorf("runclaim: Limit.Per must be whole microseconds, got %v", l.Per)
+	}
+	return nil
 }

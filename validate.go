@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 
 	"github.com/runclaim/runclaim/internal/rules"
@@ -71,3 +72,29 @@ func quoteForError(s string) string {
 	}
 	return strconv.Quote(s)
 }
+
+// validateKey returns an error if key cannot be named by a claim: the
+// rules of ValidateSource, with MaxKeyLen.
+func validateKey(key string) error { return rules.Key(key, MaxKeyLen) }
+
+// validateKeys returns an error for a list of keys a claim cannot name:
+// more than MaxKeys, an invalid key, or a key listed twice.
+func validateKeys(keys []string) error {
+	if len(keys) > MaxKeys {
+		return fmt.Errorf("runclaim: %d keys, more than MaxKeys (%d)", len(keys), MaxKeys)
+	}
+	for i, k := range keys {
+		if err := validateKey(k); err != nil {
+			return err
+		}
+		if slices.Contains(keys[:i], k) {
+			return fmt.Errorf("runclaim: key %s is listed twice", quoteForError(k))
+		}
+	}
+	return nil
+}
+
+// validateNote returns an error if note cannot be stored with a pause or
+// a cooldown (kind names which): longer than MaxPauseNoteLen bytes, not
+// valid UTF-8, or with a NUL byte. An empty note is valid.
+func validateNote(kind, note string) error { return rules.Note(kind, note, MaxPauseNoteLen) }
