@@ -16,7 +16,7 @@ import (
 	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
-// This file tests the claim function (lock.go, postgres_claimfunc.go):
+// This file tests the claim function (lock.go):
 // its answers in every case a claim meets, its definition, and the schema
 // versions a store claims on (the current one and the one before it).
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/rules"
 )
 
 // Rule: a Claimer's keys are WithSourceKeys's for the source and
@@ -127,16 +126,12 @@ func TestLimitValidate(t *testing.T) {
 func TestCooldownNoteErrors(t *testing.T) {
 	t.Parallel()
 	for _, note := range []string{strings.Repeat("n", runclaim.MaxCooldownNoteLen+1), "bad \xff", "nul \x00"} {
-		err := rules.Note("cooldown", note, runclaim.MaxCooldownNoteLen)
-		if err == nil || !strings.Contains(err.Error(), "cooldown note") || strings.Contains(err.Error(), "pause") {
-			t.Errorf("rules.Note(cooldown, %.20q): %v; want an error about the cooldown note alone", note, err)
-		}
-		err = runclaim.NewMemoryStore().Cooldown(t.Context(), "k", time.Now().Add(time.Hour), note)
+		err := runclaim.NewMemoryStore().Cooldown(t.Context(), "k", time.Now().Add(time.Hour), note)
 		if err == nil || !strings.Contains(err.Error(), "cooldown note") || strings.Contains(err.Error(), "pause") {
 			t.Errorf("Cooldown with note %.20q: %v; want an error about the cooldown note alone", note, err)
 		}
 	}
-	if err := rules.Note("pause", strings.Repeat("n", runclaim.MaxPauseNoteLen+1), runclaim.MaxPauseNoteLen); err == nil || !strings.Contains(err.Error(), "pause note") {
-		t.Errorf("rules.Note of a long pause note: %v", err)
+	if err := runclaim.NewMemoryStore().Pause(t.Context(), "s", time.Time{}, strings.Repeat("n", runclaim.MaxPauseNoteLen+1)); err == nil || !strings.Contains(err.Error(), "pause note") {
+		t.Errorf("Pause with a long note: %v", err)
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// PostgresStore's ClaimMany calls the claim function (postgres_claimfunc.go,
-// postgres_tickfunc.go) once per source in one statement (sql/claim_many.sql): one
+// PostgresStore's ClaimMany calls the claim function (lock.go) once per
+// source in one statement (sql/claim_many.sql): one
 // round trip, one transaction, one commit, so one WAL flush for all the
 // runs it wins and none when it wins nothing. Each call is the single
 // claim's, with its guarantees: it checks the isolation level (under

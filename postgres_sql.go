@@ -74,7 +74,7 @@ func loadStatements() map[string]string {
 		}
 		text := readSQL(f)
 		if !strings.HasPrefix(text, nameMarker) && !strings.Contains(text, "\n"+nameMarker) {
-			continue // a file its own code embeds and fills (postgres_check.go's)
+			continue // a file its own code embeds and fills (postgres_admin.go's)
 		}
 		for name, q := range parseStatements(base, text) {
 			if _, dup := out[name]; dup {

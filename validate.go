@@ -7,8 +7,9 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
-
-	"github.com/runclaim/runclaim/internal/rules"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ValidateSource reports whether source can be claimed: it must be valid
@@ -26,15 +27,58 @@ import (
 // operator would release or prune the wrong one. Emoji sequences joined by
 // U+200D or ended by a variation selector are refused with them.
 func ValidateSource(source string) error {
-	if err := rules.Name(source, MaxSourceLen); err != nil {
+	if err := checkName(source, MaxSourceLen); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSource, err)
 	}
 	return nil
 }
 
-// validateName returns an error if s is empty, longer than max bytes, not
-// valid UTF-8, or holds a NUL byte or another control character.
-func validateName(s string, max int) error { return rules.Plain(s, max) }
+// checkName returns an error, without a prefix, if s cannot name a source
+// or a key: validateName's rules, and no character that is invisible or
+// changes how the text around it is shown (invisible).
+func checkName(s string, max int) error {
+	if err := validateName(s, max); err != nil {
+		return err
+	}
+	for i, r := range s {
+		if invisible(r) {
+			return fmt.Errorf("invisible or format character %U at offset %d", r, i)
+		}
+	}
+	return nil
+}
+
+// validateName returns an error, without a prefix, if s is empty, longer
+// than max bytes, not valid UTF-8, or holds a NUL byte or another control
+// character: the rules of an owner, a schema, a table or a namespace.
+func validateName(s string, max int) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case len(s) > max:
+		return fmt.Errorf("%d bytes long, more than the limit of %d", len(s), max)
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	}
+	for i, r := range s {
+		if r == 0 {
+			return fmt.Errorf("NUL byte at offset %d", i)
+		}
+		if unicode.IsControl(r) {
+			return fmt.Errorf("control character %U at offset %d", r, i)
+		}
+	}
+	return nil
+}
+
+// invisible reports whether r is a character that checkName refuses for
+// being invisible or acting on the text around it: the Unicode format
+// characters (category Cf), the line and paragraph separators, variation
+// selectors and the other default-ignorable code points.
+func invisible(r rune) bool {
+	return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp,
+		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
+}
 
 func checkContext(ctx context.Context) error {
 	if ctx == nil {
@@ -75,7 +119,12 @@ func quoteForError(s string) string {
 
 // validateKey returns an error if key cannot be named by a claim: the
 // rules of ValidateSource, with MaxKeyLen.
-func validateKey(key string) error { return rules.Key(key, MaxKeyLen) }
+func validateKey(key string) error {
+	if err := checkName(key, MaxKeyLen); err != nil {
+		return fmt.Errorf("runclaim: invalid key: %w", err)
+	}
+	return nil
+}
 
 // validateKeys returns an error for a list of keys a claim cannot name:
 // more than MaxKeys, an invalid key, or a key listed twice.
@@ -97,4 +146,15 @@ func validateKeys(keys []string) error {
 // validateNote returns an error if note cannot be stored with a pause or
 // a cooldown (kind names which): longer than MaxPauseNoteLen bytes, not
 // valid UTF-8, or with a NUL byte. An empty note is valid.
-func validateNote(kind, note string) error { return rules.Note(kind, note, MaxPauseNoteLen) }
+func validateNote(kind, note string) error {
+	switch {
+	case len(note) > MaxPauseNoteLen:
+		return fmt.Errorf("runclaim: %s note is %d bytes, more than %d", kind, len(note), MaxPauseNoteLen)
+	case !utf8.ValidString(note):
+		return fmt.Errorf("runclaim: %s note is not valid UTF-8", kind)
+	}
+	if i := strings.IndexByte(note, 0); i >= 0 {
+		return fmt.Errorf("runclaim: %s note has a NUL byte at offset %d", kind, i)
+	}
+	return nil
+}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/rules"
 )
 
 // The keys of a copyStore backend: its limits, cooldowns and starts. The
@@ -98,8 +97,24 @@ func (k *keyBackend) unstarted(keys []string, id int64) {
 
 var _ runclaim.Limiter = (*copyStore)(nil)
 
+// keyErr refuses a key as the stores do: a claim that names it is
+// refused by ClaimRequest.Validate.
+func keyErr(key string) error {
+	return runclaim.ClaimRequest{Source: "s", Owner: "o", Lease: time.Minute, Keys: []string{key}}.Validate()
+}
+
+// noteErr refuses a note of a pause or a cooldown (kind) as the stores
+// do, by asking a MemoryStore, which checks it before anything else.
+func noteErr(kind, note string) error {
+	ctx := context.Background()
+	if kind == "pause" {
+		return runclaim.NewMemoryStore().Pause(ctx, "s", time.Time{}, note)
+	}
+	return runclaim.NewMemoryStore().Cooldown(ctx, "k", time.Now().Add(time.Hour), note)
+}
+
 func (s *copyStore) SetLimit(ctx context.Context, key string, l runclaim.Limit) error {
-	if err := rules.Key(key, runclaim.MaxKeyLen); err != nil {
+	if err := keyErr(key); err != nil {
 		return err
 	}
 	if err := l.Validate(); err != nil {
@@ -112,7 +127,7 @@ func (s *copyStore) SetLimit(ctx context.Context, key string, l runclaim.Limit) 
 }
 
 func (s *copyStore) DeleteLimit(ctx context.Context, key string) error {
-	if err := rules.Key(key, runclaim.MaxKeyLen); err != nil {
+	if err := keyErr(key); err != nil {
 		return err
 	}
 	s.b.mu.Lock()
@@ -122,10 +137,10 @@ func (s *copyStore) DeleteLimit(ctx context.Context, key string) error {
 }
 
 func (s *copyStore) Cooldown(ctx context.Context, key string, until time.Time, note string) error {
-	if err := rules.Key(key, runclaim.MaxKeyLen); err != nil {
+	if err := keyErr(key); err != nil {
 		return err
 	}
-	if err := rules.Note("cooldown", note, runclaim.MaxCooldownNoteLen); err != nil {
+	if err := noteErr("cooldown", note); err != nil {
 		return err
 	}
 	now := time.Now()
@@ -142,7 +157,7 @@ func (s *copyStore) Cooldown(ctx context.Context, key string, until time.Time, n
 }
 
 func (s *copyStore) EndCooldown(ctx context.Context, key string) error {
-	if err := rules.Key(key, runclaim.MaxKeyLen); err != nil {
+	if err := keyErr(key); err != nil {
 		return err
 	}
 	s.b.mu.Lock()

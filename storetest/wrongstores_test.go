@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/rules"
 )
 
 // This file holds deliberately wrong Stores, each with one bug that a real
@@ -754,7 +753,7 @@ func (s *copyStore) Pause(ctx context.Context, source string, until time.Time, n
 	if err := runclaim.ValidateSource(source); err != nil {
 		return err
 	}
-	if err := rules.Note("pause", note, runclaim.MaxPauseNoteLen); err != nil && s.bug != bugNoteUnchecked {
+	if err := noteErr("pause", note); err != nil && s.bug != bugNoteUnchecked {
 		return err
 	}
 	if until.Year() > 9999 && s.bug != bugFarUntilAccepted {

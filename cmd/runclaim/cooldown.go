@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/rules"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -67,7 +66,7 @@ func (o *cooldownOptions) Validate() error {
 	if o.nargs != 1 {
 		return errors.New("give the key")
 	}
-	if err := rules.Key(o.key, runclaim.MaxKeyLen); err != nil {
+	if err := checkKey(o.key); err != nil {
 		return err
 	}
 	switch {
@@ -86,7 +85,7 @@ func (o *cooldownOptions) Validate() error {
 		return fmt.Errorf("--for %s: give a duration between 0 and %v", o.forArg, runclaim.MaxLease)
 	}
 	o.d = d
-	return rules.Note("cooldown", o.note, runclaim.MaxCooldownNoteLen)
+	return checkNote("cooldown", o.note)
 }
 
 func runCooldown(ctx context.Context, c *cli, o *cooldownOptions) int {

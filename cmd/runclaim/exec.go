@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/rules"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -245,7 +244,7 @@ func (o *execOptions) Validate() error {
 		return fmt.Errorf("--key given %d times, more than %d", len(o.keys), runclaim.MaxKeys)
 	}
 	for i, k := range o.keys {
-		if err := rules.Key(k, runclaim.MaxKeyLen); err != nil {
+		if err := checkKey(k); err != nil {
 			return fmt.Errorf("--key: %w", err)
 		}
 		if slices.Contains(o.keys[:i], k) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/rules"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -74,7 +73,7 @@ func (o *limitOptions) Validate() error {
 	if o.nargs != 2 || (o.action != "set" && o.action != "rm") {
 		return errors.New("give 'set <key>' or 'rm <key>'")
 	}
-	if err := rules.Key(o.key, runclaim.MaxKeyLen); err != nil {
+	if err := checkKey(o.key); err != nil {
 		return err
 	}
 	if o.action == "rm" {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/rules"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -67,7 +65,7 @@ func (o *pauseOptions) Validate() error {
 	if err := o.validate("give the source to pause"); err != nil {
 		return err
 	}
-	if err := rules.Note("pause", o.note, runclaim.MaxPauseNoteLen); err != nil {
+	if err := checkNote("pause", o.note); err != nil {
 		return fmt.Errorf("--note: %w", err)
 	}
 	if o.untilSet {
