@@ -93,7 +93,7 @@ func (c *Claimer) claim(ctx context.Context, source string, o claimOptions) (*Ru
 		return nil, err
 	}
 	run := c.newRun(info, sent)
-	c.claimed(run, time.Since(sent))
+	c.claimed(ctx, run, time.Since(sent))
 	return run, nil
 }
 

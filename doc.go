@@ -123,8 +123,8 @@
 //
 // # Timing
 //
-// A Claimer's timing follows from its lease and heartbeat interval, and its
-// methods report each value: Lease, HeartbeatInterval (a third of the
+// A Claimer's timing follows from its lease and heartbeat interval, and
+// the fields of Claimer.Settings report each value: Lease, HeartbeatInterval (a third of the
 // lease by default), HeartbeatTimeout (the bound on one heartbeat
 // attempt), RetryDelay (the wait after a failed attempt) and ExpiryMargin
 // (how long before the lease ends by the local clock a run without a

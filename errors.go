@@ -10,16 +10,20 @@ import (
 // The errors of the package. Skips match ErrNotClaimed and one reason;
 // the others are failures.
 var (
-	// ErrNotClaimed matches, with errors.Is, every error that means "this tick was
-	// skipped": the source is held by another run, another claim for it is in
-	// flight, the minimum interval has not passed, the tick claimed was served
-	// already, the source is paused, or a key the claim names is limited. Nothing was written and no lock is
-	// held. Use errors.Is(err, ErrAlreadyRunning), ErrTooSoon, ErrTickDone or
-	// ErrPaused to tell which, and errors.As with *NotClaimedError for details.
+	// ErrNotClaimed matches, with errors.Is, every error that means "this
+	// tick was skipped": the source is held by another run, another claim
+	// for it is in flight, the minimum interval has not passed, the tick
+	// claimed was served already, the source is paused, or a key the claim
+	// names is limited. Nothing was written and no lock is held. Use
+	// errors.Is(err, ErrAlreadyRunning), ErrTooSoon, ErrTickDone, ErrPaused
+	// or ErrLimited to tell which (SkipReasons lists them), and errors.As
+	// with *NotClaimedError for details.
 	ErrNotClaimed = errors.New("runclaim: not claimed")
 
 	// ErrAlreadyRunning means another run holds the source, or another claim for
-	// it is in flight. It matches ErrNotClaimed too.
+	// it is in flight: a claim's skip, which matches ErrNotClaimed too. (An
+	// operator's SetState or ClearState that finds a run holding the source
+	// returns ErrSourceHeld instead, which is a refusal, not a skip.)
 	ErrAlreadyRunning = newSkip("runclaim: source is already running")
 
 	// ErrTooSoon means the minimum interval since the source's last run start has
@@ -84,6 +88,9 @@ var (
 	// ErrSourceHeld is returned by SetState and ClearState without force while
 	// a run of the source is running with a live lease: the run read the state
 	// when it was claimed, and its next save would overwrite the operator's.
+	// It is an operator's refusal, not a skip: it does not match
+	// ErrNotClaimed (a claim that finds the source held returns
+	// ErrAlreadyRunning).
 	ErrSourceHeld = errors.New("runclaim: a run of the source is running")
 
 	// SkipReasons are the reasons a claim is skipped for, in the order a

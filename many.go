@@ -255,7 +255,7 @@ func (c *Claimer) claimMany(ctx context.Context, sources []string, o claimOption
 			continue
 		}
 		run := c.newRun(res.Run, sent)
-		c.claimed(run, took)
+		c.claimed(ctx, run, took)
 		runs = append(runs, run)
 	}
 	return runs, nil

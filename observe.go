@@ -20,8 +20,10 @@ type Hooks struct {
 	// Skipped is called after a claim was skipped (ErrNotClaimed):
 	// Event.Source, Duration, and Err, the claim's *NotClaimedError.
 	// errors.Is on Err tells the reason (ErrAlreadyRunning, ErrTooSoon,
-	// ErrTickDone, ErrPaused); later releases may add reasons, so a
-	// listener labels an unknown one as such. A claim with Wait reports
+	// ErrTickDone, ErrPaused, ErrLimited: SkipReasons, with their labels);
+	// later releases may add reasons, so a listener ranges over
+	// SkipReasons, or calls NotClaimedError.Label, and labels an unknown
+	// one as such. A claim with Wait reports
 	// only the skip it returns, not those of its polls (see Wait).
 	Skipped func(Event)
 	// ClaimFailed is called after a claim failed with an error that is not
@@ -53,6 +55,14 @@ type Hooks struct {
 // its doc names (see Hooks) and leaves the others zero. Later releases may
 // add fields.
 type Event struct {
+	// Context is the context of the call that made the claim (Claim's,
+	// ClaimMany's, Do's), for Claimed, Skipped and ClaimFailed: a hook
+	// that traces parents its span on the caller's, and one that logs
+	// passes it on. It is context.Background() for a call given a nil
+	// context, and nil for the other events, which happen on the run's
+	// heartbeat or at its end, when the caller's context may be over
+	// (a tracing hook parents them on the run's own span).
+	Context  context.Context
 	Source   string        // the source claimed, or the run's
 	Run      *Run          // the run; nil for a claim that started none
 	Err      error         // the skip, failure or cause; nil if none
@@ -115,19 +125,32 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-func (c *Claimer) claimed(run *Run, d time.Duration) { c.claimedAfter(run, d, 0) }
+// claimed reports a claim, made with ctx, that started run.
+func (c *Claimer) claimed(ctx context.Context, run *Run, d time.Duration) {
+	c.claimedAfter(ctx, run, d, 0)
+}
+
+// callerContext is the context a hook of a claim gets: the claim's, or
+// context.Background() for a claim called with none.
+func callerContext(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
+}
 
 // claimedAfter reports a claim that started run after waiting waited.
-func (c *Claimer) claimedAfter(run *Run, d, waited time.Duration) {
-	if l := c.cfg.logger; l != nil && l.Enabled(context.Background(), slog.LevelDebug) {
+func (c *Claimer) claimedAfter(ctx context.Context, run *Run, d, waited time.Duration) {
+	ctx = callerContext(ctx)
+	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
 		attrs := []slog.Attr{slog.String("source", run.Source), slog.Int64("run_id", run.ID), slog.Duration("took", d)}
 		if waited > 0 {
 			attrs = append(attrs, slog.Duration("waited", waited))
 		}
-		l.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: claimed", attrs...)
+		l.LogAttrs(ctx, slog.LevelDebug, "runclaim: claimed", attrs...)
 	}
 	if f := c.cfg.hooks.Claimed; f != nil {
-		f(Event{Source: run.Source, Run: run, Duration: d, Waited: waited})
+		f(Event{Context: ctx, Source: run.Source, Run: run, Duration: d, Waited: waited})
 	}
 }
 
@@ -145,20 +168,21 @@ func (c *Claimer) notClaimed(ctx context.Context, source string, err error, d ti
 		}
 		nc = wrapped
 	}
-	c.notClaimedAfter(source, nc, d, 0)
+	c.notClaimedAfter(ctx, source, nc, d, 0)
 }
 
 // notClaimedAfter reports skip nc of a claim of source, after waiting
 // waited.
-func (c *Claimer) notClaimedAfter(source string, nc *NotClaimedError, d, waited time.Duration) {
+func (c *Claimer) notClaimedAfter(ctx context.Context, source string, nc *NotClaimedError, d, waited time.Duration) {
+	ctx = callerContext(ctx)
 	// The skip's text is formatted only for a logger that keeps Debug: a
 	// lost claim is what every replica but one pays on every tick.
-	if l := c.cfg.logger; l != nil && l.Enabled(context.Background(), slog.LevelDebug) {
-		l.LogAttrs(context.Background(), slog.LevelDebug, "runclaim: skipped",
+	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
+		l.LogAttrs(ctx, slog.LevelDebug, "runclaim: skipped",
 			slog.String("source", source), slog.String("reason", nc.Error()))
 	}
 	if f := c.cfg.hooks.Skipped; f != nil {
-		f(Event{Source: source, Err: nc, Duration: d, Waited: waited})
+		f(Event{Context: ctx, Source: source, Err: nc, Duration: d, Waited: waited})
 	}
 }
 
@@ -178,11 +202,11 @@ func (c *Claimer) claimFailedAfter(ctx context.Context, source string, err error
 		if len(logged) > MaxSourceLen { // an invalid source may be megabytes
 			logged = logged[:MaxSourceLen] + "…"
 		}
-		c.cfg.logger.LogAttrs(context.Background(), level, "runclaim: claim failed",
+		c.cfg.logger.LogAttrs(callerContext(ctx), level, "runclaim: claim failed",
 			slog.String("source", strings.ToValidUTF8(logged, "\uFFFD")), slog.String("error", err.Error()), slog.Duration("took", d))
 	}
 	if f := c.cfg.hooks.ClaimFailed; f != nil {
-		f(Event{Source: source, Err: err, Duration: d, Waited: waited})
+		f(Event{Context: callerContext(ctx), Source: source, Err: err, Duration: d, Waited: waited})
 	}
 }
 

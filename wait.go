@@ -157,7 +157,7 @@ func (c *Claimer) claimWaiting(ctx context.Context, source string, o claimOption
 		if err == nil {
 			run := c.newRun(info, sent)
 			run.waited = true
-			c.claimedAfter(run, took, sent.Sub(start))
+			c.claimedAfter(ctx, run, took, sent.Sub(start))
 			return run, nil
 		}
 		var nc *NotClaimedError
@@ -166,7 +166,7 @@ func (c *Claimer) claimWaiting(ctx context.Context, source string, o claimOption
 			return nil, err
 		}
 		if !waitable(nc, deadline, hasDeadline) {
-			c.notClaimedAfter(source, nc, took, sent.Sub(start))
+			c.notClaimedAfter(ctx, source, nc, took, sent.Sub(start))
 			return nil, err
 		}
 		if last == nil {

@@ -10,11 +10,16 @@
 //
 // # Traces
 //
-// Each run is one span, named "run SOURCE", from the start of the claim that
-// won it to its recorded outcome. It is a span of kind Internal: no remote
-// caller invoked the run, a timer in this process did. It is a root span,
-// since hooks see no context; inside Do, ContextWithRun gives fn a context
-// whose children belong to the run's span. A failed run sets the span's
+// Each run is one span, named "runclaim.run" (SpanRun), from the start of
+// the claim that won it to its recorded outcome; the source is its
+// runclaim.source attribute, never part of the name, which the conventions
+// keep low-cardinality (a DoMany of a thousand sources makes a thousand
+// spans of one name). It is a span of kind Internal: no remote caller
+// invoked the run. It is a child of the span in the context the claim was
+// made with (runclaim.Event.Context), so that a run joins the trace of the
+// scheduler tick or request that claimed it, and a root span where that
+// context has none; inside Do, ContextWithRun gives fn a context whose
+// children belong to the run's span. A failed run sets the span's
 // status to Error with the job's error (a panic under Do is a failed run
 // whose error.type is "panic") and records it as an exception event. A
 // failed heartbeat is an event on the run's span. A lost lease is an event
@@ -23,8 +28,13 @@
 // is never finished (a caller that forgets Finish) keeps its span open, and
 // counted in runclaim.active_runs, for the life of the process.
 //
-// A skip or a failed claim starts no run, so each is a span of its own,
-// "skip SOURCE" or "claim SOURCE", as long as the claim took.
+// A failed claim starts no run, so it is a span of its own,
+// "runclaim.claim" (SpanClaim) with runclaim.claim.outcome failed, as long
+// as the claim took. A skip is one too, with the outcome skipped, the
+// reason and the holder (runclaim.holder.run.id, runclaim.holder.run.owner:
+// the run that holds the source, not this claim's), but only with
+// WithSkipSpans: every replica but one skips every tick, and
+// runclaim.claims counts the skips without a span each.
 //
 // # Metrics
 //
@@ -51,13 +61,19 @@
 //
 // Where OpenTelemetry's semantic conventions (v1.43.0, the version of
 // go.opentelemetry.io/otel/semconv this module imports) define an attribute
-// for a fact, it is used: faas.trigger is "timer" on every run span (a
-// scheduled job, the convention's own example for the value); faas.cron
-// carries the schedule given with WithSchedule; faas.invocation_id is the
-// run's ID, as a string, as that attribute is typed; error.type is the Go
-// type of a run's or a claim's error ("panic" for a panic,
-// "runclaim.lease_lost" for a lost lease); exception events come from
-// span.RecordError.
+// for a fact, it is used: error.type is the Go type of a run's or a
+// claim's error ("panic" for a panic, "runclaim.lease_lost" for a lost
+// lease), and exception events come from span.RecordError. Span names
+// follow the conventions' rule for names ("the most general string that
+// identifies a (statistically) interesting class of spans").
+//
+// The faas.* attributes are not used: the conventions define them for the
+// span of a function-as-a-service invocation, a SERVER span that a FaaS
+// platform's trigger starts (faas.trigger, faas.invocation_id) or a
+// CLIENT span that invokes one; a run here is an Internal span in a
+// process of its own, and a plain Claim or a Wait() claim has no timer
+// behind it at all. The tick a run serves (ForTick) is runclaim.run.tick,
+// and the schedule given with WithSchedule runclaim.schedule.
 //
 // None fits the rest, so they are in a runclaim namespace of their own,
 // named by the conventions' rules (lower case, dot-separated namespaces,
@@ -75,7 +91,4 @@
 // runclaim.active_runs mirrors http.server.active_requests,
 // runclaim.claims mirrors faas.invocations (a plural name for a count of
 // {claim}), and the durations follow the *.duration histograms.
-//
-// Ticks: the run span will carry the tick a run serves once runclaim.Run
-// exposes it; see the marked place in hooks.go.
 package runclaimotel

@@ -38,7 +38,7 @@ func Example() {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 
 	tel, err := runclaimotel.New(runclaimotel.WithTracerProvider(tp), runclaimotel.WithMeterProvider(mp),
-		runclaimotel.WithSchedule("nightly-report", "0 3 * * *"))
+		runclaimotel.WithSchedule("nightly-report", "0 3 * * *"), runclaimotel.WithSkipSpans())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -60,13 +60,30 @@ func Example() {
 	dec := json.NewDecoder(&spansOut)
 	for dec.More() {
 		var span struct {
-			Name   string
-			Status struct{ Code, Description string }
+			Name       string
+			Status     struct{ Code, Description string }
+			Attributes []struct {
+				Key   string
+				Value struct{ Value any }
+			}
 		}
 		if err := dec.Decode(&span); err != nil {
 			log.Fatal(err)
 		}
-		fmt.Println(strings.TrimSpace(fmt.Sprintf("span %q: %s %s", span.Name, span.Status.Code, span.Status.Description)))
+		var source, outcome any
+		for _, a := range span.Attributes {
+			switch a.Key {
+			case "runclaim.source":
+				source = a.Value.Value
+			case "runclaim.claim.outcome":
+				outcome = a.Value.Value
+			}
+		}
+		line := fmt.Sprintf("span %q of %v", span.Name, source)
+		if outcome != nil {
+			line += fmt.Sprintf(" (%v)", outcome)
+		}
+		fmt.Println(strings.TrimSpace(fmt.Sprintf("%s: %s %s", line, span.Status.Code, span.Status.Description)))
 	}
 	var metrics struct {
 		ScopeMetrics []struct{ Metrics []struct{ Name, Unit string } }
@@ -80,9 +97,9 @@ func Example() {
 		}
 	}
 	// Output:
-	// span "skip nightly-report": Unset
-	// span "run nightly-report": Unset
-	// span "run sweep": Error upstream answered 503
+	// span "runclaim.claim" of nightly-report (skipped): Unset
+	// span "runclaim.run" of nightly-report: Unset
+	// span "runclaim.run" of sweep: Error upstream answered 503
 	// metric runclaim.claims ({claim})
 	// metric runclaim.claim.duration (s)
 	// metric runclaim.run.duration (s)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +29,18 @@ const (
 	RunStatusKey    = attribute.Key("runclaim.run.status")
 	ClaimOutcomeKey = attribute.Key("runclaim.claim.outcome")
 	SkipReasonKey   = attribute.Key("runclaim.skip.reason")
-	KeyKey          = attribute.Key("runclaim.key") // the key of a limited skip
+	KeyKey          = attribute.Key("runclaim.key")              // the key of a limited skip
+	RunTickKey      = attribute.Key("runclaim.run.tick")         // the tick a run serves (ForTick), RFC 3339 in UTC
+	ScheduleKey     = attribute.Key("runclaim.schedule")         // a source's schedule (WithSchedule)
+	HolderRunIDKey  = attribute.Key("runclaim.holder.run.id")    // on a skip: the run that holds the source
+	HolderOwnerKey  = attribute.Key("runclaim.holder.run.owner") // on a skip: that run's owner
+)
+
+// Span names: low-cardinality, as the conventions ask (the source is an
+// attribute, never part of the name).
+const (
+	SpanRun   = "runclaim.run"   // a run, from its claim to its outcome or its lost lease
+	SpanClaim = "runclaim.claim" // a claim that did not start a run: a skip (WithSkipSpans) or a failure
 )
 
 // Values of RunStatusKey, ClaimOutcomeKey and SkipReasonKey, and of
@@ -85,6 +95,7 @@ type config struct {
 	mp        metric.MeterProvider
 	states    StateReader
 	schedules map[string]string
+	skipSpans bool
 	now       func() time.Time
 }
 
@@ -105,8 +116,8 @@ func WithStateReader(r StateReader) Option {
 	return func(c *config) { c.states = r }
 }
 
-// WithSchedule records source's schedule, a cron expression, as faas.cron
-// on its run spans.
+// WithSchedule records source's schedule, a cron expression, as
+// runclaim.schedule on its run spans.
 func WithSchedule(source, cron string) Option {
 	return func(c *config) {
 		if c.schedules == nil {
@@ -114,6 +125,24 @@ func WithSchedule(source, cron string) Option {
 		}
 		c.schedules[source] = cron
 	}
+}
+
+// WithSkipSpans makes a span of every skipped claim (SpanClaim, with
+// runclaim.claim.outcome skipped, the reason and the holder). Without it a
+// skip is counted in runclaim.claims and makes no span: every replica but
+// one skips every tick, and a span each would flood the traces with what
+// the metric already says.
+func WithSkipSpans() Option {
+	return func(c *config) { c.skipSpans = true }
+}
+
+// parent is the context a span of event e starts from: the caller's, so
+// that a run's span joins the trace of the code that claimed it.
+func parent(e runclaim.Event) context.Context {
+	if e.Context != nil {
+		return e.Context
+	}
+	return context.Background()
 }
 
 // Telemetry turns a Claimer's hooks into spans and metrics. It is safe for
@@ -163,7 +192,7 @@ func New(opts ...Option) (*Telemetry, error) {
 	add := func(err error) { errs = append(errs, err) }
 	var err error
 	t.claims, err = meter.Int64Counter("runclaim.claims", metric.WithUnit("{claim}"),
-		metric.WithDescription("Claims, by outcome: claimed (this process runs the source), skipped (another run holds it, or too soon), or failed (a database error, an ended context, invalid input)."))
+		metric.WithDescription(claimsDescription))
 	add(err)
 	t.claimDuration, err = meter.Float64Histogram("runclaim.claim.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long a claim took, by outcome."),
@@ -244,16 +273,15 @@ func (t *Telemetry) claimed(e runclaim.Event) {
 		source,
 		RunIDKey.Int64(run.ID),
 		RunOwnerKey.String(run.Owner),
-		semconv.FaaSTriggerTimer,
-		semconv.FaaSInvocationID(strconv.FormatInt(run.ID, 10)),
-		// The tick the run serves goes here, as runclaim.run.tick, once
-		// runclaim.Run carries it (ForTick); it does not yet.
+	}
+	if !run.Tick.IsZero() {
+		attrs = append(attrs, RunTickKey.String(run.Tick.UTC().Format(time.RFC3339Nano)))
 	}
 	if cron, ok := t.cfg.schedules[run.Source]; ok {
-		attrs = append(attrs, semconv.FaaSCron(cron))
+		attrs = append(attrs, ScheduleKey.String(cron))
 	}
 	started := now.Add(-e.Duration)
-	_, span := t.tracer.Start(context.Background(), "run "+run.Source,
+	_, span := t.tracer.Start(parent(e), SpanRun,
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithTimestamp(started),
 		trace.WithAttributes(attrs...))
@@ -277,7 +305,7 @@ func (t *Telemetry) skipped(e runclaim.Event) {
 	metricAttrs := attrs
 	if nc := (*runclaim.NotClaimedError)(nil); errors.As(e.Err, &nc) {
 		if nc.Holder != nil {
-			attrs = append(attrs, RunIDKey.Int64(nc.Holder.ID), RunOwnerKey.String(nc.Holder.Owner))
+			attrs = append(attrs, HolderRunIDKey.Int64(nc.Holder.ID), HolderOwnerKey.String(nc.Holder.Owner))
 		}
 		if errors.Is(e.Err, runclaim.ErrLimited) && nc.Key != "" {
 			key := KeyKey.String(nc.Key)
@@ -285,11 +313,13 @@ func (t *Telemetry) skipped(e runclaim.Event) {
 			metricAttrs = []attribute.KeyValue{source, outcome, reason, key}
 		}
 	}
-	_, span := t.tracer.Start(context.Background(), "skip "+e.Source,
-		trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithTimestamp(now.Add(-e.Duration)),
-		trace.WithAttributes(attrs...))
-	span.End(trace.WithTimestamp(now))
+	if t.cfg.skipSpans {
+		_, span := t.tracer.Start(parent(e), SpanClaim,
+			trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithTimestamp(now.Add(-e.Duration)),
+			trace.WithAttributes(attrs...))
+		span.End(trace.WithTimestamp(now))
+	}
 
 	ctx := context.Background()
 	t.claims.Add(ctx, 1, metric.WithAttributes(metricAttrs...))
@@ -306,7 +336,7 @@ func (t *Telemetry) claimFailed(e runclaim.Event) {
 	source := SourceKey.String(name)
 	outcome := ClaimOutcomeKey.String(OutcomeFailed)
 	et := semconv.ErrorTypeKey.String(errType)
-	_, span := t.tracer.Start(context.Background(), "claim "+name,
+	_, span := t.tracer.Start(parent(e), SpanClaim,
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithTimestamp(now.Add(-e.Duration)),
 		trace.WithAttributes(source, outcome, et))
@@ -417,6 +447,18 @@ func (t *Telemetry) observeSince(ctx context.Context, o metric.Observer, g metri
 	}
 	return nil
 }
+
+// claimsDescription describes runclaim.claims, with every skip reason
+// runclaim.SkipReasons lists.
+var claimsDescription = func() string {
+	labels := make([]string, 0, len(runclaim.SkipReasons)+1)
+	for _, r := range runclaim.SkipReasons {
+		labels = append(labels, r.Label)
+	}
+	labels = append(labels, ReasonOther)
+	return "Claims, by outcome: claimed (this process runs the source), skipped (runclaim.skip.reason: " +
+		strings.Join(labels, ", ") + "), or failed (a database error, an ended context, invalid input)."
+}()
 
 // skipReason is the label of a skip with err: its reason's, from
 // runclaim.SkipReasons (one table for every consumer; a reason it does

@@ -120,12 +120,28 @@ func equalAttrs(t *testing.T, what string, got []attribute.KeyValue, want map[st
 	}
 }
 
-// spanNamed returns the one ended span named name.
+// spanNamed returns the one ended span that what names: "run SOURCE" (a
+// run span of SOURCE), "skip SOURCE" or "claim SOURCE" (a claim span of
+// SOURCE with the outcome skipped or failed), or a span's name.
 func spanNamed(t *testing.T, spans []sdktrace.ReadOnlySpan, name string) sdktrace.ReadOnlySpan {
 	t.Helper()
+	match := func(s sdktrace.ReadOnlySpan) bool { return s.Name() == name }
+	if kind, source, ok := strings.Cut(name, " "); ok {
+		spanName, outcome := runclaimotel.SpanRun, ""
+		switch kind {
+		case "skip":
+			spanName, outcome = runclaimotel.SpanClaim, runclaimotel.OutcomeSkipped
+		case "claim":
+			spanName, outcome = runclaimotel.SpanClaim, runclaimotel.OutcomeFailed
+		}
+		match = func(s sdktrace.ReadOnlySpan) bool {
+			a := attrs(s.Attributes())
+			return s.Name() == spanName && a["runclaim.source"] == source && a["runclaim.claim.outcome"] == outcome
+		}
+	}
 	var found []sdktrace.ReadOnlySpan
 	for _, s := range spans {
-		if s.Name() == name {
+		if match(s) {
 			found = append(found, s)
 		}
 	}
@@ -203,7 +219,7 @@ func wantPoints(t *testing.T, ms map[string]metricdata.Metrics, name, unit strin
 // two failed claims, and checks every span's name, kind, times, status,
 // attributes and events, and every metric's points, units and attributes.
 func TestSpansAndMetrics(t *testing.T) {
-	b := setup(t, runclaimotel.WithSchedule("nightly", "0 3 * * *"))
+	b := setup(t, runclaimotel.WithSchedule("nightly", "0 3 * * *"), runclaimotel.WithSkipSpans())
 	store := &faultyStore{MemoryStore: runclaim.NewMemoryStore()}
 	a := b.claimer(t, store, "pod-a")
 	other := b.claimer(t, store, "pod-b")
@@ -290,7 +306,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	runAttrs := func(source string, id int64, owner, status string, extra ...string) map[string]string {
 		m := map[string]string{
 			"runclaim.source": source, "runclaim.run.id": strconv.FormatInt(id, 10), "runclaim.run.owner": owner,
-			"runclaim.run.status": status, "faas.trigger": "timer", "faas.invocation_id": strconv.FormatInt(id, 10),
+			"runclaim.run.status": status,
 		}
 		for i := 0; i < len(extra); i += 2 {
 			m[extra[i]] = extra[i+1]
@@ -300,14 +316,14 @@ func TestSpansAndMetrics(t *testing.T) {
 	ids := map[string]int64{}
 	for _, s := range spans {
 		for _, kv := range s.Attributes() {
-			if kv.Key == runclaimotel.RunIDKey && strings.HasPrefix(s.Name(), "run ") {
-				ids[s.Name()] = kv.Value.AsInt64()
+			if kv.Key == runclaimotel.RunIDKey && s.Name() == runclaimotel.SpanRun {
+				ids["run "+attrs(s.Attributes())["runclaim.source"]] = kv.Value.AsInt64()
 			}
 		}
 	}
 
 	nightly := spanNamed(t, spans, "run nightly")
-	equalAttrs(t, "run nightly", nightly.Attributes(), runAttrs("nightly", ids["run nightly"], "pod-a", "succeeded", "faas.cron", "0 3 * * *"))
+	equalAttrs(t, "run nightly", nightly.Attributes(), runAttrs("nightly", ids["run nightly"], "pod-a", "succeeded", "runclaim.schedule", "0 3 * * *"))
 	if nightly.Status().Code != codes.Unset || len(nightly.Events()) != 0 || nightly.Parent().IsValid() {
 		t.Errorf("run nightly: status %v, events %v, parent %v", nightly.Status(), nightly.Events(), nightly.Parent())
 	}
@@ -319,7 +335,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	skip := spanNamed(t, spans, "skip nightly")
 	equalAttrs(t, "skip nightly", skip.Attributes(), map[string]string{
 		"runclaim.source": "nightly", "runclaim.claim.outcome": "skipped", "runclaim.skip.reason": "already_running",
-		"runclaim.run.id": strconv.FormatInt(ids["run nightly"], 10), "runclaim.run.owner": "pod-a"})
+		"runclaim.holder.run.id": strconv.FormatInt(ids["run nightly"], 10), "runclaim.holder.run.owner": "pod-a"})
 	if skip.Status().Code != codes.Unset {
 		t.Errorf("skip: status %v", skip.Status())
 	}
@@ -531,7 +547,7 @@ func TestConcurrentRuns(t *testing.T) {
 // TestSkipReasonPaused: a claim of a paused source is a skip whose reason
 // is paused, in its span and its metric.
 func TestSkipReasonPaused(t *testing.T) {
-	b := setup(t)
+	b := setup(t, runclaimotel.WithSkipSpans())
 	store := runclaim.NewMemoryStore()
 	if err := store.Pause(t.Context(), "nightly", time.Time{}, "maintenance"); err != nil {
 		t.Fatal(err)
@@ -549,7 +565,7 @@ func TestSkipReasonPaused(t *testing.T) {
 // TestSkipReasonLimited: a claim skipped for a key is a skip whose reason
 // is limited, with the key, in its span and its metric.
 func TestSkipReasonLimited(t *testing.T) {
-	b := setup(t)
+	b := setup(t, runclaimotel.WithSkipSpans())
 	store := runclaim.NewMemoryStore()
 	if err := store.Cooldown(t.Context(), "site:avito", time.Now().Add(time.Hour), "HTTP 429"); err != nil {
 		t.Fatal(err)
@@ -567,7 +583,7 @@ func TestSkipReasonLimited(t *testing.T) {
 // TestSkipReasonTickDone: a claim of a tick already served is a skip whose
 // reason is tick_done, in its span and its metric.
 func TestSkipReasonTickDone(t *testing.T) {
-	b := setup(t)
+	b := setup(t, runclaimotel.WithSkipSpans())
 	c := b.claimer(t, runclaim.NewMemoryStore(), "pod-a")
 	tick := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	run, err := c.Claim(t.Context(), "nightly", runclaim.ForTick(tick))
@@ -583,6 +599,11 @@ func TestSkipReasonTickDone(t *testing.T) {
 	skip := spanNamed(t, b.spans.Ended(), "skip nightly")
 	equalAttrs(t, "skip nightly", skip.Attributes(), map[string]string{
 		"runclaim.source": "nightly", "runclaim.claim.outcome": "skipped", "runclaim.skip.reason": "tick_done"})
+	// The run that served the tick says which, as runclaim.run.tick.
+	served := spanNamed(t, b.spans.Ended(), "run nightly")
+	equalAttrs(t, "run nightly", served.Attributes(), map[string]string{
+		"runclaim.source": "nightly", "runclaim.run.id": strconv.FormatInt(run.ID, 10), "runclaim.run.owner": "pod-a",
+		"runclaim.run.status": "succeeded", "runclaim.run.tick": "2026-12-01T03:00:00Z"})
 	wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
 		"map[runclaim.claim.outcome:claimed runclaim.source:nightly]=1",
 		"map[runclaim.claim.outcome:skipped runclaim.skip.reason:tick_done runclaim.source:nightly]=1")
@@ -600,7 +621,7 @@ func TestSkipReasons(t *testing.T) {
 		runclaim.ErrLimited:                  runclaimotel.ReasonLimited,
 		errors.New("runclaim: rate limited"): runclaimotel.ReasonOther,
 	} {
-		b := setup(t)
+		b := setup(t, runclaimotel.WithSkipSpans())
 		b.tel.Hooks().Skipped(runclaim.Event{Source: "nightly", Err: &runclaim.NotClaimedError{Source: "nightly", Reason: reason}})
 		skip := spanNamed(t, b.spans.Ended(), "skip nightly")
 		equalAttrs(t, reason.Error(), skip.Attributes(), map[string]string{
@@ -614,5 +635,74 @@ func TestSkipReasons(t *testing.T) {
 		b.tel.Hooks().Skipped(runclaim.Event{Source: "nightly", Err: &runclaim.NotClaimedError{Source: "nightly", Reason: r.Err}})
 		wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
 			"map[runclaim.claim.outcome:skipped runclaim.skip.reason:"+r.Label+" runclaim.source:nightly]=1")
+	}
+}
+
+// TestSkipSpansOff: without WithSkipSpans a skip makes no span, and is
+// counted all the same.
+func TestSkipSpansOff(t *testing.T) {
+	b := setup(t)
+	store := runclaim.NewMemoryStore()
+	if err := store.Pause(t.Context(), "nightly", time.Time{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.claimer(t, store, "pod-a").Claim(t.Context(), "nightly"); !errors.Is(err, runclaim.ErrPaused) {
+		t.Fatalf("claim of a paused source: %v, want ErrPaused", err)
+	}
+	if spans := b.spans.Ended(); len(spans) != 0 {
+		t.Errorf("%d spans, want none: %v", len(spans), spans[0].Name())
+	}
+	wantPoints(t, b.metrics(t), "runclaim.claims", "{claim}",
+		"map[runclaim.claim.outcome:skipped runclaim.skip.reason:paused runclaim.source:nightly]=1")
+}
+
+// TestSpansJoinTheCallersTrace: the span of a run, of a skip and of a
+// failed claim is a child of the span in the claim's context, whatever
+// the claim's form (Claim, Do, ClaimMany, a waiting claim).
+func TestSpansJoinTheCallersTrace(t *testing.T) {
+	b := setup(t, runclaimotel.WithSkipSpans())
+	store := runclaim.NewMemoryStore()
+	c := b.claimer(t, store, "pod-a")
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b.spans)).Tracer("caller")
+	ctx, caller := tracer.Start(t.Context(), "scheduler tick")
+	run, err := c.Claim(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(ctx, "a"); !errors.Is(err, runclaim.ErrAlreadyRunning) {
+		t.Fatalf("second claim: %v", err)
+	}
+	if err := run.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "b", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DoMany(ctx, []string{"c"}, func(context.Context, *runclaim.Run) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(ctx, "bad\x00source"); !errors.Is(err, runclaim.ErrInvalidSource) {
+		t.Fatalf("claim of an invalid source: %v", err)
+	}
+	waited, err := c.Claim(ctx, "a", runclaim.Wait())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waited.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	caller.End()
+	ours := 0
+	for _, s := range b.spans.Ended() {
+		if s.Name() == "scheduler tick" {
+			continue
+		}
+		ours++
+		if s.Parent().SpanID() != caller.SpanContext().SpanID() || s.SpanContext().TraceID() != caller.SpanContext().TraceID() {
+			t.Errorf("span %s of %v: parent %v, want the caller's span %v", s.Name(), attrs(s.Attributes()), s.Parent().SpanID(), caller.SpanContext().SpanID())
+		}
+	}
+	if ours != 6 { // runs a, b, c and a again; the skip; the failed claim
+		t.Errorf("%d spans of runclaimotel, want 6", ours)
 	}
 }
