@@ -38,14 +38,15 @@ func (c *cli) reportUsage(root, cmd *cobra.Command, err error) int {
 		return c.usageError(cmd, "%s", msg)
 	}
 	if errors.Is(err, errNoCommand) && !c.json && !c.jsonArg {
-		c.topUsage(c.stderr, root)
-		return exitUsage
+		c.topUsage(c.stdout, root) // as gh and kubectl do: the help, and success
+		return exitOK
 	}
 	return c.topError(root, msg, "")
 }
 
-// topError reports a bad command line that names no command, with the
-// top-level usage, and returns exitUsage.
+// topError reports a bad command line that names no command in one line,
+// with hint and where the help is (as gh and kubectl do, not the whole
+// usage), and returns exitUsage.
 func (c *cli) topError(root *cobra.Command, msg, hint string) int {
 	if c.json || c.jsonArg {
 		if hint == "" {
@@ -54,12 +55,11 @@ func (c *cli) topError(root *cobra.Command, msg, hint string) int {
 		c.jsonError("", msg, hint)
 		return exitUsage
 	}
-	fmt.Fprintf(c.stderr, "runclaim: %s\n", visible(msg))
+	line := "runclaim: " + visible(msg)
 	if hint != "" {
-		fmt.Fprintf(c.stderr, "(%s)\n", visible(hint))
+		line += "; " + visible(hint)
 	}
-	fmt.Fprintln(c.stderr)
-	c.topUsage(c.stderr, root)
+	fmt.Fprintf(c.stderr, "%s\nRun 'runclaim --help' for the commands.\n", line)
 	return exitUsage
 }
 

@@ -171,8 +171,9 @@ type cli struct {
 	syncCommit      string
 	syncCommitGiven bool
 
-	pool *pgxpool.Pool
-	dsn  string // DATABASE_URL, whose password is never printed (see redact)
+	pool        *pgxpool.Pool
+	databaseURL string // --database-url, when given
+	dsn         string // the URL connected to, whose password is never printed (see redact)
 }
 
 // run is the whole program: it parses args (without the program name), runs
@@ -272,7 +273,7 @@ func jsonOnLine(args []string) bool {
 			return false
 		case a == "--json" || a == "--json=true":
 			return true
-		case a == "--table" || a == "--namespace" || a == "--"+syncCommitFlag:
+		case a == "--table" || a == "--namespace" || a == "--"+syncCommitFlag || a == "--"+databaseURLFlag:
 			i++ // the flag's value
 		case command == "" && !strings.HasPrefix(a, "-"):
 			command = a
@@ -285,7 +286,11 @@ func jsonOnLine(args []string) bool {
 }
 
 // globalFlagNames are the flags globalFlags registers.
-var globalFlagNames = map[string]bool{"table": true, "namespace": true, "json": true, syncCommitFlag: true}
+var globalFlagNames = map[string]bool{"table": true, "namespace": true, "json": true, syncCommitFlag: true, databaseURLFlag: true}
+
+// databaseURLFlag is the global flag that names the database, in place of
+// $DATABASE_URL.
+const databaseURLFlag = "database-url"
 
 // syncCommitFlag is the global flag that only the commands that write
 // take: the others refuse it, and their help leaves it out.
@@ -294,6 +299,9 @@ const syncCommitFlag = "synchronous-commit"
 // globalFlags registers the flags every command accepts, before or after
 // its name.
 func (c *cli) globalFlags(fs *pflag.FlagSet) {
+	// No default from the environment: the help would print its password.
+	fs.StringVar(&c.databaseURL, databaseURLFlag, "",
+		"the database to connect to, as a `url` (postgres://user@host:5432/dbname); default $"+envDatabaseURL+", else the PG* variables")
 	fs.StringVar(&c.table, "table", c.getenv(envTable),
 		"runs table as `schema.table` or table; quote a name that contains a dot: \"my.schema\".runs (default public.runclaim_runs, or $"+envTable+")")
 	fs.StringVar(&c.namespace, "namespace", c.getenv(envNamespace),
@@ -567,6 +575,9 @@ var pgEnv = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "
 // socket, the operating system's user name) says that nothing was set.
 func (c *cli) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	dsn := c.getenv(envDatabaseURL)
+	if c.databaseURL != "" {
+		dsn = c.databaseURL
+	}
 	c.dsn = dsn
 	unset := dsn == ""
 	for _, k := range pgEnv {

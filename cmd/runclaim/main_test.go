@@ -194,3 +194,20 @@ func lines(s string) []string {
 	}
 	return out
 }
+
+// TestDatabaseURLFlag: --database-url names the database, in place of
+// $DATABASE_URL and over it, and the help never prints a URL's password.
+func TestDatabaseURLFlag(t *testing.T) {
+	db, _ := setup(t)
+	clearEnv(t)
+	if r := runInEnv(t, nil, "--database-url", db.DSN, "status"); r.code != exitOK {
+		t.Errorf("status with --database-url: %+v", r)
+	}
+	t.Setenv(envDatabaseURL, "postgres://nobody:secret-in-env@127.0.0.1:1/none")
+	if r := runInEnv(t, nil, "status", "--database-url", db.DSN); r.code != exitOK {
+		t.Errorf("status with --database-url over a wrong $%s: %+v", envDatabaseURL, r)
+	}
+	if r := runInEnv(t, nil, "--help"); r.code != exitOK || !strings.Contains(r.stdout, "--database-url") || strings.Contains(r.stdout, "secret-in-env") {
+		t.Errorf("--help: exit %d; want it to list --database-url and print no password", r.code)
+	}
+}

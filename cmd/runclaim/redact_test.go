@@ -45,9 +45,11 @@ func TestNoSecretsInErrors(t *testing.T) {
 		"URL, escaped, wrong pass": strings.Replace(wrongPassword.String(), secret, url.PathEscape(secret+"/"), 1),
 	} {
 		t.Run(name, func(t *testing.T) {
-			for _, args := range [][]string{{"status"}, {"exec", "--source", "x", "--", "true"}} {
+			for _, args := range [][]string{{"status"}, {"exec", "--source", "x", "--", "true"}, {"--database-url", dsn, "status"}} {
 				clearEnv(t)
-				t.Setenv(envDatabaseURL, dsn)
+				if args[0] != "--database-url" {
+					t.Setenv(envDatabaseURL, dsn)
+				}
 				r := runInEnv(t, nil, args...)
 				want := exitError
 				if args[0] == "exec" {
@@ -55,6 +57,9 @@ func TestNoSecretsInErrors(t *testing.T) {
 				}
 				if r.code != want {
 					t.Errorf("%v: exit code %d, want %d; stderr:\n%s", args, r.code, want, r.stderr)
+				}
+				if args[0] == "--database-url" {
+					args = args[2:] // for the messages: the URL is the secret
 				}
 				if strings.Contains(r.stderr+r.stdout, secret) || strings.Contains(r.stderr, dsn) {
 					t.Errorf("%v: the password is printed:\n%s", args, r.stderr)

@@ -9,14 +9,15 @@ import (
 func TestUsage(t *testing.T) {
 	t.Run("no command", func(t *testing.T) {
 		r := runCLI(t, nil, nil)
-		if r.code != exitUsage || !strings.Contains(r.stderr, "Commands:") || r.stdout != "" {
-			t.Errorf("got %+v, want exit 2 and the usage on stderr", r)
+		if r.code != exitOK || !strings.Contains(r.stdout, "Commands:") || r.stderr != "" {
+			t.Errorf("got %+v, want exit 0 and the usage on stdout, as gh and kubectl do", r)
 		}
 	})
 	t.Run("unknown command", func(t *testing.T) {
 		r := runCLI(t, nil, nil, "frobnicate")
-		if r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "frobnicate"`) || !strings.Contains(r.stderr, "Commands:") {
-			t.Errorf("got %+v, want exit 2, the error and the usage", r)
+		want := "runclaim: unknown command \"frobnicate\"\nRun 'runclaim --help' for the commands.\n"
+		if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+			t.Errorf("got %+v, want exit 2 and stderr %q: the error and where the help is, not the usage", r, want)
 		}
 	})
 	t.Run("unknown global flag", func(t *testing.T) {
