@@ -77,7 +77,16 @@ func TestLimitCommands(t *testing.T) {
 		t.Errorf("limits --json: %v", objs)
 	}
 	mustRun(t, db, exitOK, "cooldown", "site:avito", "--end")
-	mustRun(t, db, exitOK, "limit", "rm", "site:avito")
+	if r := mustRun(t, db, exitOK, "limit", "rm", "site:avito"); !strings.HasPrefix(r.stdout, "removed the limit") {
+		t.Errorf("limit rm of a key with a limit: %q", r.stdout)
+	}
+	// A key with no limit: said so, not "removed"; in JSON, removed false.
+	if r := mustRun(t, db, exitOK, "limit", "rm", "site:avito"); !strings.Contains(r.stdout, "had no limit: nothing to remove") {
+		t.Errorf("limit rm of a key without a limit: %q", r.stdout)
+	}
+	if o := decodeObject(t, mustRun(t, db, exitOK, "limit", "rm", "nosuch", "--json").stdout, "key", "removed"); o["removed"] != false {
+		t.Errorf("limit rm nosuch --json: %v", o)
+	}
 	if err := claimErrKeys(t, c, "avito/kazan", "site:avito"); err != nil {
 		t.Errorf("claim once the cooldown ended and the limit was removed: %v", err)
 	}

@@ -36,7 +36,7 @@ Examples:
   runclaim limit rm site:avito
 
 JSON output: {"key", "max_running", "max_starts", "per_seconds"} for set,
-{"key", "removed": true} for rm`,
+{"key", "removed"} for rm (removed is false for a key that had no limit)`,
 		Args:        maxArgs(2),
 		Annotations: map[string]string{annotWrites: "true"},
 	}, runLimit)
@@ -106,16 +106,23 @@ func runLimit(ctx context.Context, c *cli, o *limitOptions) int {
 		return c.fail("limit", err)
 	}
 	if o.action == "rm" {
+		had, err := hasLimit(ctx, store, o.key)
+		if err != nil {
+			return c.fail("limit", err)
+		}
 		if err := store.DeleteLimit(ctx, o.key); err != nil {
 			return c.fail("limit", err)
 		}
-		if c.json {
+		switch {
+		case c.json:
 			err = writeJSON(c.stdout, struct {
 				Key     string `json:"key"`
 				Removed bool   `json:"removed"`
-			}{o.key, true})
-		} else {
+			}{o.key, had})
+		case had:
 			_, err = fmt.Fprintf(c.stdout, "removed the limit of key %q; its cooldown, if any, stays\n", o.key)
+		default:
+			_, err = fmt.Fprintf(c.stdout, "key %q had no limit: nothing to remove\n", o.key)
 		}
 		if err != nil {
 			return c.fail("limit", err)
@@ -233,4 +240,20 @@ func runLimits(ctx context.Context, c *cli, _ *limitsOptions) int {
 		return c.fail("limits", err)
 	}
 	return exitOK
+}
+
+// hasLimit reports whether key has a limit, as the keys in force say.
+func hasLimit(ctx context.Context, store *runclaim.PostgresStore, key string) (bool, error) {
+	keys, _, err := store.Keys(ctx)
+	if err != nil && !errors.Is(err, runclaim.ErrKeysTruncated) {
+		return false, err
+	}
+	for _, k := range keys {
+		if k.Key == key {
+			return k.Limit != (runclaim.Limit{}), nil
+		}
+	}
+	// Not among the first MaxKeyStates keys, or none: "removed" is what
+	// can be said of a key beyond the list; of one before its end, not.
+	return errors.Is(err, runclaim.ErrKeysTruncated) && len(keys) > 0 && key > keys[len(keys)-1].Key, nil
 }
