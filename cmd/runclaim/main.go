@@ -434,7 +434,6 @@ func causeFirst(msg string) string {
 var hints = map[string]string{
 	"42P01": "run 'runclaim migrate' first, or check --table",                                                        // undefined_table
 	"42883": "run 'runclaim migrate' first, or check --table",                                                        // undefined_function: the claim function of a schema too old
-	"42501": "the role in DATABASE_URL (or PGUSER) lacks a privilege on the runs table; see docs/least-privilege.md", // insufficient_privilege
 	"28P01": "check the password in DATABASE_URL, PGPASSWORD or ~/.pgpass",                                           // invalid_password
 	"28000": "check the user in DATABASE_URL (or PGUSER), and the server's pg_hba.conf",                              // invalid_authorization_specification
 	"3D000": "check the database name in DATABASE_URL (or PGDATABASE)",                                               // invalid_catalog_name
@@ -444,9 +443,37 @@ var hints = map[string]string{
 	"25006": "DATABASE_URL points at a read-only server (a standby?): point it at the primary",                       // read_only_sql_transaction
 }
 
+// deniedObject matches the server's message of a privilege refused: the
+// kind of object and its name.
+var deniedObject = regexp.MustCompile(`^permission denied for (table|schema|function|sequence|relation|database|view) (.+)$`)
+
+// privilegeHint says which grant the server refused, from its message:
+// what to grant on which object, and where the full list is.
+func privilegeHint(msg string) string {
+	const list = "docs/least-privilege.md lists what each command needs"
+	m := deniedObject.FindStringSubmatch(msg)
+	if m == nil {
+		return "the role connected as lacks a privilege; " + list
+	}
+	kind, name := m[1], m[2]
+	switch kind {
+	case "schema":
+		return fmt.Sprintf("the role connected as may not use schema %s: migrate needs CREATE on it, every command USAGE "+
+			"(GRANT CREATE, USAGE ON SCHEMA %s TO <role>), or name a schema it may use with --table; %s", name, name, list)
+	case "function":
+		return fmt.Sprintf("the role connected as lacks EXECUTE on function %s (GRANT EXECUTE ON FUNCTION ... TO <role>); %s", name, list)
+	case "sequence":
+		return fmt.Sprintf("the role connected as lacks USAGE on sequence %s; %s", name, list)
+	}
+	return fmt.Sprintf("the role connected as lacks a privilege on %s %s: this command reads or writes it; %s", kind, name, list)
+}
+
 // hint is a line of advice for the mistakes operators make, or "".
 func hint(err error) string {
 	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		return "\n(hint: " + privilegeHint(pgErr.Message) + ")"
+	}
 	if errors.As(err, &pgErr) && hints[pgErr.Code] != "" {
 		return "\n(hint: " + hints[pgErr.Code] + ")"
 	}

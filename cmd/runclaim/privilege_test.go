@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// TestPrivilegeHint: the hint of a refused privilege names the object the
+// server named and the grant it wants.
+func TestPrivilegeHint(t *testing.T) {
+	for msg, want := range map[string][]string{
+		"permission denied for schema public":                  {"schema public", "GRANT CREATE, USAGE ON SCHEMA public", "--table"},
+		"permission denied for table runclaim_runs_cursors":    {"table runclaim_runs_cursors", "docs/least-privilege.md"},
+		"permission denied for function runclaim_runs_claim11": {"EXECUTE on function runclaim_runs_claim11"},
+		"permission denied for sequence runclaim_runs_id_seq":  {"USAGE on sequence runclaim_runs_id_seq"},
+		"must be owner of table runclaim_runs":                 {"lacks a privilege", "docs/least-privilege.md"},
+	} {
+		got := privilegeHint(msg)
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("privilegeHint(%q) = %q; want it to say %q", msg, got, w)
+			}
+		}
+		if strings.Contains(got, "runs table") && !strings.Contains(msg, "runclaim_runs ") {
+			t.Errorf("privilegeHint(%q) = %q: it names the runs table, which the server did not", msg, got)
+		}
+	}
+}
+
+// TestPrivilegeErrors: a command run as a role that lacks one grant fails
+// with the object and the grant in its hint, one missing grant at a time:
+// migrate without CREATE on the schema, status without SELECT on the runs
+// table, state without SELECT on the table of states, pause without
+// INSERT on the control table.
+func TestPrivilegeErrors(t *testing.T) {
+	db, _ := setup(t)
+	u, err := url.Parse(db.DSN)
+	if err != nil {
+		t.Skipf("DSN is not a URL: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		grants []string
+		args   []string
+		want   []string
+	}{
+		{"migrate without CREATE on the schema", []string{"REVOKE CREATE ON SCHEMA public FROM PUBLIC"},
+			[]string{"migrate", "--table", "public.other_runs"}, []string{"schema public", "CREATE"}},
+		{"status without SELECT on the runs table", nil,
+			[]string{"status"}, []string{"table runclaim_runs"}},
+		{"state without SELECT on the table of states", []string{"GRANT SELECT ON public.runclaim_runs TO %s"},
+			[]string{"state", "feed"}, []string{"table runclaim_runs_cursors"}},
+		{"pause without INSERT on the control table", []string{"GRANT SELECT, UPDATE ON public.runclaim_runs TO %s", "GRANT SELECT ON public.runclaim_runs_control TO %s"},
+			[]string{"pause", "feed"}, []string{"table runclaim_runs_control"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := make([]byte, 4)
+			rand.Read(b)
+			role := "rc_priv_" + hex.EncodeToString(b)
+			stmts := []string{fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD 'priv'", role)}
+			for _, g := range tc.grants {
+				if strings.Contains(g, "%s") {
+					g = fmt.Sprintf(g, role)
+				}
+				stmts = append(stmts, g)
+			}
+			for _, sql := range stmts {
+				if _, err := db.Pool.Exec(t.Context(), sql); err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+			}
+			t.Cleanup(func() {
+				for _, sql := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+					if _, err := db.Pool.Exec(context.Background(), sql); err != nil {
+						t.Errorf("%s: %v", sql, err)
+					}
+				}
+			})
+			asRole := *u
+			asRole.User = url.UserPassword(role, "priv")
+			clearEnv(t)
+			r := runInEnv(t, nil, append([]string{"--database-url", asRole.String()}, tc.args...)...)
+			if r.code == exitOK || !strings.Contains(r.stderr, "42501") {
+				t.Fatalf("%v as %s: %+v; want a failure with SQLSTATE 42501", tc.args, role, r)
+			}
+			for _, w := range append(tc.want, "docs/least-privilege.md") {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("%v: stderr %q; want it to name %q", tc.args, r.stderr, w)
+				}
+			}
+		})
+	}
+}
