@@ -87,7 +87,26 @@ func (u untilArg) resolve(ctx context.Context, t controlTarget) (time.Time, erro
 			return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
 		}
 		return now.Add(u.relative), nil
-	default:
-		return u.at, nil
+	case !u.at.IsZero():
+		now, err := t.now(ctx)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
+		}
+		if !u.at.After(now) {
+			return time.Time{}, pastUntilError{u.given, now}
+		}
 	}
+	return u.at, nil
+}
+
+// pastUntilError is a --until time that has passed by the store's clock
+// (now): a usage error.
+type pastUntilError struct {
+	given string
+	now   time.Time
+}
+
+func (e pastUntilError) Error() string {
+	return fmt.Sprintf("--until %s is in the past (the database's clock reads %s): give a time to come (--until 2h, or --until %s), or leave --until out to pause until 'runclaim resume'",
+		e.given, e.now.UTC().Format(time.RFC3339), e.now.UTC().Add(24*time.Hour).Truncate(time.Hour).Format(time.RFC3339))
 }

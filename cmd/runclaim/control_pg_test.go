@@ -42,8 +42,8 @@ func TestControlOnPostgres(t *testing.T) {
 	if err := claimErr(t, store, "sync", 0); !errors.As(err, &nc) || !errors.Is(err, runclaim.ErrPaused) || !nc.RetryAfter.Equal(end) {
 		t.Errorf("claim during the timed pause: %v, want ErrPaused until %v", err, end)
 	}
-	r = mustRun(t, db, exitError, "pause", "sync", "--until", before.Add(-time.Hour).Format(time.RFC3339))
-	if !strings.Contains(r.stderr, "is not after the store's clock") {
+	r = mustRun(t, db, exitUsage, "pause", "sync", "--until", before.Add(-time.Hour).Format(time.RFC3339))
+	if !strings.Contains(r.stderr, "is in the past (the database's clock reads") {
 		t.Errorf("pause until a time that has passed: stderr %q", r.stderr)
 	}
 

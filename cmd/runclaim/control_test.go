@@ -107,8 +107,8 @@ func TestPauseResumeTrigger(t *testing.T) {
 		t.Errorf("stdout %q lacks the end %s", r.stdout, at)
 	}
 	past := clock.Now().Add(-time.Hour).Format(time.RFC3339)
-	r = mustRun(t, nil, exitError, "pause", "avito", "--until", past)
-	if !strings.Contains(r.stderr, "runclaim pause: pause \"avito\": until "+past+" is not after the store's clock") {
+	r = mustRun(t, nil, exitUsage, "pause", "avito", "--until", past)
+	if !strings.Contains(r.stderr, "runclaim pause: --until "+past+" is in the past") || strings.Contains(r.stderr, "zero time") {
 		t.Errorf("stderr %q", r.stderr)
 	}
 

@@ -70,7 +70,7 @@ func TestJSONErrorsAnywhere(t *testing.T) {
 		{[]string{"--json", "status", "--bogus"}, "status", "unknown flag: --bogus"},
 		{[]string{"status", "a", "b", "--json"}, "status", `unexpected argument "b"`},
 		{[]string{"--json", "--bogus", "status"}, "", "unknown flag: --bogus"},
-		{[]string{"history", "--limit", "x", "--json"}, "history", `invalid argument "x" for "--limit`},
+		{[]string{"history", "--limit", "x", "--json"}, "history", `--limit: "x" is not a whole number`},
 		{[]string{"--json"}, "", "no command"},
 		{[]string{"help", "stauts", "--json"}, "", `unknown command "stauts"`},
 		{[]string{"check", "x", "--json"}, "check", "--max-age is required"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/runclaim/runclaim"
@@ -95,7 +96,7 @@ func (o *limitOptions) Validate() error {
 		return errors.New("give --running, or --starts and --per (to remove the limit, use 'limit rm')")
 	}
 	if err := o.limit.Validate(); err != nil {
-		return fmt.Errorf("%w (--running, --starts, --per)", err)
+		return limitFlagError(err)
 	}
 	return nil
 }
@@ -256,4 +257,15 @@ func hasLimit(ctx context.Context, store *runclaim.PostgresStore, key string) (b
 	// Not among the first MaxKeyStates keys, or none: "removed" is what
 	// can be said of a key beyond the list; of one before its end, not.
 	return errors.Is(err, runclaim.ErrKeysTruncated) && len(keys) > 0 && key > keys[len(keys)-1].Key, nil
+}
+
+// limitFields are Limit's fields, by the flag that sets each.
+var limitFields = strings.NewReplacer("Limit.MaxRunning", "--running", "Limit.MaxStarts", "--starts", "Limit.Per", "--per",
+	"MaxRunning", "--running", "MaxStarts", "--starts")
+
+// limitFlagError is Limit.Validate's error in the flags' names, with an
+// example of a valid limit.
+func limitFlagError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "runclaim: ")
+	return fmt.Errorf("%s (e.g. --running 3, or --starts 20 --per 1h)", limitFields.Replace(msg))
 }

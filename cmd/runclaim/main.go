@@ -215,6 +215,10 @@ func (c *cli) newRoot() *cobra.Command {
 		if m := singleDash.FindStringSubmatch(err.Error()); m != nil && cmd.Flags().Lookup(m[1]) != nil {
 			return fmt.Errorf("-%s: a long flag takes two dashes: --%s", m[1], m[1])
 		}
+		// pflag's "invalid argument "abc" for "--limit" flag: strconv.ParseInt: ..."
+		if m := badNumber.FindStringSubmatch(err.Error()); m != nil {
+			return fmt.Errorf("%s: %q is not a whole number (e.g. %s 20)", m[2], m[1], m[2])
+		}
 		return err
 	})
 	c.globalFlags(root.PersistentFlags())
@@ -256,6 +260,10 @@ func (c *cli) newRoot() *cobra.Command {
 	})
 	return root
 }
+
+// badNumber matches pflag's error for an integer flag given a value that
+// is not one: the value and the flag.
+var badNumber = regexp.MustCompile(`^invalid argument "(.*)" for "(?:-[a-z], )?(--[a-z-]+)" flag: strconv\.Parse(?:Int|Uint)`)
 
 // singleDash matches pflag's error for a long flag written with one dash.
 var singleDash = regexp.MustCompile(`^unknown shorthand flag: '.' in -([a-z][a-z-]+)(=.*)?$`)

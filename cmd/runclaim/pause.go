@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -84,6 +85,9 @@ func runPause(ctx context.Context, c *cli, o *pauseOptions) int {
 		return c.fail("pause", err)
 	}
 	until, err := o.until.resolve(ctx, target)
+	if pe := (pastUntilError{}); errors.As(err, &pe) {
+		return c.badUsage("%v", pe)
+	}
 	if err != nil {
 		return c.fail("pause", err)
 	}
