@@ -193,7 +193,7 @@ func TestPruneAsks(t *testing.T) {
 func TestMigrateHelpVersion(t *testing.T) {
 	r := runCLI(t, nil, nil, "migrate", "--help")
 	v := runclaim.LatestSchemaVersion
-	for _, want := range []string{fmt.Sprintf(`"version": %d}`, v), fmt.Sprintf(`"want": %d,`, v)} {
+	for _, want := range []string{fmt.Sprintf(`"version": %d, "latest": %d}`, v, v), fmt.Sprintf(`"latest": %d, "current"`, v)} {
 		if r.code != exitOK || !strings.Contains(r.stdout, want) {
 			t.Errorf("migrate --help lacks %q:\n%s", want, r.stdout)
 		}

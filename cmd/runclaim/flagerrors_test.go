@@ -36,3 +36,17 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONEverywhere: --json is honoured or refused, never ignored:
+// --version --json prints one JSON object; completion, whose output is a
+// shell script, refuses it as a usage error.
+func TestJSONEverywhere(t *testing.T) {
+	r := runCLI(t, nil, nil, "--version", "--json")
+	if o := decodeObject(t, r.stdout, "version", "revision", "time", "modified", "go"); r.code != exitOK || o["go"] == "" {
+		t.Errorf("--version --json: %+v", r)
+	}
+	r = runCLI(t, nil, nil, "completion", "bash", "--json")
+	if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "runclaim completion bash: --json does not apply") {
+		t.Errorf("completion bash --json: %+v; want exit 2 and a refusal that names the command", r)
+	}
+}

@@ -75,7 +75,7 @@ func (c *cli) usageError(cmd *cobra.Command, format string, args ...any) int {
 	// The library's "runclaim: " prefix (from ValidateSource, say) after
 	// "runclaim <command>: " would say it twice.
 	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "runclaim: ")
-	name := cmd.Name()
+	name := strings.TrimPrefix(cmd.CommandPath(), "runclaim ") // "completion bash", not "bash"
 	if c.json || (c.jsonArg && takesJSON(cmd)) {
 		c.jsonError(name, msg, "usage: "+usageLine(cmd)+"; run 'runclaim "+name+" --help' for details")
 		return exitUsage

@@ -210,6 +210,9 @@ func (c *cli) newRoot() *cobra.Command {
 	root.SetOut(c.stdout)
 	root.SetErr(c.stderr)
 	root.SetVersionTemplate("{{.Version}}\n")
+	if c.jsonArg { // --version --json: the same facts as one JSON object
+		root.SetVersionTemplate(versionJSON() + "\n")
+	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		// "-limit 5", as Go's flag package took it, reads as -l -i ...
 		if m := singleDash.FindStringSubmatch(err.Error()); m != nil && cmd.Flags().Lookup(m[1]) != nil {
@@ -230,6 +233,14 @@ func (c *cli) newRoot() *cobra.Command {
 	if cmd, _, err := root.Find([]string{"completion"}); err == nil && cmd != root {
 		cmd.Use = "completion bash|zsh|fish|powershell"
 		cmd.Short = "print the shell completion script for bash, zsh, fish or powershell"
+		// A completion script is a shell's, never JSON.
+		cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+			if c.json {
+				c.json, c.jsonArg = false, false // the error is about --json: not in JSON
+				return errors.New("--json does not apply: completion prints a shell script")
+			}
+			return nil
+		}
 		cmd.RunE = func(_ *cobra.Command, args []string) error { // no shell, or an unknown one
 			if len(args) > 0 {
 				return fmt.Errorf("unknown shell %q: bash, zsh, fish or powershell", args[0])

@@ -59,10 +59,11 @@ Examples:
   runclaim migrate --print > migrations/runclaim.sql
 
 JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
-"from": 0, "version": 11}, where migrated says whether this run applied a
-step (of several migrates at once, one applies them and says true; the
-others wait for it, and say false); with --status, {"table": ..., "have": 1, "want": 11, "current": false,
-"missing": [{"version": 2, "name": "..."}, ...]}; with --print,
+"from": 0, "version": 11, "latest": 11}, where migrated says whether this
+run applied a step (of several migrates at once, one applies them and says
+true; the others wait for it, and say false), version is the table's and
+latest this release's; with --status, {"table": ..., "version": 1,
+"latest": 11, "current": false, "missing": [{"version": 2, "name": "..."}, ...]}; with --print,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
 quoted, as --table accepts it.`,
@@ -144,7 +145,8 @@ func runMigrate(ctx context.Context, c *cli, o *migrateOptions) int {
 			Migrated bool   `json:"migrated"`
 			From     int    `json:"from"`
 			Version  int    `json:"version"`
-		}{store.Table(), migrated, before, have}); err != nil {
+			Latest   int    `json:"latest"`
+		}{store.Table(), migrated, before, have, runclaim.LatestSchemaVersion}); err != nil {
 			return c.fail("migrate", err)
 		}
 		return exitOK
@@ -288,8 +290,8 @@ func migrateStatus(ctx context.Context, c *cli, store *runclaim.PostgresStore) i
 	if c.json {
 		if err := writeJSON(c.stdout, struct {
 			Table   string     `json:"table"`
-			Have    int        `json:"have"`
-			Want    int        `json:"want"`
+			Version int        `json:"version"`
+			Latest  int        `json:"latest"`
 			Current bool       `json:"current"`
 			Missing []stepJSON `json:"missing"`
 		}{store.Table(), have, want, have >= want, missing}); err != nil {

@@ -22,13 +22,13 @@ func TestMigrate(t *testing.T) {
 		t.Errorf("second migrate: stdout %q, want %q", r.stdout, want)
 	}
 	r = mustRun(t, db, exitOK, "migrate", "--json")
-	obj := decodeObject(t, r.stdout, "table", "migrated", "from", "version")
+	obj := decodeObject(t, r.stdout, "table", "migrated", "from", "version", "latest")
 	if obj["table"] != `"public"."runclaim_runs"` || obj["migrated"] != false ||
 		num(t, obj["from"]) != float64(runclaim.LatestSchemaVersion) || num(t, obj["version"]) != float64(runclaim.LatestSchemaVersion) {
 		t.Errorf("JSON %v", obj)
 	}
 	r = mustRun(t, db, exitOK, "--table", "json.runs", "migrate", "--json")
-	obj = decodeObject(t, r.stdout, "table", "migrated", "from", "version")
+	obj = decodeObject(t, r.stdout, "table", "migrated", "from", "version", "latest")
 	if obj["migrated"] != true || num(t, obj["from"]) != 0 || num(t, obj["version"]) != float64(runclaim.LatestSchemaVersion) {
 		t.Errorf("JSON of a migrate that created the table: %v", obj)
 	}
@@ -163,9 +163,9 @@ func TestMigrateStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = mustRun(t, db, exitOutdated, "migrate", "--status", "--json")
-	obj := decodeObject(t, r.stdout, "table", "have", "want", "current", "missing")
+	obj := decodeObject(t, r.stdout, "table", "version", "latest", "current", "missing")
 	missing, _ := obj["missing"].([]any)
-	if num(t, obj["have"]) != 1 || num(t, obj["want"]) != float64(want) || obj["current"] != false || len(missing) != want-1 {
+	if num(t, obj["version"]) != 1 || num(t, obj["latest"]) != float64(want) || obj["current"] != false || len(missing) != want-1 {
 		t.Errorf("status of a version 1 table: %v", obj)
 	}
 	if have, _, err := store.SchemaVersion(t.Context()); err != nil || have != 1 {
@@ -181,7 +181,7 @@ func TestMigrateStatus(t *testing.T) {
 	}
 	// Nothing missing: an empty list, not null.
 	r = mustRun(t, db, exitOK, "migrate", "--status", "--json")
-	if obj := decodeObject(t, r.stdout, "table", "have", "want", "current", "missing"); !strings.Contains(r.stdout, `"missing": []`) || obj["current"] != true {
+	if obj := decodeObject(t, r.stdout, "table", "version", "latest", "current", "missing"); !strings.Contains(r.stdout, `"missing": []`) || obj["current"] != true {
 		t.Errorf("status --json of a current table: %s, want \"missing\": []", r.stdout)
 	}
 }
@@ -257,7 +257,7 @@ func TestMigrateConcurrent(t *testing.T) {
 			if r.code != exitOK {
 				t.Fatalf("migrate --json: %+v", r)
 			}
-			obj := decodeObject(t, r.stdout, "table", "migrated", "from", "version")
+			obj := decodeObject(t, r.stdout, "table", "migrated", "from", "version", "latest")
 			if num(t, obj["version"]) != float64(runclaim.LatestSchemaVersion) {
 				t.Errorf("version %v, want %d", obj["version"], runclaim.LatestSchemaVersion)
 			}

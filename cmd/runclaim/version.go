@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -43,4 +44,35 @@ func formatVersion(info *debug.BuildInfo) string {
 		line += " (" + strings.Join(rev, ", ") + ")"
 	}
 	return fmt.Sprintf("%s %s", line, info.GoVersion)
+}
+
+// versionJSON is what --version --json prints: {"version", "revision",
+// "time", "modified", "go"}, empty strings for what the build did not
+// record.
+func versionJSON() string {
+	out := struct {
+		Version  string `json:"version"`
+		Revision string `json:"revision"`
+		Time     string `json:"time"`
+		Modified bool   `json:"modified"`
+		Go       string `json:"go"`
+	}{Version: "(devel)"}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if info.Main.Version != "" {
+			out.Version = info.Main.Version
+		}
+		out.Go = info.GoVersion
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				out.Revision = s.Value
+			case "vcs.time":
+				out.Time = s.Value
+			case "vcs.modified":
+				out.Modified = s.Value == "true"
+			}
+		}
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
 }
