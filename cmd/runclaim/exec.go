@@ -54,85 +54,22 @@ last run started), the command is not run: exec prints why on stderr
 (unless --quiet) and exits with --skip-exit-code.
 
 The command runs with exec's stdin, stdout and stderr, and exec's
-environment without runclaim's database settings: DATABASE_URL (which may
-hold a password), every PG* variable, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE
-and RUNCLAIM_SYNCHRONOUS_COMMIT are removed from it. With --pass-db-env
-they are passed on unchanged, as flock, env or timeout would, for a job
-that uses the same database. The command also gets RUNCLAIM_RUN_ID (the
-run's ID, a fencing token that increases with every run: pass it to writes
-that must refuse a stale holder), RUNCLAIM_SOURCE and RUNCLAIM_OWNER. (A
-password in ~/.pgpass stays readable to any process of the same user.)
+environment without runclaim's database settings (DATABASE_URL, every PG*
+variable, RUNCLAIM_*; --pass-db-env keeps them), plus RUNCLAIM_RUN_ID (a
+fencing token: pass it to writes that must refuse a stale holder),
+RUNCLAIM_SOURCE and RUNCLAIM_OWNER.
 
 The run ends only when no process of the command's process group is left.
-The command runs in a process group of its own, with every process it
-starts, under a small keeper process (a second runclaim,
-"runclaim-exec-keeper" in ps) that reaps the group and exits only once it
-is empty; exec records the outcome, or exits, only then. If the command
-exits (even with 0) while processes of its group are still running, exec
-sends SIGTERM to the group, then SIGKILL after --kill-grace, and waits
-until the group is empty; the outcome is still the command's exit status.
-
-The command never outlives exec: if exec dies, even by SIGKILL, the OOM
-killer or a kill of exec's whole process group ("timeout -s KILL",
-"kill -9 -- -PGID"), the keeper kills the whole group at once and exits
-only once it is empty, while the lease still keeps every other host out:
-the kernel closes a pipe when exec dies, and the keeper watches it. The
-keeper runs in a process group of its own, so a signal sent to exec's
-group does not reach it. A dead exec cannot record the outcome: the run
-stays running until its lease passes. On Linux the command is also
-killed if the keeper itself dies (PR_SET_PDEATHSIG).
-
-The keeper also enforces the lease on its own: exec tells it, after each
-heartbeat, the time by which the command's group must be stopped, before
-the lease can end. If exec is stopped (kill -STOP of its group, Ctrl-Z at
-a terminal) or starved past that time, the keeper kills the group then,
-though exec lives. Not covered: exec and the keeper both killed by PID
-("pkill -9 -f runclaim"), or both stopped. The command itself still dies
-with the keeper on Linux, but processes it started can live on (they do
-when both die at once), and overlap the next host's run: stop exec with a
-signal it forwards, or kill its group, not its keeper.
-
+A keeper process ("runclaim-exec-keeper" in ps) reaps the group, kills it
+if exec dies or is stopped past the lease, and exec records the outcome
+only once the group is empty. SIGINT, SIGTERM, SIGHUP and SIGQUIT are
+forwarded to the group. If the run is lost (released, or heartbeats failed
+for most of a lease) or outlives --max-run-time, exec sends SIGTERM to the
+group, then SIGKILL after --kill-grace (bounded so that it lands while the
+lease still holds), and exits with --lost-exit-code or --timeout-exit-code.
 Out of reach: a process that leaves the group (setsid, setpgid, a daemon)
-is neither waited for nor killed, and may overlap the next host's run;
-exec follows a process group, not a cgroup as systemd's default kill mode
-does. On systems without process groups (Windows) the command is started
-directly: exec waits for it alone, and it survives exec's death.
-
-SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to exec are forwarded to the
-group. After SIGINT or SIGTERM, the group has --kill-grace to end; then
-exec sends SIGKILL to it and waits until it is empty. After SIGHUP or
-SIGQUIT the command decides what to do and exec waits for it. A signal
-that arrives before the command has started stops exec instead.
-
-If the run is lost while the command runs (an operator released it, or
-heartbeats failed for most of a lease, so that another host may take
-over), exec sends SIGTERM to the group, then SIGKILL after --kill-grace,
-waits until the group is empty, and exits with --lost-exit-code. When
-heartbeats fail, exec starts that before the lease ends, and --kill-grace
-is bounded so that the command is killed while the lease still holds: by
-default it is half of the time between the stop and the lease's end,
-(lease - 2*heartbeat)/8, at most 10s (1.25s with the default --lease and
---heartbeat). A longer --kill-grace is refused; lengthen --lease or
-shorten --heartbeat to allow one.
-
-Each heartbeat attempt may take a part of what the lease leaves after the
-heartbeat interval and that stop (the library's Settings.HeartbeatTimeout:
-(lease - margin - heartbeat)/3, margin being (lease - 2*heartbeat)/4). exec
-refuses a --lease and --heartbeat that give it less than 500ms, room for a
-new connection on a slow link: with the default --heartbeat, a --lease
-under 2.6s.
-
-With --max-run-time D, a command still running D after the claim is
-stopped as a lost run's is: SIGTERM to its group, SIGKILL after
---kill-grace, and exec waits until the group is empty. The lease is kept
-meanwhile, so no other host starts the source while the group winds
-down. The run is recorded as failed, its error saying the maximum run
-time was exceeded, and exec exits with --timeout-exit-code (124, as
-timeout(1) does).
-
-The command should not read from the terminal: it is not in the terminal's
-foreground process group (the keeper is not either). Keys such as Ctrl-C
-signal exec's group, the foreground one, and exec forwards the signal.
+is neither waited for nor killed. docs/cli.md ("exec") has the details:
+the keeper, signals, the lease budget, Windows.
 
 Examples:
   # crontab on every host: at most one nightly report at a time

@@ -466,9 +466,19 @@ func TestExecHelpDocumentsExitCodes(t *testing.T) {
 			t.Errorf("the exit code table lacks %d with --%s", code, flag)
 		}
 	}
-	for _, want := range []string{"--kill-grace", "at most (lease - 2*heartbeat)/8", "--no-db-env", "--pass-db-env", "runclaim-exec-keeper", "PR_SET_PDEATHSIG"} {
+	for _, want := range []string{"--kill-grace", "at most (lease - 2*heartbeat)/8", "--no-db-env", "--pass-db-env", "runclaim-exec-keeper", "docs/cli.md"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("--help lacks %q", want)
+		}
+	}
+	// The details the help leaves to docs/cli.md are there.
+	doc, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"PR_SET_PDEATHSIG", "runclaim-exec-keeper", "--kill-grace", "setsid"} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("docs/cli.md lacks %q, which exec --help leaves to it", want)
 		}
 	}
 }

@@ -113,20 +113,9 @@ Connection:
   failure to connect to pgx's defaults (a Unix socket, the system user) says
   so.
 
-Synchronous commit:
-  With synchronous standbys, --synchronous-commit on or remote_apply makes
-  each write wait until a standby has it, so that a failover to that
-  standby loses no claim, release or pause that runclaim reported. It is
-  sent as SET LOCAL inside each of the command's own transactions, so it
-  works behind PgBouncer in transaction pooling mode. Instead of the flag,
-  set it for everything a role does:
-    ALTER ROLE runclaim_ops SET synchronous_commit = 'remote_apply';
-  or for every session of one connection string, migrate's included:
-    DATABASE_URL='postgres://...?options=-c%20synchronous_commit%3Dremote_apply'
-  (the options startup parameter, which libpq understands too). PgBouncer
-  refuses a startup parameter it does not track (unsupported startup
-  parameter) unless ignore_startup_parameters lists it, and then drops it:
-  behind it, use the flag or ALTER ROLE.
+Synchronous commit: with synchronous standbys, --synchronous-commit on (or
+  remote_apply) makes each write wait for a standby; docs/cli.md says how
+  to set it per role or in DATABASE_URL instead.
 
 Exit codes:
   0  success

@@ -321,15 +321,17 @@ func (c *cli) globalFlags(fs *pflag.FlagSet) {
 	// No default from the environment: the help would print its password.
 	fs.StringVar(&c.databaseURL, databaseURLFlag, "",
 		"the database to connect to, as a `url` (postgres://user@host:5432/dbname); default $"+envDatabaseURL+", else the PG* variables")
-	fs.StringVar(&c.table, "table", c.getenv(envTable),
+	// The defaults from the environment are applied in checkGlobal, so
+	// that the help shows one default, not the variable's value beside it.
+	fs.StringVar(&c.table, "table", "",
 		"runs table as `schema.table` or table; quote a name that contains a dot: \"my.schema\".runs (default public.runclaim_runs, or $"+envTable+")")
-	fs.StringVar(&c.namespace, "namespace", c.getenv(envNamespace),
+	fs.StringVar(&c.namespace, "namespace", "",
 		"advisory lock `namespace`, used by exec, pause and state --set-file/--clear; must match the services' WithNamespace, or pause and state do not wait for their claims in flight (default runclaim, or $"+envNamespace+")")
 	fs.BoolVar(&c.json, "json", false,
 		"print one JSON document instead of a table (every command but exec, whose output is its command's); errors too, as {\"command\", \"error\", \"hint\"} on stderr")
 	fs.Func(syncCommitFlag, "commit the writes of exec, release, prune, pause, resume and trigger with synchronous_commit at `level`: "+
 		"remote_apply, on, remote_write, local or off (default $"+envSynchronousCommit+", else the session's); the other commands refuse it; "+
-		"'runclaim --help' says how to set it per role or in "+envDatabaseURL+" instead",
+		"docs/cli.md says how to set it per role or in "+envDatabaseURL+" instead",
 		func(s string) error {
 			c.syncCommit, c.syncCommitGiven = s, true
 			return nil
@@ -338,6 +340,12 @@ func (c *cli) globalFlags(fs *pflag.FlagSet) {
 
 // checkGlobal checks the global flags for cmd, before anything connects.
 func (c *cli) checkGlobal(cmd *cobra.Command) error {
+	if c.table == "" {
+		c.table = c.getenv(envTable)
+	}
+	if c.namespace == "" {
+		c.namespace = c.getenv(envNamespace)
+	}
 	if !takesJSON(cmd) && c.json {
 		c.json, c.jsonArg = false, false // the error is about --json: not in JSON
 		return fmt.Errorf("--json does not apply: %s prints no output of its own", cmd.Name())
