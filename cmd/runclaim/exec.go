@@ -326,7 +326,7 @@ func (e *runEvents) hooks(c *cli, o *execOptions) runclaim.Hooks {
 func runExec(ctx context.Context, c *cli, o *execOptions) int {
 	path, err := lookCommand(o.argv[0])
 	if err != nil { // not found: fail before claiming
-		fmt.Fprintf(c.stderr, "runclaim exec: %v\n", err)
+		fmt.Fprintf(c.stderr, "runclaim exec: %s\n", lookError(o.argv[0], err))
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return exitNotFound
 		}
@@ -381,6 +381,20 @@ func lookCommand(name string) (string, error) {
 		}
 	}
 	return cmd.Path, cmd.Err
+}
+
+// lookError says why the command name cannot be run, without os/exec's
+// "exec: " prefix after exec's own: "cannot run "x": ...".
+func lookError(name string, err error) string {
+	var ee *exec.Error
+	for errors.As(err, &ee) {
+		err = ee.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // "stat /x: no such file": the path is named already
+	}
+	return fmt.Sprintf("cannot run %s: %v", strconv.Quote(name), err)
 }
 
 // dbEnvVars are the variables exec removes from the command's environment

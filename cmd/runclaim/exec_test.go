@@ -79,6 +79,9 @@ func TestExec(t *testing.T) {
 			if r.code != exitNotFound || !strings.Contains(r.stderr, name) {
 				t.Errorf("%s: %+v, want exit 127", name, r)
 			}
+			if want := "runclaim exec: cannot run \"" + name + "\": "; !strings.HasPrefix(r.stderr, want) || strings.Contains(r.stderr, "exec: exec:") || strings.Contains(r.stderr, "  ") {
+				t.Errorf("%s: stderr %q, want one prefix: %q", name, r.stderr, want)
+			}
 		}
 		if runs := history(t, store, "missing"); len(runs) != 0 {
 			t.Errorf("a command that does not exist was claimed: %+v", runs)
