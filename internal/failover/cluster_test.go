@@ -9,9 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"github.com/runclaim/runclaim/internal/pgtest"
 	"github.com/runclaim/runclaim/internal/sharedtest"
 	"github.com/runclaim/runclaim/internal/tcpproxy"
 )
@@ -40,43 +39,11 @@ const howToRun = "to run the failover tests, install the PostgreSQL server binar
 	"(Debian: apt-get install postgresql-15) or set PGTEST_BINDIR to a directory holding postgres, initdb and pg_basebackup; " +
 	"set PGTEST_REQUIRED=1 to fail instead of skipping"
 
-// binDir finds the server binaries (see the package doc).
-func binDir() (string, error) {
-	need := []string{"postgres", "initdb", "pg_basebackup"}
-	has := func(dir string) error {
-		for _, b := range need {
-			if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if dir := os.Getenv("PGTEST_BINDIR"); dir != "" {
-		if err := has(dir); err != nil {
-			return "", fmt.Errorf("PGTEST_BINDIR: %w", err)
-		}
-		return dir, nil
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
-	for _, dir := range dirs {
-		if has(dir) == nil {
-			return dir, nil
-		}
-	}
-	return "", errors.New("no PostgreSQL server binaries in /usr/lib/postgresql/*/bin")
-}
-
-func majorOf(dir string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
-	return n
-}
-
-// needBinaries returns the binaries' directory, or skips (fails with
-// PGTEST_REQUIRED=1) the test.
+// needBinaries returns the binaries' directory (pgtest.BinDir, with
+// pg_basebackup), or skips (fails with PGTEST_REQUIRED=1) the test.
 func needBinaries(t testing.TB) string {
 	t.Helper()
-	dir, err := binDir()
+	dir, err := pgtest.BinDir(0, "postgres", "initdb", "pg_basebackup")
 	if err != nil {
 		if os.Getenv("PGTEST_REQUIRED") == "1" {
 			t.Fatalf("failover: %v (PGTEST_REQUIRED=1)", err)
@@ -86,24 +53,14 @@ func needBinaries(t testing.TB) string {
 	return dir
 }
 
-// runAs is the user the servers run as: this process's own, or, as root,
-// postgres or else nobody.
+// runAs is the user the servers run as (pgtest.ServerCredential).
 func runAs(t testing.TB) *syscall.Credential {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		return nil
+	cred, err := pgtest.ServerCredential()
+	if err != nil {
+		t.Fatalf("failover: %v", err)
 	}
-	for _, name := range []string{"postgres", "nobody"} {
-		u, err := user.Lookup(name)
-		if err != nil {
-			continue
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
-	}
-	t.Fatal("failover: running as root, and there is neither a postgres nor a nobody user to run the servers as")
-	return nil
+	return cred
 }
 
 // server is one postgres process.

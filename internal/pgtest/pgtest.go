@@ -7,13 +7,21 @@
 //     superuser or a role with CREATEDB, and point at a maintenance
 //     database such as "postgres".
 //   - Otherwise a container started through testcontainers-go from the image
-//     named by PGTEST_IMAGE (default "postgres:16-alpine"), once per test
+//     named by PGTEST_IMAGE (default "postgres:18"), once per test
 //     binary, on first use, and removed by [Main] when the tests are done.
-//   - Otherwise tests that need a database are skipped with a message saying
-//     how to run them, or fail when PGTEST_REQUIRED=1. Since "go test"
-//     shows a passing package as one "ok" line, hiding its skips, [Main]
-//     then fails the package with a line "pgtest: N database tests SKIPPED:
-//     no PostgreSQL server; ..." unless PGTEST_OPTIONAL=1 accepts the skips.
+//   - Otherwise, when no container can start (no Docker daemon, no image),
+//     a throwaway cluster from this machine's server binaries (Linux):
+//     PGTEST_BINDIR, or the newest /usr/lib/postgresql/N/bin (of the major
+//     version PGTEST_SERVER_MAJOR names, if set), initialised in a
+//     temporary directory (under /dev/shm with PGTEST_TMPFS=1), run as the
+//     postgres user when the tests run as root, on a free port of
+//     127.0.0.1, and removed by [Main].
+//   - Otherwise the tests that need a database fail: [Main] fails the
+//     package with a line "pgtest: N database tests SKIPPED: no PostgreSQL
+//     server; ..." that says what to install, since "go test" shows a
+//     passing package as one "ok" line and would hide the skips. With
+//     PGTEST_OPTIONAL=1 the skips are accepted and the package passes;
+//     with PGTEST_REQUIRED=1 each test fails at once.
 //
 // The server must be PostgreSQL 13 or later (the oldest release runclaim is
 // tested on; DROP DATABASE ... WITH (FORCE) needs it). With
@@ -106,7 +114,7 @@ const (
 	envOptional = "PGTEST_OPTIONAL"
 	envTmpfs    = "PGTEST_TMPFS"
 
-	defaultImage = "postgres:16-alpine"
+	defaultImage = "postgres:18"
 
 	// minVersionNum is the oldest server accepted, as server_version_num.
 	minVersionNum = 130000
@@ -126,8 +134,9 @@ const (
 
 const howToRun = "to run database tests, set PGTEST_DSN to the DSN of a PostgreSQL server " +
 	"(a superuser or CREATEDB role, e.g. postgres://postgres:secret@127.0.0.1:5432/postgres), " +
-	"or make a Docker daemon available (image from PGTEST_IMAGE, default " + defaultImage + "); " +
-	"set PGTEST_REQUIRED=1 to fail instead of skipping"
+	"or make a Docker daemon available (image from PGTEST_IMAGE, default " + defaultImage + "), " +
+	"or install the PostgreSQL server binaries (Debian: apt-get install postgresql-15; or set PGTEST_BINDIR); " +
+	"PGTEST_OPTIONAL=1 accepts the skips and passes, PGTEST_REQUIRED=1 fails each test instead of skipping"
 
 // Server describes the PostgreSQL server shared by the tests of a test
 // binary.
@@ -144,6 +153,9 @@ type Server struct {
 	// dataDir is the host directory, in memory, that holds the container's
 	// data directory under PGTEST_TMPFS=1; removed with the container.
 	dataDir string
+	// local is the server started from the local binaries, when no
+	// container could start; nil otherwise.
+	local *localServer
 	// Version is the server's version, as its server_version setting
 	// says (such as "16.14").
 	Version string
@@ -300,7 +312,7 @@ func SharedServer(t testing.TB) *Server {
 	if !sharedDone {
 		shared, sharedErr = startServer()
 		sharedDone = true
-		if sharedErr == nil && shared.Container != nil && fuzzCoordinator() {
+		if sharedErr == nil && (shared.Container != nil || shared.local != nil) && fuzzCoordinator() {
 			// The fuzzing workers, which this process starts later, inherit
 			// its environment: they use this server instead of each starting
 			// a container, which a worker killed at the end of fuzzing would
@@ -342,14 +354,21 @@ func startServer() (*Server, error) {
 	var from string
 	if dsn := os.Getenv(envDSN); dsn != "" {
 		srv, from = &Server{AdminDSN: dsn}, "the server of PGTEST_DSN at "+describeDSN(dsn)
-	} else {
-		if srv, err = startContainer(); err != nil {
-			return nil, err
-		}
+	} else if srv, err = startContainer(); err == nil {
 		from = fmt.Sprintf("image %s at %s (container %.12s)", imageName(), describeDSN(srv.AdminDSN), srv.Container.GetContainerID())
 		if srv.dataDir != "" {
 			from += ", data directory in memory (" + envTmpfs + "=1)"
 		}
+	} else {
+		// No container: the server binaries of this machine, if it has
+		// them, as a developer's laptop or a CI image with PostgreSQL
+		// installed does.
+		local, lerr := startLocal(wantMajor)
+		if lerr != nil {
+			return nil, fmt.Errorf("%w; and no local server: %v", err, lerr)
+		}
+		srv = local
+		from = fmt.Sprintf("the local server binaries in %s at %s (no container: %s)", local.local.bin, describeDSN(srv.AdminDSN), firstLine(err.Error()))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
@@ -369,7 +388,7 @@ func startServer() (*Server, error) {
 		err = checkVersion(srv.Version, srv.VersionNum, wantMajor)
 	}
 	if err != nil {
-		if srv.Container != nil {
+		if srv.Container != nil || srv.local != nil {
 			_ = srv.terminate(context.Background())
 		}
 		return nil, fmt.Errorf("%s: %w", from, err)
@@ -524,7 +543,7 @@ func imageName() string {
 func teardown() error {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
-	if shared == nil || shared.Container == nil {
+	if shared == nil || (shared.Container == nil && shared.local == nil) {
 		return nil
 	}
 	srv := shared
@@ -559,6 +578,10 @@ func dataDirPrefix() string {
 // terminate removes the server's container, and its data directory in
 // memory if it has one.
 func (srv *Server) terminate(ctx context.Context) error {
+	if srv.local != nil {
+		srv.local.stop()
+		return nil
+	}
 	err := srv.Container.Terminate(ctx)
 	if srv.dataDir != "" {
 		removeDataDir(srv.dataDir)
@@ -739,4 +762,13 @@ func containerLabels() map[string]string {
 		labels[containerLabel+".run"] = run
 	}
 	return labels
+}
+
+// firstLine is s up to its first line break, cut to 200 bytes.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
 }

@@ -406,3 +406,46 @@ func TestPinTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalServer runs this test binary again where no container can
+// start (an image that does not exist) and no PGTEST_DSN is set: its
+// database test must run on a throwaway cluster of this machine's server
+// binaries, say so in its one line, and leave no data directory behind.
+func TestLocalServer(t *testing.T) {
+	if os.Getenv("PGTEST_CHILD") == "1" {
+		t.Skip("in the child")
+	}
+	bin, err := BinDir(0)
+	if err != nil {
+		if os.Getenv(envRequired) == "1" {
+			t.Fatalf("%v (PGTEST_REQUIRED=1)", err)
+		}
+		t.Skipf("%v: no server binaries to start a cluster with", err)
+	}
+	// The child's TMPDIR, which the server's user (postgres, under root)
+	// must be able to enter, as it can /tmp.
+	tmp, err := os.MkdirTemp("", "pgtest-local-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^(TestNewIsolated|TestCleanupDropsDatabase)$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "PGTEST_CHILD=1", envDSN+"=", envImage+"=runclaim.local/no-such-image:0",
+		envRequired+"=1", envMajor+"=", envTmpfs+"=", "TMPDIR="+tmp)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child on the local binaries: %v; output:\n%s", err, out)
+	}
+	for _, want := range []string{"from the local server binaries in " + bin, "--- PASS: TestNewIsolated", "--- PASS: TestCleanupDropsDatabase"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("child output lacks %q:\n%s", want, out)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(tmp, dataDirPrefix()+"*"))
+	if len(left) > 0 {
+		t.Errorf("the child left its cluster's files behind: %v", left)
+	}
+}
