@@ -98,7 +98,10 @@ func runCooldown(ctx context.Context, c *cli, o *cooldownOptions) int {
 		return c.fail("cooldown", err)
 	}
 	var until time.Time
+	wasCooling := false
 	if o.end {
+		k, _ := keyState(ctx, store, o.key)
+		wasCooling = !k.CoolingUntil.IsZero()
 		err = store.EndCooldown(ctx, o.key)
 	} else {
 		var now time.Time
@@ -125,8 +128,10 @@ func runCooldown(ctx context.Context, c *cli, o *cooldownOptions) int {
 			CoolingUntil *time.Time `json:"cooling_until"`
 			Note         string     `json:"note"`
 		}{o.key, jsonTime(until), note})
-	} else if o.end {
+	} else if o.end && wasCooling {
 		_, err = fmt.Fprintf(c.stdout, "ended the cooldown of key %q\n", o.key)
+	} else if o.end {
+		_, err = fmt.Fprintf(c.stdout, "key %q was not cooling down: nothing to end\n", o.key)
 	} else if kept {
 		_, err = fmt.Fprintf(c.stdout, "key %q already cools down until %s, later than asked, with note \"%s\": kept\n", o.key, formatTime(until), visible(note))
 	} else {

@@ -76,7 +76,12 @@ func TestLimitCommands(t *testing.T) {
 	if len(objs) != 1 || fmt.Sprint(objs[0]["max_running"]) != "1" || fmt.Sprint(objs[0]["per_seconds"]) != "3600" || fmt.Sprint(objs[0]["starts"]) != "2" || objs[0]["note"] != "HTTP 429" {
 		t.Errorf("limits --json: %v", objs)
 	}
-	mustRun(t, db, exitOK, "cooldown", "site:avito", "--end")
+	if r := mustRun(t, db, exitOK, "cooldown", "site:avito", "--end"); !strings.HasPrefix(r.stdout, "ended the cooldown") {
+		t.Errorf("cooldown --end of a key cooling down: %q", r.stdout)
+	}
+	if r := mustRun(t, db, exitOK, "cooldown", "site:avito", "--end"); !strings.Contains(r.stdout, "was not cooling down: nothing to end") {
+		t.Errorf("cooldown --end of a key not cooling down: %q", r.stdout)
+	}
 	if r := mustRun(t, db, exitOK, "limit", "rm", "site:avito"); !strings.HasPrefix(r.stdout, "removed the limit") {
 		t.Errorf("limit rm of a key with a limit: %q", r.stdout)
 	}

@@ -459,15 +459,15 @@ func causeFirst(msg string) string {
 // hints are the advice for the server's errors that an operator's
 // setting causes, by SQLSTATE.
 var hints = map[string]string{
-	"42P01": "run 'runclaim migrate' first, or check --table",                                                        // undefined_table
-	"42883": "run 'runclaim migrate' first, or check --table",                                                        // undefined_function: the claim function of a schema too old
-	"28P01": "check the password in DATABASE_URL, PGPASSWORD or ~/.pgpass",                                           // invalid_password
-	"28000": "check the user in DATABASE_URL (or PGUSER), and the server's pg_hba.conf",                              // invalid_authorization_specification
-	"3D000": "check the database name in DATABASE_URL (or PGDATABASE)",                                               // invalid_catalog_name
-	"42P05": "behind PgBouncer in transaction mode, add default_query_exec_mode=exec to DATABASE_URL",                // duplicate_prepared_statement
-	"26000": "behind PgBouncer in transaction mode, add default_query_exec_mode=exec to DATABASE_URL",                // invalid_sql_statement_name
-	"53300": "the server has no connection slot left: try again, or raise max_connections",                           // too_many_connections
-	"25006": "DATABASE_URL points at a read-only server (a standby?): point it at the primary",                       // read_only_sql_transaction
+	"42P01": "run 'runclaim migrate' first, or check --table",                                         // undefined_table
+	"42883": "run 'runclaim migrate' first, or check --table",                                         // undefined_function: the claim function of a schema too old
+	"28P01": "check the password in DATABASE_URL, PGPASSWORD or ~/.pgpass",                            // invalid_password
+	"28000": "check the user in DATABASE_URL (or PGUSER), and the server's pg_hba.conf",               // invalid_authorization_specification
+	"3D000": "check the database name in DATABASE_URL (or PGDATABASE)",                                // invalid_catalog_name
+	"42P05": "behind PgBouncer in transaction mode, add default_query_exec_mode=exec to DATABASE_URL", // duplicate_prepared_statement
+	"26000": "behind PgBouncer in transaction mode, add default_query_exec_mode=exec to DATABASE_URL", // invalid_sql_statement_name
+	"53300": "the server has no connection slot left: try again, or raise max_connections",            // too_many_connections
+	"25006": "DATABASE_URL points at a read-only server (a standby?): point it at the primary",        // read_only_sql_transaction
 }
 
 // deniedObject matches the server's message of a privilege refused: the
