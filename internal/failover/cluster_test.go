@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/pgbin"
 	"github.com/runclaim/runclaim/internal/sharedtest"
 	"github.com/runclaim/runclaim/internal/tcpproxy"
 )
@@ -39,11 +39,11 @@ const howToRun = "to run the failover tests, install the PostgreSQL server binar
 	"(Debian: apt-get install postgresql-15) or set PGTEST_BINDIR to a directory holding postgres, initdb and pg_basebackup; " +
 	"set PGTEST_REQUIRED=1 to fail instead of skipping"
 
-// needBinaries returns the binaries' directory (pgtest.BinDir, with
+// needBinaries returns the binaries' directory (pgbin.BinDir, with
 // pg_basebackup), or skips (fails with PGTEST_REQUIRED=1) the test.
 func needBinaries(t testing.TB) string {
 	t.Helper()
-	dir, err := pgtest.BinDir(0, "postgres", "initdb", "pg_basebackup")
+	dir, err := pgbin.BinDir(0, "postgres", "initdb", "pg_basebackup")
 	if err != nil {
 		if os.Getenv("PGTEST_REQUIRED") == "1" {
 			t.Fatalf("failover: %v (PGTEST_REQUIRED=1)", err)
@@ -53,10 +53,10 @@ func needBinaries(t testing.TB) string {
 	return dir
 }
 
-// runAs is the user the servers run as (pgtest.ServerCredential).
+// runAs is the user the servers run as (pgbin.ServerCredential).
 func runAs(t testing.TB) *syscall.Credential {
 	t.Helper()
-	cred, err := pgtest.ServerCredential()
+	cred, err := pgbin.ServerCredential()
 	if err != nil {
 		t.Fatalf("failover: %v", err)
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runclaim/runclaim/internal/pgbin"
 )
 
 func TestMain(m *testing.M) { os.Exit(Main(m)) }
@@ -415,7 +417,7 @@ func TestLocalServer(t *testing.T) {
 	if os.Getenv("PGTEST_CHILD") == "1" {
 		t.Skip("in the child")
 	}
-	bin, err := BinDir(0)
+	bin, err := pgbin.BinDir(0)
 	if err != nil {
 		if os.Getenv(envRequired) == "1" {
 			t.Fatalf("%v (PGTEST_REQUIRED=1)", err)
