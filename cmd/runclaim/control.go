@@ -21,6 +21,9 @@ type controlTarget struct {
 	now func(ctx context.Context) (time.Time, error)
 	// paused reports whether source is paused now.
 	paused func(ctx context.Context, source string) (bool, error)
+	// seen reports whether the table knows source: a run of it, or a
+	// pause or trigger; nil where the store cannot tell.
+	seen func(ctx context.Context, source string) (bool, error)
 }
 
 // openControl opens the control commands' store. Tests replace it.
@@ -40,6 +43,13 @@ func (c *cli) postgresControl(ctx context.Context) (controlTarget, error) {
 	}, paused: func(ctx context.Context, source string) (bool, error) {
 		controls, _, err := store.Controls(ctx, source)
 		return slices.ContainsFunc(controls, func(k runclaim.SourceControl) bool { return k.Paused }), err
+	}, seen: func(ctx context.Context, source string) (bool, error) {
+		h, err := store.Check(ctx, source, time.Hour)
+		if err != nil || h.Latest != nil {
+			return h.Latest != nil, err
+		}
+		controls, _, err := store.Controls(ctx, source)
+		return len(controls) > 0, err
 	}}, nil
 }
 

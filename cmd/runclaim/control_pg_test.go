@@ -51,7 +51,9 @@ func TestControlOnPostgres(t *testing.T) {
 	if err := claimErr(t, store, "report", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	mustRun(t, db, exitOK, "trigger", "report")
+	if r := mustRun(t, db, exitOK, "trigger", "report"); strings.Contains(r.stderr, "never run") {
+		t.Errorf("trigger of a source that ran: stderr %q", r.stderr)
+	}
 	mustRun(t, db, exitOK, "trigger", "avito") // waits for the pause
 
 	r = mustRun(t, db, exitOK, "status")
@@ -155,3 +157,26 @@ VALUES ('alpha', 'running', 'host-a', clock_timestamp(), clock_timestamp() + int
 
 // matches reports whether s matches the regular expression re.
 func matches(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// TestTriggerUnknownSource: a trigger of a name the table does not know
+// (no run, no pause, no trigger) is set, with a note to check the name,
+// and "seen": false in JSON; a source that ran gets no note.
+func TestTriggerUnknownSource(t *testing.T) {
+	db, store := setup(t)
+	if err := claimErr(t, store, "report", 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustRun(t, db, exitOK, "trigger", "report"); strings.Contains(r.stderr, "never run") {
+		t.Errorf("trigger of a source that ran: stderr %q", r.stderr)
+	}
+	if r := mustRun(t, db, exitOK, "trigger", "reprot"); !strings.Contains(r.stderr, `"reprot" has never run here`) {
+		t.Errorf("trigger of a source that never ran: stderr %q, want a note", r.stderr)
+	}
+	if o := decodeObject(t, mustRun(t, db, exitOK, "trigger", "reprot2", "--json").stdout, "source", "seen"); o["seen"] != false {
+		t.Errorf("trigger --json of a source that never ran: %v", o)
+	}
+	// Once triggered, the name is known.
+	if o := decodeObject(t, mustRun(t, db, exitOK, "trigger", "reprot2", "--json").stdout, "source", "seen"); o["seen"] != true {
+		t.Errorf("trigger --json of a source triggered before: %v", o)
+	}
+}

@@ -130,7 +130,7 @@ func TestPauseResumeTrigger(t *testing.T) {
 	if r := mustRun(t, nil, exitOK, "resume", "never-paused", "--json"); decodeObject(t, r.stdout, "source", "was_paused")["source"] != "never-paused" {
 		t.Errorf("resume --json: %s", r.stdout)
 	}
-	if r := mustRun(t, nil, exitOK, "trigger", "avito", "--json"); decodeObject(t, r.stdout, "source")["source"] != "avito" {
+	if r := mustRun(t, nil, exitOK, "trigger", "avito", "--json"); decodeObject(t, r.stdout, "source", "seen")["source"] != "avito" {
 		t.Errorf("trigger --json: %s", r.stdout)
 	}
 }

@@ -28,7 +28,8 @@ Examples:
   runclaim resume scraper-avito
   runclaim trigger scraper-avito
 
-JSON output: {"source"}`,
+JSON output: {"source", "seen"}, where seen is false for a source that
+never ran and was never paused or triggered (a note says so in text).`,
 		Args:        maxArgs(1),
 		Annotations: map[string]string{annotWrites: "true"},
 	}, runTrigger)
@@ -45,13 +46,23 @@ func runTrigger(ctx context.Context, c *cli, o *triggerOptions) int {
 	if err != nil {
 		return c.fail("trigger", err)
 	}
+	seen := true
+	if target.seen != nil {
+		if seen, err = target.seen(ctx, o.source); err != nil {
+			return c.fail("trigger", err)
+		}
+	}
 	if err := target.ctl.Trigger(ctx, o.source); err != nil {
 		return c.fail("trigger", err)
+	}
+	if !seen && !c.json {
+		fmt.Fprintf(c.stderr, "runclaim trigger: note: %q has never run here, and was never paused or triggered: check the name (the trigger is set, for its first claim)\n", o.source)
 	}
 	if c.json {
 		err = writeJSON(c.stdout, struct {
 			Source string `json:"source"`
-		}{o.source})
+			Seen   bool   `json:"seen"`
+		}{o.source, seen})
 	} else {
 		_, err = fmt.Fprintf(c.stdout, "triggered %q: its next claim wins despite the minimum interval, once no run holds it and it is not paused\n", o.source)
 	}
