@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -528,10 +529,35 @@ func (s *PostgresStore) wrap(ctx context.Context, what string, err error) error 
 	switch pgCode(err) {
 	case "42703", "42883": // undefined column, undefined function
 		return fmt.Errorf("runclaim: %s: %w (%w)", what, err, errSchemaHint)
+	case "42501": // insufficient_privilege
+		return fmt.Errorf("runclaim: %s: %w (%s)", what, err, privilegeHint(err))
 	case "53200": // out_of_memory: the shared lock table is full
 		return fmt.Errorf("runclaim: %s: %w (the server's shared lock table is full: every session shares max_locks_per_transaction × max_connections slots, and a claim holds an advisory lock per source and per key until it commits; raise max_locks_per_transaction, or claim fewer sources at once: see MaxClaimMany)", what, err)
 	}
 	return fmt.Errorf("runclaim: %s: %w", what, err)
+}
+
+// deniedObject matches the server's message of a privilege refused: the
+// kind of object and its name.
+var deniedObject = regexp.MustCompile(`^permission denied for (schema|table|function|sequence) (.+)$`)
+
+// privilegeHint says which grant the server refused in err (a 42501), by
+// the object its message names.
+func privilegeHint(err error) string {
+	var pgErr *pgconn.PgError
+	errors.As(err, &pgErr)
+	m := deniedObject.FindStringSubmatch(pgErr.Message)
+	switch {
+	case m == nil:
+		return "the role lacks a privilege: docs/least-privilege.md lists what each call needs"
+	case m[1] == "schema":
+		return fmt.Sprintf("the role needs USAGE on schema %s, and CREATE on it to run Migrate; or choose a schema it may use with WithTable", m[2])
+	case m[1] == "function":
+		return fmt.Sprintf("the role needs EXECUTE on function %s", m[2])
+	case m[1] == "sequence":
+		return fmt.Sprintf("the role needs USAGE on sequence %s", m[2])
+	}
+	return fmt.Sprintf("the role lacks a privilege on %s %s: docs/least-privilege.md lists what each call needs", m[1], m[2])
 }
 
 // pgCode returns the SQLSTATE of the *pgconn.PgError in err's chain, or "".

@@ -416,8 +416,14 @@ func TestMigrateOwnerPrivileges(t *testing.T) {
 	admin(t, e.db, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", other, plain.name))
 	admin(t, e.db, fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", dbID, plain.name))
 	err = migrate(other)
-	if pgCode(err) != "42501" || !strings.HasPrefix(err.Error(), "runclaim: migrate: ") {
-		t.Errorf("Migrate with USAGE only on the schema: %v, want a wrapped 42501", err)
+	if pgCode(err) != "42501" || !strings.HasPrefix(err.Error(), "runclaim: migrate: ") || !strings.Contains(err.Error(), "CREATE on it to run Migrate") {
+		t.Errorf("Migrate with USAGE only on the schema: %v, want a wrapped 42501 that names the CREATE it needs", err)
+	}
+	// Without USAGE on the schema: the error names the schema and USAGE.
+	bare := "bare_" + sfx
+	admin(t, e.db, "CREATE SCHEMA "+bare)
+	if err := migrate(bare); pgCode(err) != "42501" || !strings.Contains(err.Error(), "the role needs USAGE on schema "+bare) {
+		t.Errorf("Migrate without USAGE on the schema: %v, want a wrapped 42501 that names USAGE on %s", err, bare)
 	}
 	admin(t, e.db, fmt.Sprintf("GRANT CREATE ON SCHEMA %s TO %s", other, plain.name))
 	if err := migrate(other); err != nil {
