@@ -216,8 +216,8 @@ func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err er
 			"every store on %s must use the same namespace (WithNamespace; this one uses %q), and nothing else may insert running runs: %w",
 			quoteForError(req.Source), s.Table(), s.namespace, err)
 	case "42501": // insufficient_privilege
-		return fmt.Errorf("runclaim: claim %s: %w (the role needs EXECUTE on function %s%s (on a table at the version before, %s%s), SELECT, INSERT, UPDATE and DELETE on %s, SELECT and UPDATE (triggered_at) on %s, and, for keys and states, the grants docs/least-privilege.md lists)",
-			quoteForError(req.Source), err, s.claimBody(), claimBodyArgs, s.claimFunc(), stateFuncArgs, s.Table(), s.controlTable())
+		return fmt.Errorf("runclaim: claim %s: %w (%s; in all, the role needs EXECUTE on function %s%s (on a table at the version before, %s%s), SELECT, INSERT, UPDATE and DELETE on %s, SELECT and UPDATE (triggered_at) on %s, and, for keys and states, the grants docs/least-privilege.md lists)",
+			quoteForError(req.Source), err, privilegeHint(err), s.claimBody(), claimBodyArgs, s.claimFunc(), stateFuncArgs, s.Table(), s.controlTable())
 	}
 	return s.wrap(ctx, "claim "+quoteForError(req.Source), err)
 }

@@ -64,7 +64,11 @@ var appGrants = []string{
 // newPrivEnv creates the roles (dropped when the test ends: roles are
 // global to the server, so their names are random), the schema owned by
 // the owner role, and runs Migrate as the owner and the grants.
-func newPrivEnv(t *testing.T) *privEnv {
+func newPrivEnv(t *testing.T) *privEnv { return newPrivEnvWithout(t, -1) }
+
+// newPrivEnvWithout is newPrivEnv without the grant appGrants[skip] (all
+// of them for -1).
+func newPrivEnvWithout(t *testing.T, skip int) *privEnv {
 	t.Helper()
 	ctx := t.Context()
 	db := pgtest.New(t)
@@ -90,7 +94,10 @@ func newPrivEnv(t *testing.T) *privEnv {
 	controlID := pgx.Identifier{runclaim.DefaultTable + "_control"}.Sanitize()
 	keysID, startsID := pgx.Identifier{runclaim.DefaultTable + "_keys"}.Sanitize(), pgx.Identifier{runclaim.DefaultTable + "_starts"}.Sanitize()
 	cursorsID := pgx.Identifier{runclaim.DefaultTable + "_cursors"}.Sanitize()
-	for _, g := range appGrants {
+	for i, g := range appGrants {
+		if i == skip {
+			continue
+		}
 		if _, err := ownerPool.Exec(ctx, fmt.Sprintf(g, schemaID, tableID, e.app.name, controlID, keysID, startsID, cursorsID)); err != nil {
 			t.Fatalf("grant as the owner: %v", err)
 		}
@@ -743,5 +750,50 @@ func TestClaimBodyGrantsCopied(t *testing.T) {
 	appStore := e.store(t, e.pool(t, e.app, nil))
 	if err := newClaimer(t, appStore).Do(ctx, "src", func(context.Context, *runclaim.Run) error { return nil }); err != nil {
 		t.Errorf("the application's claim after the upgrade: %v", err)
+	}
+}
+
+// TestEachGrantNeeded: the grants of docs/least-privilege.md (appGrants),
+// one missing at a time: the application role's claims then fail, with a
+// 42501 whose message names the object the missing grant is on, and the
+// role's other calls do not pass as if nothing were missing.
+func TestEachGrantNeeded(t *testing.T) {
+	t.Parallel()
+	objects := []string{"schema", "runclaim_runs", "runclaim_runs_control", "runclaim_runs_keys", "runclaim_runs_starts", "runclaim_runs_cursors"}
+	if len(objects) != len(appGrants) {
+		t.Fatalf("%d objects for %d grants", len(objects), len(appGrants))
+	}
+	for i, object := range objects {
+		t.Run(object, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			e := newPrivEnvWithout(t, i)
+			if object == "schema" {
+				object = "schema " + e.schema
+			} else {
+				object = "table " + object
+			}
+			owner := e.store(t, e.pool(t, e.owner, nil))
+			if err := owner.SetLimit(ctx, "site", runclaim.Limit{MaxRunning: 5}); err != nil {
+				t.Fatal(err)
+			}
+			app := e.store(t, e.pool(t, e.app, nil))
+			// A claim naming a key, as a Claimer with states makes it: it
+			// reads and writes every table the grants cover.
+			c, err := runclaim.New(app, runclaim.WithLease(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			run, err := c.Claim(ctx, "src", runclaim.WithKeys("site"))
+			if err == nil {
+				err = run.SaveState(ctx, []byte("cursor"))
+				_ = run.Finish(ctx, nil)
+			}
+			// The server's message, and the store's hint, both name it.
+			if pgCode(err) != "42501" || !strings.Contains(err.Error(), "permission denied for "+object+" (SQLSTATE 42501)") ||
+				!strings.Contains(err.Error(), "on "+object) && !strings.Contains(err.Error(), "USAGE on "+object) {
+				t.Fatalf("without the grant on %s: %v; want a 42501 that names it", object, err)
+			}
+		})
 	}
 }
