@@ -19,7 +19,11 @@ import (
 // its own in one shared database (creating a database per subtest would
 // only add its cost). Each replica the suite opens on it is a store over a
 // connection pool of its own, as a replica of a service has.
+//
+// It runs beside the package's other parallel tests (its subtests, one
+// after another): its backends are tables of its own.
 func TestPostgresStoreConformance(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	var tables atomic.Int64
 	storetest.RunReplicas(t, func(t *testing.T) func() runclaim.Store {
