@@ -8,7 +8,7 @@
 # PGTEST_REQUIRED=1 and PGTEST_SERVER_MAJOR=MAJOR, so that a test that
 # cannot get a database, or gets one of another version, fails. The runs go
 # JOBS at a time (the tests mostly wait on the database and on timers, so
-# they overlap well), the heaviest packages first, each with eight parallel
+# they overlap well), the heaviest packages first, each with four parallel
 # tests at once.
 #
 # The versions named with -s run only the smoke selection of
@@ -143,7 +143,7 @@ run_one() {
 	[[ -n $run ]] && args=(-test.run "$run")
 	(cd "$dir" && PGTEST_IMAGE="runclaim.local/postgres:$v" PGTEST_SERVER_MAJOR="$v" \
 		PGTEST_REQUIRED=1 TESTCONTAINERS_RYUK_DISABLED=true \
-		"$test2json" -t -p "$path" "$bin" -test.v=test2json -test.count=1 -test.parallel=8 \
+		"$test2json" -t -p "$path" "$bin" -test.v=test2json -test.count=1 -test.parallel=4 \
 		-test.paniconexit0 -test.timeout=10m "${args[@]}") >"$json" 2>&1 || rc=$?
 	printf 'test-versions: PostgreSQL %s %s%s: exit %d after %d s\n' "$v" "$path" "${run:+ (smoke)}" "$rc" "$((SECONDS - start))" >&2
 }
