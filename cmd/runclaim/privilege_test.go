@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // TestPrivilegeHint: the hint of a refused privilege names the object the
@@ -59,28 +61,7 @@ func TestPrivilegeErrors(t *testing.T) {
 			[]string{"pause", "feed"}, []string{"table runclaim_runs_control"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := make([]byte, 4)
-			rand.Read(b)
-			role := "rc_priv_" + hex.EncodeToString(b)
-			stmts := []string{fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD 'priv'", role)}
-			for _, g := range tc.grants {
-				if strings.Contains(g, "%s") {
-					g = fmt.Sprintf(g, role)
-				}
-				stmts = append(stmts, g)
-			}
-			for _, sql := range stmts {
-				if _, err := db.Pool.Exec(t.Context(), sql); err != nil {
-					t.Fatalf("%s: %v", sql, err)
-				}
-			}
-			t.Cleanup(func() {
-				for _, sql := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
-					if _, err := db.Pool.Exec(context.Background(), sql); err != nil {
-						t.Errorf("%s: %v", sql, err)
-					}
-				}
-			})
+			role := createRole(t, db, "rc_priv_", "priv", tc.grants...)
 			asRole := *u
 			asRole.User = url.UserPassword(role, "priv")
 			clearEnv(t)
@@ -95,4 +76,35 @@ func TestPrivilegeErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// createRole creates a login role named prefix and a random suffix, with
+// password, runs sqls as the test's superuser (each with %s, if it has
+// one, for the role's name), and drops the role and what it owns when the
+// test ends. Roles are global to the server: their names are random.
+func createRole(t *testing.T, db *pgtest.DB, prefix, password string, sqls ...string) string {
+	t.Helper()
+	b := make([]byte, 4)
+	rand.Read(b)
+	role := prefix + hex.EncodeToString(b)
+	stmts := []string{fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", role, password)}
+	for _, s := range sqls {
+		if strings.Contains(s, "%s") {
+			s = fmt.Sprintf(s, role)
+		}
+		stmts = append(stmts, s)
+	}
+	for _, sql := range stmts {
+		if _, err := db.Pool.Exec(t.Context(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, sql := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if _, err := db.Pool.Exec(context.Background(), sql); err != nil {
+				t.Errorf("%s: %v", sql, err)
+			}
+		}
+	})
+	return role
 }

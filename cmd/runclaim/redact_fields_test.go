@@ -1,10 +1,6 @@
 package main
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -81,24 +77,7 @@ func TestRedactKeepsMessages(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DSN is not a URL: %v", err)
 	}
-	b := make([]byte, 4)
-	rand.Read(b)
-	name := "rc_stgr_" + hex.EncodeToString(b)
-	for _, sql := range []string{
-		fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD 'stgr'", name),
-		"GRANT SELECT ON public.runclaim_runs TO " + name,
-	} {
-		if _, err := db.Pool.Exec(t.Context(), sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, sql := range []string{"DROP OWNED BY " + name, "DROP ROLE " + name} {
-			if _, err := db.Pool.Exec(context.Background(), sql); err != nil {
-				t.Errorf("%s: %v", sql, err)
-			}
-		}
-	})
+	name := createRole(t, db, "rc_stgr_", "stgr", "GRANT SELECT ON public.runclaim_runs TO %s")
 
 	asRole := *u
 	asRole.User = url.UserPassword(name, "stgr")
