@@ -98,11 +98,11 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, err
 	if err := checkRequest(ctx, req); err != nil {
 		return RunInfo{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w", quoteForError(req.Source), err)
+	unlock, err := s.enter(ctx, "claim", req.Source)
+	if err != nil {
+		return RunInfo{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer unlock()
 	return s.claimLocked(req)
 }
 
@@ -259,11 +259,11 @@ func (s *MemoryStore) SetLimit(ctx context.Context, key string, l Limit) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runclaim: set limit %s: %w", quoteForError(key), err)
+	unlock, err := s.enter(ctx, "set limit", key)
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer unlock()
 	s.limits[key] = l
 	return nil
 }
@@ -273,11 +273,11 @@ func (s *MemoryStore) DeleteLimit(ctx context.Context, key string) error {
 	if err := checkKeyCall(ctx, key); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runclaim: delete limit %s: %w", quoteForError(key), err)
+	unlock, err := s.enter(ctx, "delete limit", key)
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer unlock()
 	delete(s.limits, key)
 	return nil
 }
@@ -287,11 +287,11 @@ func (s *MemoryStore) Cooldown(ctx context.Context, key string, until time.Time,
 	if err := checkCooldown(ctx, key, until, note); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runclaim: cooldown %s: %w", quoteForError(key), err)
+	unlock, err := s.enter(ctx, "cooldown", key)
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer unlock()
 	now := s.now()
 	if !until.After(now) {
 		return pastCooldown(key, until, now)
@@ -305,11 +305,11 @@ func (s *MemoryStore) cooldownFor(ctx context.Context, key string, d time.Durati
 	if err := checkCooldownFor(ctx, key, d, note); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runclaim: cooldown %s: %w", quoteForError(key), err)
+	unlock, err := s.enter(ctx, "cooldown", key)
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer unlock()
 	s.coolLocked(key, s.now().Add(d), note)
 	return nil
 }
@@ -328,11 +328,11 @@ func (s *MemoryStore) EndCooldown(ctx context.Context, key string) error {
 	if err := checkKeyCall(ctx, key); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runclaim: end cooldown %s: %w", quoteForError(key), err)
+	unlock, err := s.enter(ctx, "end cooldown", key)
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer unlock()
 	delete(s.cools, key)
 	return nil
 }
@@ -342,11 +342,11 @@ func (s *MemoryStore) Pause(ctx context.Context, source string, until time.Time,
 	if err := checkPause(ctx, source, until, note); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runclaim: pause %s: %w", quoteForError(source), err)
+	unlock, err := s.enter(ctx, "pause", source)
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer unlock()
 	now := s.now()
 	if !until.IsZero() && !until.After(now) {
 		return pastUntil(source, until, now)
@@ -360,11 +360,11 @@ func (s *MemoryStore) Resume(ctx context.Context, source string) error {
 	if err := checkSourceCall(ctx, source); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runclaim: resume %s: %w", quoteForError(source), err)
+	unlock, err := s.enter(ctx, "resume", source)
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer unlock()
 	delete(s.pauses, source)
 	s.wakeLocked(source)
 	return nil
@@ -375,11 +375,11 @@ func (s *MemoryStore) Trigger(ctx context.Context, source string) error {
 	if err := checkSourceCall(ctx, source); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runclaim: trigger %s: %w", quoteForError(source), err)
+	unlock, err := s.enter(ctx, "trigger", source)
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer unlock()
 	if _, ok := s.triggers[source]; !ok {
 		s.triggers[source] = s.now()
 		s.wakeLocked(source)
@@ -512,4 +512,15 @@ func (s *MemoryStore) State(ctx context.Context, source string) (SavedState, boo
 		st.State = append([]byte{}, st.State...)
 	}
 	return st, ok, nil
+}
+
+// enter is a method's way in, once its arguments are checked: ctx's error,
+// if it has ended, as the error of what on name; else s's lock, which the
+// caller releases with unlock.
+func (s *MemoryStore) enter(ctx context.Context, what, name string) (unlock func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("runclaim: %s %s: %w", what, quoteForError(name), err)
+	}
+	s.mu.Lock()
+	return s.mu.Unlock, nil
 }
