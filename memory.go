@@ -481,21 +481,21 @@ func (s *MemoryStore) wakeLocked(source string) {
 }
 
 // SaveState implements StateSaver.
-func (s *MemoryStore) SaveState(ctx context.Context, req SaveStateRequest) error {
-	if err := checkRequest(ctx, req); err != nil {
+func (s *MemoryStore) SaveState(ctx context.Context, run RunInfo, state []byte) error {
+	if err := checkSave(ctx, run, state); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runclaim: save state of run %d: %w", req.ID, err)
+		return fmt.Errorf("runclaim: save state of run %d: %w", run.ID, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.runs[req.ID]
-	if r == nil || r.info.Source != req.Source || r.info.Owner != req.Owner || !r.info.StartedAt.Equal(req.StartedAt) ||
+	r := s.runs[run.ID]
+	if r == nil || r.info.Source != run.Source || r.info.Owner != run.Owner || !r.info.StartedAt.Equal(run.StartedAt) ||
 		r.status != StatusRunning || !r.info.LeaseUntil.After(s.now()) {
-		return fmt.Errorf("runclaim: save state of run %d: %w", req.ID, ErrLeaseLost)
+		return fmt.Errorf("runclaim: save state of run %d: %w", run.ID, ErrLeaseLost)
 	}
-	s.states[req.Source] = SavedState{State: append([]byte{}, req.State...), SavedAt: s.now(), RunID: req.ID}
+	s.states[run.Source] = SavedState{State: append([]byte{}, state...), SavedAt: s.now(), RunID: run.ID}
 	return nil
 }
 

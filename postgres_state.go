@@ -40,17 +40,16 @@ var _ StateSaver = (*PostgresStore)(nil)
 // SaveState implements StateSaver in one statement. It needs schema
 // version 9 and, for the role, INSERT and UPDATE on the table of states
 // (see docs/least-privilege.md).
-func (s *PostgresStore) SaveState(ctx context.Context, req SaveStateRequest) error {
-	if err := checkRequest(ctx, req); err != nil {
+func (s *PostgresStore) SaveState(ctx context.Context, run RunInfo, state []byte) error {
+	if err := checkSave(ctx, run, state); err != nil {
 		return err
 	}
-	state := req.State
 	if state == nil {
 		state = []byte{} // a state, not NULL
 	}
 	var id pgtype.Int8
-	err := s.queryRow(ctx, s.sql.saveState, []any{req.ID, req.Source, req.Owner, req.StartedAt, state}, &id)
-	what := "save state of run " + strconv.FormatInt(req.ID, 10)
+	err := s.queryRow(ctx, s.sql.saveState, []any{run.ID, run.Source, run.Owner, run.StartedAt, state}, &id)
+	what := "save state of run " + strconv.FormatInt(run.ID, 10)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("runclaim: %s: %w", what, ErrLeaseLost)

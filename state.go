@@ -21,36 +21,32 @@ import (
 // Run.SaveState on a Store that is not one returns an error.
 type StateSaver interface {
 	Store
-	// SaveState makes req.State the state of req.Source, if run req.ID of
-	// that source, started at req.StartedAt by req.Owner, is running and
+	// SaveState makes state the state of run.Source, if run run.ID of
+	// that source, started at run.StartedAt by run.Owner (the run is named
+	// as Unclaim names it; its other fields are not read), is running and
 	// its lease has not ended by the store's clock; it returns
-	// ErrLeaseLost otherwise and changes nothing. A save and a claim that
-	// takes over the run are ordered: a claim that wins after a save
-	// returns the state saved, and a save after a claim that took the run
-	// over is refused.
-	SaveState(ctx context.Context, req SaveStateRequest) error
+	// ErrLeaseLost otherwise and changes nothing. state is at most
+	// MaxStateLen bytes; nil is taken as empty, not as none. A save and a
+	// claim that takes over the run are ordered: a claim that wins after
+	// a save returns the state saved, and a save after a claim that took
+	// the run over is refused. It refuses a malformed call (no run named,
+	// an invalid owner, a state too long) before it sends anything.
+	SaveState(ctx context.Context, run RunInfo, state []byte) error
 }
 
-// SaveStateRequest is what Run.SaveState asks of a StateSaver.
-type SaveStateRequest struct {
-	ID        int64     // the run
-	Source    string    // the run's source; a run of another source is not found
-	Owner     string    // the run's owner; a run of another owner is not found
-	StartedAt time.Time // the run's start, as its claim returned it; a run that started at another time is not found
-	State     []byte    // the new state: at most MaxStateLen bytes; nil is taken as empty, not as none
-}
-
-// Validate returns an error if the request is malformed: no run named
-// (see validateRunRef), an invalid owner, or a state longer than
-// MaxStateLen.
-func (r SaveStateRequest) Validate() error {
-	if err := validateRunRef(r.ID, r.Source, r.StartedAt); err != nil {
+// checkSave is a SaveState's first check: a context, a run named by its
+// ID, source, owner and start, and a state no longer than MaxStateLen.
+func checkSave(ctx context.Context, run RunInfo, state []byte) error {
+	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	if err := validateName(r.Owner, MaxOwnerLen); err != nil {
+	if err := validateRunRef(run.ID, run.Source, run.StartedAt); err != nil {
+		return err
+	}
+	if err := validateName(run.Owner, MaxOwnerLen); err != nil {
 		return fmt.Errorf("runclaim: invalid owner: %w", err)
 	}
-	return validateState(r.State)
+	return validateState(state)
 }
 
 // validateState returns an error for a state longer than MaxStateLen.
@@ -113,7 +109,7 @@ func (r *Run) SaveState(ctx context.Context, state []byte) error {
 	if state == nil {
 		state = []byte{}
 	}
-	err := ss.SaveState(ctx, SaveStateRequest{ID: r.ID, Source: r.Source, Owner: r.Owner, StartedAt: r.StartedAt, State: state})
+	err := ss.SaveState(ctx, RunInfo{ID: r.ID, Source: r.Source, Owner: r.Owner, StartedAt: r.StartedAt}, state)
 	if errors.Is(err, ErrLeaseLost) {
 		// The run's own Finish may have recorded it while the save was
 		// on its way: that is no lost lease.

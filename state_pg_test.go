@@ -124,7 +124,7 @@ func TestStateFenceAgree(t *testing.T) {
 		t.Fatalf("SaveState of a live run: %v", err)
 	}
 	// The same run, with another owner: neither takes it for the holder.
-	err = store.SaveState(ctx, runclaim.SaveStateRequest{ID: run.ID, Source: run.Source, Owner: "b", StartedAt: run.StartedAt, State: []byte("b")})
+	err = store.SaveState(ctx, runclaim.RunInfo{ID: run.ID, Source: run.Source, Owner: "b", StartedAt: run.StartedAt}, []byte("b"))
 	if !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("SaveState with another owner: %v, want ErrLeaseLost", err)
 	}
@@ -139,7 +139,7 @@ func TestStateFenceAgree(t *testing.T) {
 		}
 		time.Sleep(lease / 4)
 	}
-	if err := store.SaveState(ctx, runclaim.SaveStateRequest{ID: run.ID, Source: run.Source, Owner: run.Owner, StartedAt: run.StartedAt, State: []byte("late")}); !errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := store.SaveState(ctx, runclaim.RunInfo{ID: run.ID, Source: run.Source, Owner: run.Owner, StartedAt: run.StartedAt}, []byte("late")); !errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("SaveState after the lease ended: %v, want ErrLeaseLost", err)
 	}
 	if err := fence(run); !errors.Is(err, runclaim.ErrLeaseLost) {

@@ -133,10 +133,10 @@ type heldSave struct {
 	called, release chan struct{}
 }
 
-func (s heldSave) SaveState(ctx context.Context, req runclaim.SaveStateRequest) error {
+func (s heldSave) SaveState(ctx context.Context, run runclaim.RunInfo, state []byte) error {
 	close(s.called)
 	<-s.release
-	return s.MemoryStore.SaveState(ctx, req)
+	return s.MemoryStore.SaveState(ctx, run, state)
 }
 
 // Rule: a save of state that the run's own Finish overtakes returns

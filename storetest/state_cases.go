@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -10,9 +11,20 @@ import (
 	"github.com/runclaim/runclaim"
 )
 
-// saveReq is the request that saves state for the run r.
-func saveReq(r runclaim.RunInfo, state string) runclaim.SaveStateRequest {
-	return runclaim.SaveStateRequest{ID: r.ID, Source: r.Source, Owner: r.Owner, StartedAt: r.StartedAt, State: []byte(state)}
+// saveCall is one call of SaveState: the run it names, and the state.
+type saveCall struct {
+	runclaim.RunInfo
+	State []byte
+}
+
+// saveReq is the call that saves state for the run r.
+func saveReq(r runclaim.RunInfo, state string) saveCall {
+	return saveCall{runclaim.RunInfo{ID: r.ID, Source: r.Source, Owner: r.Owner, StartedAt: r.StartedAt}, []byte(state)}
+}
+
+// saveVia makes the call c on ss.
+func saveVia(ctx context.Context, ss runclaim.StateSaver, c saveCall) error {
+	return ss.SaveState(ctx, c.RunInfo, c.State)
 }
 
 // wantState checks the state a claim returned with its run.
@@ -38,13 +50,13 @@ func testStateHandedOn(t *testing.T, s runclaim.Store) {
 	src := prefix + "/feed"
 	save := func(r runclaim.RunInfo, state string) {
 		t.Helper()
-		if err := ss.SaveState(ctx, saveReq(r, state)); err != nil {
+		if err := saveVia(ctx, ss, saveReq(r, state)); err != nil {
 			t.Fatalf("SaveState(run %d, %q): %v", r.ID, state, err)
 		}
 	}
-	refused := func(what string, req runclaim.SaveStateRequest) {
+	refused := func(what string, req saveCall) {
 		t.Helper()
-		if err := ss.SaveState(ctx, req); !errors.Is(err, runclaim.ErrLeaseLost) {
+		if err := saveVia(ctx, ss, req); !errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("SaveState of %s: %v, want an error matching ErrLeaseLost", what, err)
 		}
 	}
@@ -80,7 +92,7 @@ func testStateHandedOn(t *testing.T, s runclaim.Store) {
 	refused("another ID", wrong)
 	// A state too long is refused before anything is written.
 	long := saveReq(b, strings.Repeat("x", runclaim.MaxStateLen+1))
-	if err := ss.SaveState(ctx, long); err == nil || errors.Is(err, runclaim.ErrLeaseLost) {
+	if err := saveVia(ctx, ss, long); err == nil || errors.Is(err, runclaim.ErrLeaseLost) {
 		t.Errorf("SaveState of %d bytes: %v, want an error for its length", len(long.State), err)
 	}
 	save(b, "") // an empty state is a state
@@ -123,7 +135,7 @@ func testStateFencedByLease(t *testing.T, s runclaim.Store) {
 			src = prefix + "/taken-over"
 		}
 		a := mustClaim(t, ctx, s, claimReq(src, "a", longLease))
-		if err := ss.SaveState(ctx, saveReq(a, "kept")); err != nil {
+		if err := saveVia(ctx, ss, saveReq(a, "kept")); err != nil {
 			t.Fatalf("SaveState(run %d): %v", a.ID, err)
 		}
 		mustFinish(t, ctx, s, succeeded(a))
@@ -135,7 +147,7 @@ func testStateFencedByLease(t *testing.T, s runclaim.Store) {
 			c = mustClaim(t, ctx, s, claimReq(src, "c", longLease))
 			wantState(t, "the claim that took over", c, true, "kept")
 		}
-		if err := ss.SaveState(ctx, saveReq(b, "stale")); !errors.Is(err, runclaim.ErrLeaseLost) {
+		if err := saveVia(ctx, ss, saveReq(b, "stale")); !errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("takeover=%v: SaveState of run %d after its lease ended: %v, want ErrLeaseLost", takeover, b.ID, err)
 		}
 		if !takeover {
@@ -156,16 +168,16 @@ func testStateBadInput(t *testing.T, s runclaim.Store) {
 	ctx, prefix := setup(t)
 	src := prefix + "/src"
 	a := mustClaim(t, ctx, s, claimReq(src, "a", longLease))
-	for what, req := range map[string]runclaim.SaveStateRequest{
-		"no ID":       {Source: src, Owner: "a", StartedAt: a.StartedAt},
-		"no source":   {ID: a.ID, Owner: "a", StartedAt: a.StartedAt},
-		"no start":    {ID: a.ID, Source: src, Owner: "a"},
-		"no owner":    {ID: a.ID, Source: src, StartedAt: a.StartedAt},
-		"NUL owner":   {ID: a.ID, Source: src, Owner: "a\x00", StartedAt: a.StartedAt},
-		"state +1":    {ID: a.ID, Source: src, Owner: "a", StartedAt: a.StartedAt, State: make([]byte, runclaim.MaxStateLen+1)},
-		"non-UTF-8 s": {ID: a.ID, Source: "\xff", Owner: "a", StartedAt: a.StartedAt},
+	for what, req := range map[string]saveCall{
+		"no ID":       {RunInfo: runclaim.RunInfo{Source: src, Owner: "a", StartedAt: a.StartedAt}},
+		"no source":   {RunInfo: runclaim.RunInfo{ID: a.ID, Owner: "a", StartedAt: a.StartedAt}},
+		"no start":    {RunInfo: runclaim.RunInfo{ID: a.ID, Source: src, Owner: "a"}},
+		"no owner":    {RunInfo: runclaim.RunInfo{ID: a.ID, Source: src, StartedAt: a.StartedAt}},
+		"NUL owner":   {RunInfo: runclaim.RunInfo{ID: a.ID, Source: src, Owner: "a\x00", StartedAt: a.StartedAt}},
+		"state +1":    {RunInfo: runclaim.RunInfo{ID: a.ID, Source: src, Owner: "a", StartedAt: a.StartedAt}, State: make([]byte, runclaim.MaxStateLen+1)},
+		"non-UTF-8 s": {RunInfo: runclaim.RunInfo{ID: a.ID, Source: "\xff", Owner: "a", StartedAt: a.StartedAt}},
 	} {
-		if err := ss.SaveState(ctx, req); err == nil || errors.Is(err, runclaim.ErrLeaseLost) {
+		if err := saveVia(ctx, ss, req); err == nil || errors.Is(err, runclaim.ErrLeaseLost) {
 			t.Errorf("SaveState with %s: %v, want an error for the request", what, err)
 		}
 	}
@@ -192,7 +204,7 @@ func testStateMany(t *testing.T, s runclaim.Store) {
 	saved, empty, none, held := prefix+"/saved", prefix+"/empty", prefix+"/none", prefix+"/held"
 	for src, state := range map[string]string{saved: "cursor=42", empty: "", held: "held's"} {
 		r := mustClaim(t, ctx, s, claimReq(src, "first", longLease))
-		if err := ss.SaveState(ctx, saveReq(r, state)); err != nil {
+		if err := saveVia(ctx, ss, saveReq(r, state)); err != nil {
 			t.Fatalf("SaveState(%s): %v", src, err)
 		}
 		if src != held {

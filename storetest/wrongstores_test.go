@@ -599,8 +599,11 @@ func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) run
 }
 
 // SaveState implements runclaim.StateSaver.
-func (s *copyStore) SaveState(ctx context.Context, req runclaim.SaveStateRequest) error {
-	if err := req.Validate(); err != nil {
+func (s *copyStore) SaveState(ctx context.Context, req runclaim.RunInfo, state []byte) error {
+	// What the stores refuse before they send anything: runclaim's own
+	// check, through a MemoryStore's (with no such run, the rest is
+	// ErrLeaseLost).
+	if err := runclaim.NewMemoryStore().SaveState(ctx, req, state); !errors.Is(err, runclaim.ErrLeaseLost) {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -614,10 +617,10 @@ func (s *copyStore) SaveState(ctx context.Context, req runclaim.SaveStateRequest
 		return fmt.Errorf("save state of run %d: %w", req.ID, runclaim.ErrLeaseLost)
 	}
 	if s.bug == bugStateSucceededOnly {
-		s.b.unsaved[req.ID] = string(req.State)
+		s.b.unsaved[req.ID] = string(state)
 		return nil
 	}
-	s.b.states[req.Source] = string(req.State)
+	s.b.states[req.Source] = string(state)
 	return nil
 }
 
