@@ -262,92 +262,34 @@ func panicError(val any) error {
 	return fmt.Errorf("panic: %v", val)
 }
 
-// hbResult is the answer to one heartbeat attempt.
-type hbResult struct {
-	seq int
-	err error
-}
-
 // keepAlive heartbeats until stop is closed, whatever becomes of ctx, and
 // cancels ctx with ErrLeaseLost when the run is gone or its lease is about
 // to end by the local clock (Lost closes). It stops quietly once the run is
-// finished. Each attempt is bounded by the schedule's attempt bound: a
-// late one is abandoned (its context cancelled, which makes pgx drop the
-// connection) and retried after the schedule's retry delay, as is a failed
+// finished. It follows the heartbeat schedule (see beatLoop): a late
+// attempt is abandoned and retried after the retry delay, as is a failed
 // one. When it returns, every attempt it started has returned.
 func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}) {
-	sched := r.claimer.sched
-	interval, timeout, retry := sched.heartbeat, sched.attempt, sched.retry
-
-	// The attempts' parent: not ended by ctx (the run outlives a cancelled
-	// ctx while fn winds down), only by keepAlive's return.
-	base, baseCancel := context.WithCancel(context.WithoutCancel(ctx))
-	results := make(chan hbResult)
-	exited := make(chan struct{})
-	var attempts sync.WaitGroup
-	defer func() {
-		baseCancel()
-		close(exited)
-		attempts.Wait()
-	}()
-
-	next := time.NewTimer(interval)
-	defer next.Stop()
-	lost := r.Lost() // closes by the local clock too
-	late := time.NewTimer(timeout)
-	late.Stop()
-	defer late.Stop()
-
-	seq, current := 0, 0 // current is the attempt awaited, 0 for none
-	var abandon context.CancelFunc = func() {}
-	for {
-		select {
-		case <-stop:
-			return
-		case <-lost:
-			cancel(r.lostCause())
-			return
-		case <-next.C:
-			seq++
-			current = seq
-			actx, acancel := context.WithCancel(base)
-			abandon = acancel
-			attempts.Add(1)
-			go func(seq int) {
-				defer attempts.Done()
-				defer acancel()
-				err := r.Heartbeat(actx)
-				select {
-				case results <- hbResult{seq, err}:
-				case <-exited:
-				}
-			}(seq)
-			late.Reset(timeout)
-		case <-late.C:
-			abandon()
-			current = 0
-			r.failed(fmt.Errorf("runclaim: heartbeat run %d: no answer within %v; abandoned, retrying: %w", r.ID, timeout, context.DeadlineExceeded), true)
-			next.Reset(retry)
-		case res := <-results:
+	l := &beatLoop[error]{
+		sched: r.claimer.sched,
+		start: func(actx context.Context) (func() error, bool) {
+			return func() error { return r.Heartbeat(actx) }, true
+		},
+		late: func() {
+			r.failed(fmt.Errorf("runclaim: heartbeat run %d: no answer within %v; abandoned, retrying: %w", r.ID, r.claimer.sched.attempt, context.DeadlineExceeded), true)
+		},
+		answer: func(err error, _ bool) (ok, end bool) {
 			switch {
-			case errors.Is(res.err, ErrLeaseLost): // Lost is closed
+			case errors.Is(err, ErrLeaseLost): // Lost is closed
 				cancel(r.lostCause())
-				return
-			case errors.Is(res.err, ErrFinished):
-				return // fn finished the run itself: stop quietly
+				return false, true
+			case errors.Is(err, ErrFinished):
+				return false, true // fn finished the run itself: stop quietly
 			}
-			if res.seq != current {
-				continue // abandoned: its retry is already scheduled
-			}
-			current = 0
-			late.Stop()
-			if res.err == nil {
-				next.Reset(interval)
-			} else {
-				next.Reset(retry)
-			}
-		}
+			return err == nil, false
+		},
 	}
+	// Lost closes by the local clock too.
+	l.run(ctx, stop, r.Lost(), func() { cancel(r.lostCause()) })
 }
 
 // KeepAlive heartbeats the run in the background, as Do does, for callers

@@ -74,11 +74,123 @@ func (h *heartbeats) members() []*Run {
 
 // beatAnswer is the answer to one HeartbeatMany attempt.
 type beatAnswer struct {
-	seq  int
 	runs []*Run
 	sent time.Time
 	res  []HeartbeatResult
 	err  error
+}
+
+// beatLoop is the heartbeat schedule that keepAlive (one run) and
+// heartbeatLoop (a Claimer's DoMany runs) both follow: an attempt every
+// heartbeat interval, each on its own goroutine under a context of its
+// own; one that does not answer within the attempt bound is abandoned
+// (its context cancelled, which makes pgx drop the connection), late is
+// told, and the next attempt comes after the retry delay, as it does after
+// one that fails. A is an attempt's answer.
+type beatLoop[A any] struct {
+	sched schedule
+	// start begins an attempt under ctx, or says there is nothing to send
+	// this turn (ok false). The loop runs attempt on a goroutine.
+	start func(ctx context.Context) (attempt func() A, ok bool)
+	// late is told that the attempt awaited was abandoned.
+	late func()
+	// answer takes an attempt's answer; awaited is false for one that was
+	// abandoned. It says whether the attempt succeeded (the next comes a
+	// heartbeat interval later, else a retry delay later), or that the
+	// loop must end.
+	answer func(a A, awaited bool) (ok, end bool)
+
+	base     context.Context // the attempts' parent, ended when run returns
+	attempts sync.WaitGroup  // the goroutines run started
+}
+
+// run follows the schedule until stop closes, lost closes (then onLost is
+// called) or answer says to end. parent gives the attempts its values, not
+// its end. When run returns, every goroutine it started has returned.
+func (l *beatLoop[A]) run(parent context.Context, stop, lost <-chan struct{}, onLost func()) {
+	base, baseCancel := context.WithCancel(context.WithoutCancel(parent))
+	l.base = base
+	answers := make(chan beatResult[A])
+	exited := make(chan struct{})
+	defer func() {
+		baseCancel()
+		close(exited)
+		l.attempts.Wait()
+	}()
+
+	next := time.NewTimer(l.sched.heartbeat)
+	defer next.Stop()
+	late := time.NewTimer(l.sched.attempt)
+	late.Stop()
+	defer late.Stop()
+
+	seq, current := 0, 0 // current is the attempt awaited, 0 for none
+	abandon := func() {}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-lost:
+			onLost()
+			return
+		case <-next.C:
+			actx, acancel := context.WithCancel(base)
+			attempt, ok := l.start(actx)
+			if !ok {
+				acancel()
+				next.Reset(l.sched.heartbeat)
+				continue
+			}
+			seq++
+			current, abandon = seq, acancel
+			n := seq
+			l.spawn(func() {
+				defer acancel()
+				a := attempt()
+				select {
+				case answers <- beatResult[A]{n, a}:
+				case <-exited:
+				}
+			})
+			late.Reset(l.sched.attempt)
+		case <-late.C:
+			abandon()
+			current = 0
+			l.late()
+			next.Reset(l.sched.retry)
+		case res := <-answers:
+			awaited := res.seq == current
+			ok, end := l.answer(res.a, awaited)
+			if end {
+				return
+			}
+			if !awaited {
+				continue // abandoned: its retry is already scheduled
+			}
+			current = 0
+			late.Stop()
+			if ok {
+				next.Reset(l.sched.heartbeat)
+			} else {
+				next.Reset(l.sched.retry)
+			}
+		}
+	}
+}
+
+// spawn runs f on a goroutine that run waits for before it returns.
+func (l *beatLoop[A]) spawn(f func()) {
+	l.attempts.Add(1)
+	go func() {
+		defer l.attempts.Done()
+		f()
+	}()
+}
+
+// beatResult is an attempt's answer with the attempt's number.
+type beatResult[A any] struct {
+	seq int
+	a   A
 }
 
 // heartbeatLoop extends the leases of c.hb's runs until stop is closed.
@@ -86,100 +198,59 @@ type beatAnswer struct {
 func (c *Claimer) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	store := c.store.(ManyStore)
-	interval, timeout, retry := c.sched.heartbeat, c.sched.attempt, c.sched.retry
-
-	// The attempts' parent, ended only by the loop's return.
-	base, baseCancel := context.WithCancel(context.Background())
-	answers := make(chan beatAnswer)
-	exited := make(chan struct{})
-	var attempts sync.WaitGroup
-	defer func() {
-		baseCancel()
-		close(exited)
-		attempts.Wait()
-	}()
-
-	next := time.NewTimer(interval)
-	defer next.Stop()
-	late := time.NewTimer(timeout)
-	late.Stop()
-	defer late.Stop()
-
-	seq, current := 0, 0 // current is the attempt awaited, 0 for none
-	var inFlight []*Run  // the runs of the attempt awaited
-	abandon := func() {}
-	for {
-		select {
-		case <-stop:
-			abandon()
-			return
-		case <-next.C:
+	var inFlight []*Run // the runs of the attempt awaited
+	var l *beatLoop[beatAnswer]
+	l = &beatLoop[beatAnswer]{
+		sched: c.sched,
+		start: func(ctx context.Context) (func() beatAnswer, bool) {
 			runs := c.hb.members()
 			if len(runs) == 0 {
-				next.Reset(interval)
-				continue
+				return nil, false
 			}
-			seq++
-			current, inFlight = seq, runs
-			actx, acancel := context.WithCancel(base)
-			abandon = acancel
+			inFlight = runs
 			reqs := make([]HeartbeatRequest, len(runs))
 			for i, r := range runs {
 				reqs[i] = r.heartbeatRequest()
 			}
-			attempts.Add(1)
-			go func(seq int) {
-				defer attempts.Done()
-				defer acancel()
+			return func() beatAnswer {
 				sent := time.Now()
-				res, err := store.HeartbeatMany(actx, reqs)
+				res, err := store.HeartbeatMany(ctx, reqs)
 				if err == nil && len(res) != len(reqs) {
 					err = fmt.Errorf("runclaim: heartbeat many: the store returned %d results for %d runs", len(res), len(reqs))
 				}
-				select {
-				case answers <- beatAnswer{seq, runs, sent, res, err}:
-				case <-exited:
-				}
-			}(seq)
-			late.Reset(timeout)
-		case <-late.C:
-			abandon()
-			current = 0
-			err := fmt.Errorf("runclaim: heartbeat %d runs: no answer within %v; abandoned, retrying: %w", len(inFlight), timeout, context.DeadlineExceeded)
+				return beatAnswer{runs, sent, res, err}
+			}, true
+		},
+		late: func() {
+			err := fmt.Errorf("runclaim: heartbeat %d runs: no answer within %v; abandoned, retrying: %w", len(inFlight), c.sched.attempt, context.DeadlineExceeded)
 			for _, r := range inFlight {
 				r.failed(err, true)
 			}
-			next.Reset(retry)
-		case a := <-answers:
-			if a.seq != current {
-				continue // abandoned: its retry is already scheduled
+		},
+		answer: func(a beatAnswer, awaited bool) (ok, end bool) {
+			if !awaited {
+				return false, false
 			}
-			current = 0
-			late.Stop()
 			if a.err != nil {
 				for _, r := range a.runs {
-					_ = r.heartbeatAnswer(base, a.sent, time.Time{}, a.err)
+					_ = r.heartbeatAnswer(l.base, a.sent, time.Time{}, a.err)
 				}
-				next.Reset(retry)
-				continue
+				return false, false
 			}
 			for i, r := range a.runs {
 				res := a.res[i]
 				if res.Err != nil && errors.Is(res.Err, ErrLeaseLost) {
 					// The answer may wait for a Finish in flight: not on
 					// the loop, which the other runs need.
-					attempts.Add(1)
-					go func() {
-						defer attempts.Done()
-						_ = r.heartbeatAnswer(base, a.sent, time.Time{}, res.Err)
-					}()
+					l.spawn(func() { _ = r.heartbeatAnswer(l.base, a.sent, time.Time{}, res.Err) })
 					continue
 				}
-				_ = r.heartbeatAnswer(base, a.sent, res.LeaseUntil, res.Err)
+				_ = r.heartbeatAnswer(l.base, a.sent, res.LeaseUntil, res.Err)
 			}
-			next.Reset(interval)
-		}
+			return true, false
+		},
 	}
+	l.run(context.Background(), stop, nil, nil)
 }
 
 // startGroupKeepAlive is startKeepAlive for a run kept alive with the
