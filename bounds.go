@@ -13,7 +13,7 @@ const (
 	// LatestSchemaVersion is the version of the runs table's schema that
 	// this release creates (Migrate) and speaks; docs/schema.md says what
 	// each version adds.
-	LatestSchemaVersion = 11
+	LatestSchemaVersion = 12
 
 	// Claimer options (see New).
 

@@ -374,9 +374,10 @@ func callsOf(queries []string, store *runclaim.PostgresStore) int {
 }
 
 // isClaimCall reports whether q calls one of store's claim functions: the
-// current version's or an overload of the versions before.
+// current version's, the version before's, or an overload of older ones.
 func isClaimCall(q string, store *runclaim.PostgresStore) bool {
-	return strings.Contains(q, runclaim.ClaimFuncName(store)) || strings.Contains(q, runclaim.ClaimBodyName(store))
+	return strings.Contains(q, runclaim.ClaimFuncName(store)) || strings.Contains(q, runclaim.ClaimBodyName(store)) ||
+		strings.Contains(q, runclaim.ClaimPrevName(store))
 }
 
 // TestClaimFunctionDefinition: the function is SECURITY INVOKER (it runs
@@ -390,10 +391,10 @@ func TestClaimFunctionDefinition(t *testing.T) {
 	db := pgtest.New(t)
 	store := migratedStore(t, db.Pool, runclaim.WithTable("Sch ema", `runs "x"`))
 	// The functions a claim calls: the current version's, and the
-	// overload of the version before.
+	// version before's.
 	for _, fn := range []struct{ name, signature string }{
-		{`runs "x"_claim11`, runclaim.ClaimBodyName(store) + runclaim.ClaimBodyArgs},
-		{`runs "x"_claim`, runclaim.ClaimFuncName(store) + runclaim.StateFuncArgs},
+		{`runs "x"_claim12`, runclaim.ClaimBodyName(store) + runclaim.ClaimBodyArgs},
+		{`runs "x"_claim11`, runclaim.ClaimPrevName(store) + runclaim.ClaimBodyArgs},
 	} {
 		var (
 			secdef   bool

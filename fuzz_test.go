@@ -501,36 +501,54 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, states...)
-		wantIdents = append(wantIdents, schema, table)            // and version 10's COMMENT ON TABLE
-		wantIdents = append(wantIdents, schema, table+"_claim11") // version 11's function (sql/claim.sql):
-		wantIdents = append(wantIdents, schema, table)            // the latest start,
-		wantIdents = append(wantIdents, states...)                // the state,
-		wantIdents = append(wantIdents, schema, table)            // the running run
-		wantIdents = append(wantIdents, control...)               // and the pause, under the lock;
-		wantIdents = append(wantIdents, schema, table)            // the tick
-		for range 2 {                                             // a batch's check of a key: its running runs,
-			wantIdents = append(wantIdents, schema, table)
+		wantIdents = append(wantIdents, schema, table) // and version 10's COMMENT ON TABLE
+		// The claim function of one body (sql/claim.sql): version 11's,
+		// and version 12's, which reads a paced key's newest start in a
+		// batch's check and in a key's query.
+		claimBody := func(fn string, paced bool) {
+			wantIdents = append(wantIdents, schema, fn)    // the function:
+			wantIdents = append(wantIdents, schema, table) // the latest start,
+			wantIdents = append(wantIdents, states...)     // the state,
+			wantIdents = append(wantIdents, schema, table) // the running run
+			wantIdents = append(wantIdents, control...)    // and the pause, under the lock;
+			wantIdents = append(wantIdents, schema, table) // the tick
+			for range 2 {                                  // a batch's check of a key: its running runs,
+				wantIdents = append(wantIdents, schema, table)
+			}
+			wantIdents = append(wantIdents, starts...) // a start by its number
+			wantIdents = append(wantIdents, starts...) // from the newest
+			if paced {
+				wantIdents = append(wantIdents, starts...) // the newest start of a paced key
+			}
+			wantIdents = append(wantIdents, keys...)   // and its row
+			wantIdents = append(wantIdents, starts...) // a fast batch's old starts
+			wantIdents = append(wantIdents, starts...) // a key's MaxStarts-th newest start
+			wantIdents = append(wantIdents, starts...) // from the newest
+			if paced {
+				wantIdents = append(wantIdents, starts...) // the newest start of a paced key
+			}
+			wantIdents = append(wantIdents, keys...) // its row
+			for range 6 {                            // its running runs, the expiry, the tick again
+				wantIdents = append(wantIdents, schema, table)
+			}
+			wantIdents = append(wantIdents, control...)                   // the trigger used
+			wantIdents = append(wantIdents, schema, table, schema, table) // the inserts
+			wantIdents = append(wantIdents, starts...)                    // of starts,
+			wantIdents = append(wantIdents, starts...)                    // each numbered,
+			wantIdents = append(wantIdents, starts...)                    // and the old ones
+			wantIdents = append(wantIdents, states...)                    // the state of a win
 		}
-		wantIdents = append(wantIdents, starts...) // a start by its number
-		wantIdents = append(wantIdents, starts...) // from the newest
-		wantIdents = append(wantIdents, keys...)   // and its row
-		wantIdents = append(wantIdents, starts...) // a fast batch's old starts
-		wantIdents = append(wantIdents, starts...) // a key's MaxStarts-th newest start
-		wantIdents = append(wantIdents, starts...) // from the newest
-		wantIdents = append(wantIdents, keys...)   // its row
-		for range 6 {                              // its running runs, the expiry, the tick again
-			wantIdents = append(wantIdents, schema, table)
-		}
-		wantIdents = append(wantIdents, control...)                   // the trigger used
-		wantIdents = append(wantIdents, schema, table, schema, table) // the inserts
-		wantIdents = append(wantIdents, starts...)                    // of starts,
-		wantIdents = append(wantIdents, starts...)                    // each numbered,
-		wantIdents = append(wantIdents, starts...)                    // and the old ones
-		wantIdents = append(wantIdents, states...)                    // the state of a win
-		wantIdents = append(wantIdents, schema, table+"_claim")       // the grants: of the overload of version 9,
-		wantIdents = append(wantIdents, schema, table+"_claim11")     // to the new function, as literals
+		claimBody(table+"_claim11", false)                        // version 11's function
+		wantIdents = append(wantIdents, schema, table+"_claim")   // the grants: of the overload of version 9,
+		wantIdents = append(wantIdents, schema, table+"_claim11") // to the new function, as literals
 		wantIdents = append(wantIdents, schema, table+"_claim11")
-		wantIdents = append(wantIdents, schema, table) // and version 11's COMMENT ON TABLE
+		wantIdents = append(wantIdents, schema, table)            // and version 11's COMMENT ON TABLE
+		wantIdents = append(wantIdents, keys...)                  // version 12's column of the keys table,
+		claimBody(table+"_claim12", true)                         // its function,
+		wantIdents = append(wantIdents, schema, table+"_claim11") // the grants: of version 11's function,
+		wantIdents = append(wantIdents, schema, table+"_claim12") // to the new one, as literals
+		wantIdents = append(wantIdents, schema, table+"_claim12")
+		wantIdents = append(wantIdents, schema, table) // and version 12's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

@@ -71,4 +71,7 @@ type KeyState struct {
 	// force, and Note its note.
 	CoolingUntil time.Time
 	Note         string
+	// LastStart is the key's newest start, when its limit has a MinGap
+	// (the next claim may start at LastStart plus MinGap); zero otherwise.
+	LastStart time.Time
 }

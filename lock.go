@@ -96,8 +96,8 @@ type claimDecision struct {
 // functions). A claim is one call of the claim function: on the current
 // version the one body of sql/claim.sql (claimBody), which decides every
 // claim (plain, for a tick, naming keys, returning the state); on the
-// version before, that version's overload (stateFuncArgs), which decides
-// the same. On an older table the call fails, having written nothing, and
+// version before, that version's function (claimPrev), which takes the
+// same arguments and returns the same row. On an older table the call fails, having written nothing, and
 // the claim returns tooOldError, which names Migrate: there is no other
 // form to fall back to. See schemaCache for how a store tells the two.
 
@@ -122,7 +122,7 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	call := func(prev bool) error {
 		sql := s.sql.call
 		if prev {
-			sql = s.sql.callState
+			sql = s.sql.callPrev
 		}
 		var err error
 		if !explicit {
@@ -217,7 +217,7 @@ func (s *PostgresStore) claimError(ctx context.Context, req ClaimRequest, err er
 			quoteForError(req.Source), s.Table(), s.namespace, err)
 	case "42501": // insufficient_privilege
 		return fmt.Errorf("runclaim: claim %s: %w (%s; in all, the role needs EXECUTE on function %s%s (on a table at the version before, %s%s), SELECT, INSERT, UPDATE and DELETE on %s, SELECT and UPDATE (triggered_at) on %s, and, for keys and states, the grants docs/least-privilege.md lists)",
-			quoteForError(req.Source), err, privilegeHint(err), s.claimBody(), claimBodyArgs, s.claimFunc(), stateFuncArgs, s.Table(), s.controlTable())
+			quoteForError(req.Source), err, privilegeHint(err), s.claimBody(), claimBodyArgs, s.claimPrev(), claimBodyArgs, s.Table(), s.controlTable())
 	}
 	return s.wrap(ctx, "claim "+quoteForError(req.Source), err)
 }

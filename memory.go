@@ -245,6 +245,13 @@ func (s *MemoryStore) keysLocked(req ClaimRequest, now, tick time.Time) *NotClai
 				return limited(in[len(in)-l.MaxStarts].Add(l.Per), "")
 			}
 		}
+		if st := s.starts[k]; l.MinGap > 0 && len(st) > 0 {
+			// The newest start, the last recorded: the key is paced until
+			// MinGap after it.
+			if next := st[len(st)-1].at.Add(l.MinGap); next.After(now) {
+				return limited(next, "")
+			}
+		}
 	}
 	return nil
 }

@@ -111,7 +111,7 @@ type PostgresStore struct {
 		heartbeat, finish, unclaim, readRun                            string
 		unclaimRun, unclaimRunKeys, unclaimTrigger, unclaimManyTrigger string
 		call, callMany, callManyKeys                                   string // the claim on the current version
-		callState, callManyPrev, callManyKeysPrev                      string // on the version before
+		callPrev, callManyPrev, callManyKeysPrev                       string // on the version before
 		unclaimMany, heartbeatMany                                     string // ClaimMany's and HeartbeatMany's
 		fenceLock, fenceCheck                                          string
 		clock, running, history, releaseLockTimeout, release, prune    string
@@ -121,7 +121,7 @@ type PostgresStore struct {
 		unclaimStarts                                                  string // claims that name keys
 		lockKeys, lockRunKeys                                          string // before starts are deleted
 		setLimit, deleteLimit, cooldown, endCooldown, keysState        string // Limiter's, and Keys
-		saveState, readState, readStates, setState, clearState         string // states (version 9)
+		saveState, readState, setState, clearState                     string // states (version 9)
 		lockSource                                                     string // SetState's and ClearState's wait for claims in flight
 	}
 	// schemaVer is what the store knows of its table's schema version.
@@ -167,8 +167,9 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.call = s.statement("call")
 	s.sql.callMany = s.statement("call_many")
 	s.sql.callManyKeys = s.statement("call_many_keys")
-	s.sql.callManyPrev = s.statement("call_many_prev")
-	s.sql.callManyKeysPrev = s.statement("call_many_keys_prev")
+	s.sql.callPrev = s.prevStatement("call")
+	s.sql.callManyPrev = s.prevStatement("call_many")
+	s.sql.callManyKeysPrev = s.prevStatement("call_many_keys")
 	s.sql.unclaimMany = s.statement("unclaim_many")
 	s.sql.heartbeatMany = s.statement("heartbeat_many")
 	s.sql.heartbeat = s.statement("heartbeat")
@@ -204,10 +205,8 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.cooldown = s.statement("cooldown")
 	s.sql.endCooldown = s.statement("end_cooldown")
 	s.sql.keysState = s.statement("keys_state")
-	s.sql.callState = s.statement("call_state")
 	s.sql.saveState = s.statement("save_state")
 	s.sql.readState = s.statement("read_state")
-	s.sql.readStates = s.statement("read_states")
 	s.sql.lockSource = s.statement("lock_source")
 	s.sql.setState = s.statement("set_state")
 	s.sql.clearState = s.statement("clear_state")

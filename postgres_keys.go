@@ -119,7 +119,7 @@ func (s *PostgresStore) SetLimit(ctx context.Context, key string, l Limit) error
 		return err
 	}
 	var at time.Time
-	err := s.db.QueryRow(ctx, s.sql.setLimit, key, l.MaxRunning, l.MaxStarts, l.Per.Microseconds()).Scan(&at)
+	err := s.db.QueryRow(ctx, s.sql.setLimit, key, l.MaxRunning, l.MaxStarts, l.Per.Microseconds(), l.MinGap.Microseconds()).Scan(&at)
 	return s.keyError(ctx, "set limit "+quoteForError(key), err)
 }
 
@@ -183,6 +183,9 @@ func (s *PostgresStore) keyError(ctx context.Context, what string, err error) er
 	case "42P01": // undefined_table
 		return fmt.Errorf("runclaim: %s: the table %s is missing: the runs table %s is at a schema version older than %d, which keys need; run Migrate (or apply the Migrations): %w",
 			what, s.keysTable(), s.Table(), keysVersion, err)
+	case "42703": // undefined_column: min_gap_us, on a table of the version before
+		return fmt.Errorf("runclaim: %s: the keys table %s lacks the column of Limit.MinGap: the runs table %s is at a schema version older than %d; run Migrate (or `runclaim migrate`, or apply the Migrations): %w",
+			what, s.keysTable(), s.Table(), LatestSchemaVersion, err)
 	case "42501": // insufficient_privilege
 		return fmt.Errorf("runclaim: %s: %w (the role needs SELECT, INSERT and UPDATE on %s; see docs/least-privilege.md)", what, err, s.keysTable())
 	}
@@ -216,12 +219,16 @@ func (s *PostgresStore) Keys(ctx context.Context) ([]KeyState, time.Time, error)
 			k                    KeyState
 			maxRunning, maxStart int32
 			perUS, running, n    int64
-			until                pgtype.Timestamptz
+			gapUS                int64
+			until, last          pgtype.Timestamptz
 		)
-		if err := rows.Scan(&k.Key, &maxRunning, &maxStart, &perUS, &running, &n, &until, &k.Note, &now); err != nil {
+		if err := rows.Scan(&k.Key, &maxRunning, &maxStart, &perUS, &running, &n, &until, &k.Note, &now, &gapUS, &last); err != nil {
 			return nil, time.Time{}, s.keyError(ctx, "keys", err)
 		}
-		k.Limit = Limit{MaxRunning: int(maxRunning), MaxStarts: int(maxStart), Per: time.Duration(perUS) * time.Microsecond}
+		k.Limit = Limit{MaxRunning: int(maxRunning), MaxStarts: int(maxStart), Per: time.Duration(perUS) * time.Microsecond, MinGap: time.Duration(gapUS) * time.Microsecond}
+		if last.Valid {
+			k.LastStart = last.Time
+		}
 		k.Running, k.Starts = int(running), int(n)
 		if until.Valid {
 			k.CoolingUntil = until.Time

@@ -203,11 +203,7 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 				return fmt.Errorf("runclaim: claim %d sources: more rows than sources", n)
 			}
 			r := &a.results[rowsRead]
-			dest := []any{&a.ord, &r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey, &r.state}
-			if keyed && prev {
-				dest = dest[:len(dest)-1] // the overload with keys of the version before reads no state: manyStates does
-			}
-			if err := rows.Scan(dest...); err != nil {
+			if err := rows.Scan(&a.ord, &r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey, &r.state); err != nil {
 				return err
 			}
 			if a.ord != int64(rowsRead+1) {
@@ -249,11 +245,6 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 			failed = out[i].Err
 		}
 	}
-	if failed == nil && keyed && prev {
-		if err := s.manyStates(ctx, out); err != nil {
-			failed = fmt.Errorf("read the states of the sources won: %w", err)
-		}
-	}
 	if failed != nil {
 		// The transaction has committed: undo what it won, in every row,
 		// before and after the one that failed.
@@ -269,43 +260,6 @@ func (s *PostgresStore) callMany(ctx context.Context, reqs []ClaimRequest, expli
 		return nil, nil, failed
 	}
 	return out, triggers, nil
-}
-
-// manyStates sets the state of each run in res that won, for a ClaimMany
-// naming keys on a table at the version before the current one, whose
-// overload with keys reads no state: from the table of states, in one
-// statement after the claim's, and only when one won: a ClaimMany that
-// wins nothing costs what it did. The
-// read comes after the claim committed, and returns what the claim's own
-// read would have: once the claim has won, only the new run's SaveState,
-// or an operator's SetState with force, can change a source's state (the
-// run before it can save no more: its row is no longer running, and a
-// save of it in flight held its row FOR SHARE, which the claim's expiry
-// waited for).
-func (s *PostgresStore) manyStates(ctx context.Context, res []ClaimResult) error {
-	var sources []string
-	at := make(map[string]int)
-	for i, r := range res {
-		if r.Err == nil && r.Run.ID != 0 {
-			at[r.Run.Source] = i
-			sources = append(sources, r.Run.Source)
-		}
-	}
-	if len(sources) == 0 {
-		return nil
-	}
-	rows, err := s.db.Query(ctx, s.sql.readStates, sources)
-	if err == nil {
-		var source string
-		var state []byte
-		_, err = pgx.ForEachRow(rows, []any{&source, &state}, func() error {
-			if i, ok := at[source]; ok {
-				res[i].Run.State, res[i].Run.HasState = string(state), true
-			}
-			return nil
-		})
-	}
-	return err
 }
 
 // batchKeyCounts returns the keys reqs name, each once, in the order

@@ -109,6 +109,12 @@ var versionCommentRE = regexp.MustCompile("^" + versionComment + "([0-9]+)$")
 //     every claim of this release; the grants of EXECUTE of the overload
 //     of version 9 are copied to it. The functions before it stay, for
 //     the release before.
+//   - Version 12: paced starts (Limit.MinGap): the min_gap_us column of
+//     the keys table, and the claim function "_claim12", whose body
+//     skips a claim of a key within MinGap of the key's newest start;
+//     the grants of EXECUTE of version 11's function are copied to it,
+//     and that function stays for the release before, which does not
+//     pace.
 //
 // migrations are the schema's steps, oldest first. Each is two files of
 // sql/, NNN_<file>.up.sql and .down.sql, with the table's names as their
@@ -172,6 +178,11 @@ var migrations = []struct {
 	// of its own; the functions before it stay for the previous release.
 	// No lock on the runs table but the comment's.
 	{11, "011_claim_body", "add the claim function of one body"},
+	// A column of the keys table with a constant default (a change of the
+	// catalog only) and the claim function with the body that reads it,
+	// under a name of its own; version 11's stays for the previous
+	// release. No lock on the runs table but the comment's.
+	{12, "012_key_min_gap", "pace the starts of each key"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -206,9 +217,13 @@ const pinSearchPathSQL = "SELECT pg_catalog.set_config('search_path', 'pg_catalo
 // body and DO block in the file is dollar-quoted with the tag $q$; should
 // the names filled into one end the literal early, that body gets a tag
 // that they do not. The line {{claim_body}} is the claim function of the
-// step's version: sql/claim.sql for claimBodyVersion.
+// step's version: sql/claim.sql for claimBodyVersion; {{claim_body_11}} is
+// the released body of version 11, frozen in sql/released.
 func (s *PostgresStore) renderStep(file string) string {
-	text := strings.Replace(readSQL("sql/"+file), "{{claim_body}}\n", readSQL("sql/claim.sql"), 1)
+	text := strings.NewReplacer(
+		"{{claim_body}}\n", readSQL("sql/claim.sql"),
+		"{{claim_body_11}}\n", readSQL("sql/released/claim_11.sql"),
+	).Replace(readSQL("sql/" + file))
 	parts := strings.Split(text, "$q$")
 	var b strings.Builder
 	for i, part := range parts {
@@ -275,12 +290,12 @@ type schemaState struct {
 	schemaExists, tableExists                           bool
 	comment                                             string
 	indexes, column, function, ticks, control, lostPath bool
-	claimRaces, keys, states, keySeq, body              bool
+	claimRaces, keys, states, keySeq, body, gap         bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys, &st.states, &st.keySeq, &st.body}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys, &st.states, &st.keySeq, &st.body, &st.gap}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -297,7 +312,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys, st.states, st.keySeq, st.body} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys, st.states, st.keySeq, st.body, st.gap} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -311,7 +326,7 @@ func (s *PostgresStore) schemaStateArgs() []any {
 		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc(), claimRacesMarker,
 		s.keysTable(), s.startsTable(), s.indexName(keyedSuffix), s.claimFunc() + keyFuncArgs,
 		s.statesTable(), s.claimFunc() + stateFuncArgs, s.indexName(keysetSuffix), s.indexName(nthSuffix), keySeqMarker,
-		s.claimBody() + claimBodyArgs}
+		s.claimPrev() + claimBodyArgs, s.claimBody() + claimBodyArgs}
 }
 
 // SchemaVersion returns the schema version of the runs table in the
@@ -557,7 +572,11 @@ func (s *PostgresStore) stepGuard(v int) string {
 			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[4]s) AND pg_catalog.strpos(p.prosrc, %[5]s) > 0)",
 			dollarQuote(s.indexName(nthSuffix)), dollarQuote(s.startsTable()), dollarQuote(s.claimFunc()+keyFuncArgs), dollarQuote(s.claimFunc()+stateFuncArgs), dollarQuote(keySeqMarker))
 	case 11:
-		objects = fmt.Sprintf("pg_catalog.to_regprocedure(%s) IS NOT NULL", dollarQuote(s.claimBody()+claimBodyArgs))
+		objects = fmt.Sprintf("pg_catalog.to_regprocedure(%s) IS NOT NULL", dollarQuote(s.claimPrev()+claimBodyArgs))
+	case 12:
+		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'min_gap_us' AND NOT a.attisdropped)"+
+			" AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
+			dollarQuote(s.keysTable()), dollarQuote(s.claimBody()+claimBodyArgs))
 	default:
 		objects = "true"
 	}

@@ -423,6 +423,7 @@ func wantSchema(table string) schemaDesc {
 			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[], boolean)",
 			table + "_claim(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[], text[], integer[])",
 			table + "_claim11(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[], boolean, text[], integer[])",
+			table + "_claim12(bigint, text, text, bigint, bigint, bigint, timestamp with time zone, text[], bigint[], boolean, text[], integer[])",
 			table + "_keylock(text)",
 			table + "_number()",
 			table + "_renum()",

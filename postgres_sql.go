@@ -26,7 +26,10 @@ import (
 //
 //   - {{table}}: the table, quoted and schema-qualified;
 //   - {{table_running}}, {{table_history}}: its indexes, quoted;
-//   - {{table_claim}}: the claim function, quoted and schema-qualified;
+//   - {{table_claim}}: the claim function of versions 3 to 10, quoted and
+//     schema-qualified; {{table_claim_body}} that of the current version
+//     (sql/claim.sql), {{table_claim_prev}} that of the version before, and
+//     {{table_claim11}} that of version 11 (sql/released/claim_11.sql);
 //   - {{table_tick}}: the index of ticks served (version 4), quoted, and
 //     {{schema_table_tick}}, the same schema-qualified;
 //   - {{table_control}}: the table of pauses and triggers (version 5),
@@ -46,7 +49,7 @@ import (
 //     quoted, schema-qualified names as dollar-quoted string literals,
 //     with tags ($n$) that a body's $q$ does not end.
 //
-//go:embed sql/*.sql
+//go:embed sql/*.sql sql/released/*.sql
 var sqlFiles embed.FS
 
 // statements are the named statements of sql/, comments cut and the
@@ -167,6 +170,9 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_claim}}", s.claimFunc(),
 		"{{table_claim_body}}", s.claimBody(),
 		"{{claim_body_literal}}", dollarQuoteWith("n", s.claimBody()+claimBodyArgs),
+		"{{table_claim11}}", s.claimPrev(),
+		"{{table_claim_prev}}", s.claimPrev(),
+		"{{claim11_literal}}", dollarQuoteWith("n", s.claimPrev()+claimBodyArgs),
 		"{{claim_v9_literal}}", dollarQuoteWith("n", s.claimFunc()+stateFuncArgs),
 		"{{table_tick}}", pgx.Identifier{s.table + tickSuffix}.Sanitize(),
 		"{{schema_table_tick}}", s.indexName(tickSuffix),
@@ -200,11 +206,13 @@ const claimFuncSuffix = "_claim"
 // {{claim_body}} line), under a name that carries
 // that version, so that a new body never replaces the one the replicas
 // of the release before call. A store calls it on a table at the
-// current version, and the overload of version 9 (stateFuncArgs) on one
-// at the version before.
+// current version, and the function of the version before
+// (claimPrevSuffix, whose released body sql/released holds), with the
+// same arguments, on one at the version before.
 const (
-	claimBodyVersion = 11
-	claimBodySuffix  = "_claim11" // claimFuncSuffix and claimBodyVersion; no longer than runningSuffix (see maxTableLen)
+	claimBodyVersion = 12
+	claimBodySuffix  = "_claim12" // claimFuncSuffix and claimBodyVersion; no longer than runningSuffix (see maxTableLen)
+	claimPrevSuffix  = "_claim11" // the function of the version before: sql/released/claim_11.sql
 	claimBodyArgs    = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean, pg_catalog.text[], integer[])"
 )
 
@@ -212,6 +220,22 @@ const (
 // of the current schema version.
 func (s *PostgresStore) claimBody() string {
 	return pgx.Identifier{s.schema, s.table + claimBodySuffix}.Sanitize()
+}
+
+// claimPrev returns the quoted, schema-qualified name of the claim
+// function of the version before the current one.
+func (s *PostgresStore) claimPrev() string {
+	return pgx.Identifier{s.schema, s.table + claimPrevSuffix}.Sanitize()
+}
+
+// prevStatement returns the named statement as the version before sends
+// it: the same text, calling the claim function of that version.
+func (s *PostgresStore) prevStatement(name string) string {
+	q, ok := statements[name]
+	if !ok {
+		panic(fmt.Sprintf("runclaim: no statement %q in sql/", name))
+	}
+	return s.fillNames(strings.ReplaceAll(q, "{{table_claim_body}}", "{{table_claim_prev}}"))
 }
 
 // claimFuncArgs are the claim function's argument types: the advisory key,

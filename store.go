@@ -229,11 +229,19 @@ type Limiter interface {
 
 // Limit bounds the runs of every source whose claims name one key,
 // across every replica. Zero means no bound; a key whose limit is zero in
-// both counts, and that is not cooling down, constrains nothing.
+// every field, and that is not cooling down, constrains nothing.
+//
+// MaxStarts allows a burst at the start of each window; MinGap spreads the
+// starts out: a claim of the key within MinGap of its newest start is
+// skipped with ErrLimited, and RetryAfter is that start plus MinGap. With
+// Wait, sources that share a paced key start one by one, MinGap apart.
+// MinGap needs schema version 12; the replicas of the release before do
+// not pace (see docs/schema.md).
 type Limit struct {
 	MaxRunning int           // at most this many running runs of the key at once; 0: no bound
 	MaxStarts  int           // at most this many starts in any window of Per; 0: no bound
 	Per        time.Duration // the window of MaxStarts
+	MinGap     time.Duration // at least this long between two starts of the key, across every replica, by the database clock; 0: no bound
 }
 
 const truncatedMark = "…(truncated)"
@@ -259,8 +267,8 @@ func errorText(err error) string {
 
 // Validate returns an error, naming the field, if l is out of range:
 // negative counts, counts above MaxLimitCount, MaxStarts without a Per (or
-// a Per without MaxStarts), or a Per that is not whole microseconds or is
-// longer than MaxLimitPer.
+// a Per without MaxStarts), or a Per or a MinGap that is negative, not
+// whole microseconds or longer than MaxLimitPer.
 func (l Limit) Validate() error {
 	switch {
 	case l.MaxRunning < 0 || l.MaxRunning > MaxLimitCount:
@@ -275,6 +283,10 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("runclaim: Limit.Per must be at most %v, got %v", MaxLimitPer, l.Per)
 	case l.Per%time.Microsecond != 0:
 		return fmt.Errorf("runclaim: Limit.Per must be whole microseconds, got %v", l.Per)
+	case l.MinGap < 0 || l.MinGap > MaxLimitPer:
+		return fmt.Errorf("runclaim: Limit.MinGap must be between 0 and %v, got %v", MaxLimitPer, l.MinGap)
+	case l.MinGap%time.Microsecond != 0:
+		return fmt.Errorf("runclaim: Limit.MinGap must be whole microseconds, got %v", l.MinGap)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 -- The claim, on a table at the current schema version: one call of the
--- claim function (sql/claim.sql). The statements for a table at the version
--- before it are call_state, call_many_prev and call_many_keys_prev.
+-- claim function (sql/claim.sql). On a table at the version before, the
+-- store sends the same statements calling that version's function, which
+-- takes the same arguments and returns the same row (prevStatement).
 
 -- name: call
 -- $1 the advisory key of the source, $2 the source, $3 the owner, $4 the
@@ -70,58 +71,4 @@ WITH c AS MATERIALIZED (
 	ON CONFLICT DO NOTHING
 )
 SELECT c.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key, c.run_state
-FROM c ORDER BY c.ord
-
--- name: call_many_prev
--- call_many for a table at the version before the current one, 10: one
--- call of the claim function's overload of version 9 (call_state) per
--- element of the arrays, in their order, in one statement: one round
--- trip, one transaction, one commit. $1 the advisory keys, $2 the
--- sources, $3 the owners, $4 the leases and $5 the minimum intervals in
--- microseconds, $7 the ticks (NULL for a plain claim); $6 the bound on a
--- table lock wait in milliseconds. Each call tries its own source's
--- advisory lock, which never waits, so two calls with overlapping sets in
--- any order cannot deadlock; the first call sets the transaction's
--- lock_timeout before anything touches the table, and the later ones find
--- it set. The locks won are held until the statement commits. Each win
--- reads its source's state under its lock, as a single claim does. Each
--- row: the element's ordinal, then the function's row. A batch that names
--- keys is call_many_keys_numbered.
-SELECT s.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key, c.run_state
-FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.text[]), pg_catalog.unnest($4::bigint[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($7::pg_catalog.timestamptz[]))
-     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, ord)
--- LATERAL: the function is called once per element, after the previous
--- call has returned.
-CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick, NULL, NULL, true) AS c
--- As call_state: fails on a table older than version 10.
-WHERE {{table_top}}(NULL) IS NULL
-ORDER BY s.ord
-
--- name: call_many_keys_prev
--- call_many_keys for a table at the version before the current one, 10:
--- the overload of version 8 (keyFuncArgs), whose body version 10
--- replaced, and which returns no state (manyStates reads them). Each
--- key's newest number is read once, by a function with a snapshot of its own, after every
--- call, so after the first took the locks of the batch's keys (the
--- statement's own snapshot is older than them). In a batch that is not
--- fast the calls recorded their starts and the insert does nothing.
-WITH c AS MATERIALIZED (
-	SELECT s.ord, s.koff, s.kn, s.k1, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
-	FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.text[]), pg_catalog.unnest($4::bigint[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($7::pg_catalog.timestamptz[]), pg_catalog.unnest($8::int[]), pg_catalog.unnest($9::int[]), pg_catalog.unnest($14::pg_catalog.text[]))
-	     WITH ORDINALITY AS s(key, source, owner, lease, min_interval, tick, koff, kn, k1, ord)
-	CROSS JOIN LATERAL {{table_claim}}(s.key, s.source, s.owner, s.lease, s.min_interval, $6::bigint, s.tick,
-		CASE WHEN s.kn OPERATOR(pg_catalog.=) 1 THEN ARRAY[s.k1] WHEN s.kn OPERATOR(pg_catalog.>) 1 THEN ($10::pg_catalog.text[])[s.koff OPERATOR(pg_catalog.+) 1 : s.koff OPERATOR(pg_catalog.+) s.kn] END,
-		CASE WHEN s.ord OPERATOR(pg_catalog.=) 1 THEN $11::bigint[] END,
-		$12::pg_catalog.text[], $13::int[]) AS c
-), w AS MATERIALIZED (
-	SELECT u.k, c.run_started, c.run_id, pg_catalog.row_number() OVER (PARTITION BY u.k ORDER BY c.ord) AS n
-	  FROM c CROSS JOIN LATERAL pg_catalog.unnest(CASE WHEN c.kn OPERATOR(pg_catalog.=) 1 THEN ARRAY[c.k1] ELSE ($10::pg_catalog.text[])[c.koff OPERATOR(pg_catalog.+) 1 : c.koff OPERATOR(pg_catalog.+) c.kn] END) AS u(k)
-	 WHERE c.won AND c.kn OPERATOR(pg_catalog.>) 0
-), st AS (
-	INSERT INTO {{table_starts}} (key, started_at, run_id, seq)
-	SELECT w.k, w.run_started, w.run_id, t.top OPERATOR(pg_catalog.+) w.n
-	  FROM w JOIN (SELECT d.k, {{table_top}}(d.k) AS top FROM (SELECT DISTINCT w.k FROM w) AS d) AS t ON t.k OPERATOR(pg_catalog.=) w.k
-	ON CONFLICT DO NOTHING
-)
-SELECT c.ord, c.locked, c.isolation, c.db_now, c.won, c.run_id, c.run_owner, c.run_started, c.run_lease, c.retry_after, c.done_tick, c.limited_key
 FROM c ORDER BY c.ord

@@ -25,7 +25,7 @@
 --   4. a tick served (only for a claim that names a tick), then too soon
 --      by the interval; a pending trigger overrides both;
 --   5. the keys (only for a claim that names keys): a cooldown, then
---      MaxRunning, then MaxStarts;
+--      MaxRunning, then MaxStarts, then MinGap (version 12);
 --   6. the lapsed holder expired, or, if another transaction holds it,
 --      reported;
 --   7. the trigger used up, the run inserted (with the starts of its keys), and
@@ -82,6 +82,8 @@ DECLARE
 	nth_start pg_catalog.timestamptz;
 	lim_starts integer;
 	per_us bigint;
+	gap_us bigint;
+	last_start pg_catalog.timestamptz;
 	room_running integer;
 	room_starts integer;
 	guc pg_catalog.text;
@@ -196,7 +198,7 @@ BEGIN
 	-- 5. The keys, in the order named, after every other reason to skip,
 	-- each read in statements after its lock: a cooldown in force, then
 	-- MaxRunning live runs naming the key, then MaxStarts starts in the
-	-- window. A skip answers limited_key, retry_after and, for a
+	-- window, then a start within MinGap (min_gap_us). A skip answers limited_key, retry_after and, for a
 	-- cooldown, its note as run_owner, and has written nothing.
 	-- A ClaimMany with keys: every call has the keys of the whole batch,
 	-- each once, with the number of its sources that name it, and the
@@ -205,7 +207,9 @@ BEGIN
 	-- that gets this far checks whether every key has room for all of them
 	-- (no cooldown in force; the live runs, and the starts in the window,
 	-- plus that number within each bound), one query per key. If so the
-	-- batch is fast: no call looks at a key again, and the statement of
+	-- batch is fast: no call looks at a key again (a paced key is
+	-- fast only for one source of the batch, its newest start MinGap
+	-- old), and the statement of
 	-- the batch records the starts of its wins in one insert. Otherwise
 	-- each call checks its keys as a single claim does. The answer is kept
 	-- in a setting that lasts for the transaction only, which the first
@@ -236,6 +240,9 @@ BEGIN
 				              AND s.seq OPERATOR(pg_catalog.=) ((SELECT m.seq FROM {{table_starts}} AS m WHERE m.key OPERATOR(pg_catalog.=) k ORDER BY m.seq DESC LIMIT 1)
 				                  OPERATOR(pg_catalog.-) (l.max_starts OPERATOR(pg_catalog.-) p_batch_counts[i]))
 				              AND s.started_at OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) (l.per_us OPERATOR(pg_catalog.*) interval '1 microsecond'))))
+				       AND (l.min_gap_us OPERATOR(pg_catalog.<=) 0 OR p_batch_counts[i] OPERATOR(pg_catalog.<=) 1 AND NOT EXISTS (
+				           SELECT FROM (SELECT m.started_at FROM {{table_starts}} AS m WHERE m.key OPERATOR(pg_catalog.=) k ORDER BY m.seq DESC LIMIT 1) AS m
+				            WHERE m.started_at OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) (l.min_gap_us OPERATOR(pg_catalog.*) interval '1 microsecond'))))
 				  INTO fast
 				  FROM {{table_keys}} AS l WHERE l.key OPERATOR(pg_catalog.=) k;
 				IF NOT FOUND THEN
@@ -299,9 +306,10 @@ BEGIN
 			END IF;
 			-- One query per key: its row, and only what its limit needs
 			-- counted, each against the same clock reading: the live
-			-- runs naming the key, and its starts in the window (at most
-			-- max_starts of them), with, for a bound reached, when it has
-			-- room again.
+			-- runs naming the key, its starts in the window (at most
+			-- max_starts of them), and its newest start when it is paced,
+			-- by its number (one probe of the same index), with, for a
+			-- bound reached, when it has room again.
 			SELECT CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_until END,
 			       CASE WHEN l.cooling_until OPERATOR(pg_catalog.>) c.now THEN l.cooling_note END,
 			       rr.n, rr.first_end, l.max_running,
@@ -311,8 +319,10 @@ BEGIN
 			              AND s.seq OPERATOR(pg_catalog.=) ((SELECT m.seq FROM {{table_starts}} AS m WHERE m.key OPERATOR(pg_catalog.=) k ORDER BY m.seq DESC LIMIT 1)
 			                  OPERATOR(pg_catalog.-) (l.max_starts OPERATOR(pg_catalog.-) 1))
 			            LIMIT 1) END,
-			       l.max_starts, l.per_us, c.now
-			  INTO cool_until, cool_note, running_now, first_end, lim_running, nth_start, lim_starts, per_us, db_now
+			       l.max_starts, l.per_us, c.now, l.min_gap_us,
+			       CASE WHEN l.min_gap_us OPERATOR(pg_catalog.>) 0 THEN (
+			           SELECT m.started_at FROM {{table_starts}} AS m WHERE m.key OPERATOR(pg_catalog.=) k ORDER BY m.seq DESC LIMIT 1) END
+			  INTO cool_until, cool_note, running_now, first_end, lim_running, nth_start, lim_starts, per_us, db_now, gap_us, last_start
 			  FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
 			  JOIN {{table_keys}} AS l ON l.key OPERATOR(pg_catalog.=) k
 			  LEFT JOIN LATERAL (
@@ -350,6 +360,15 @@ BEGIN
 					room_starts := 1;
 					IF nth_start OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) (per_us OPERATOR(pg_catalog.*) interval '1 microsecond')) THEN
 						key_retry := nth_start OPERATOR(pg_catalog.+) (per_us OPERATOR(pg_catalog.*) interval '1 microsecond');
+					END IF;
+				END IF;
+				IF key_retry IS NULL AND gap_us OPERATOR(pg_catalog.>) 0 THEN
+					-- Paced (version 12): no start within MinGap of the
+					-- newest. After a win there is no room until MinGap
+					-- has passed, so the next call of a batch looks again.
+					room_starts := 1;
+					IF last_start OPERATOR(pg_catalog.>) (db_now OPERATOR(pg_catalog.-) (gap_us OPERATOR(pg_catalog.*) interval '1 microsecond')) THEN
+						key_retry := last_start OPERATOR(pg_catalog.+) (gap_us OPERATOR(pg_catalog.*) interval '1 microsecond');
 					END IF;
 				END IF;
 			END IF;

@@ -29,17 +29,18 @@ FROM (SELECT {{table_keylock}}(u.k) AS k
 
 -- name: set_limit
 -- Creates or replaces the limit of key $1: $2 running, $3 starts per $4
--- microseconds. A cooldown stays. Its row: the database clock.
-INSERT INTO {{table_keys}} AS k (key, max_running, max_starts, per_us, limit_at)
-VALUES ($1, $2, $3, $4, pg_catalog.clock_timestamp())
+-- microseconds, and $5 microseconds at least between two starts (schema
+-- version 12). A cooldown stays. Its row: the database clock.
+INSERT INTO {{table_keys}} AS k (key, max_running, max_starts, per_us, min_gap_us, limit_at)
+VALUES ($1, $2, $3, $4, $5, pg_catalog.clock_timestamp())
 ON CONFLICT (key) DO UPDATE SET max_running = EXCLUDED.max_running, max_starts = EXCLUDED.max_starts,
-	per_us = EXCLUDED.per_us, limit_at = EXCLUDED.limit_at
+	per_us = EXCLUDED.per_us, min_gap_us = EXCLUDED.min_gap_us, limit_at = EXCLUDED.limit_at
 RETURNING k.limit_at
 
 -- name: delete_limit
 -- Removes the limit of key $1; its cooldown stays. The row stays too,
 -- constraining nothing.
-UPDATE {{table_keys}} SET max_running = 0, max_starts = 0, per_us = 0, limit_at = NULL WHERE key OPERATOR(pg_catalog.=) $1
+UPDATE {{table_keys}} SET max_running = 0, max_starts = 0, per_us = 0, min_gap_us = 0, limit_at = NULL WHERE key OPERATOR(pg_catalog.=) $1
 
 -- name: cooldown
 -- A cooldown of key $1 until $2, or, when $2 is NULL, for $4 microseconds
@@ -66,7 +67,8 @@ UPDATE {{table_keys}} SET cooling_until = NULL, cooling_note = '', cooling_at = 
 -- name: keys_state
 -- Every key with a limit or a cooldown, by name: its limit, its live runs
 -- and its starts in the window (at most max_starts of them counted), its
--- cooldown if in force, and the database clock. At most $1 rows.
+-- cooldown if in force, and the database clock; then its least gap
+-- between starts and, with one, its newest start. At most $1 rows.
 SELECT k.key, k.max_running, k.max_starts, k.per_us,
 	(SELECT pg_catalog.count(*) FROM {{table}} AS r
 	  WHERE r.status OPERATOR(pg_catalog.=) 'running' AND pg_catalog.cardinality(r.keys) OPERATOR(pg_catalog.=) 1 AND r.keys OPERATOR(pg_catalog.=) ARRAY[k.key] AND r.lease_until OPERATOR(pg_catalog.>) c.now)
@@ -79,8 +81,10 @@ SELECT k.key, k.max_running, k.max_starts, k.per_us,
 			 LIMIT k.max_starts) AS w) ELSE 0 END,
 	CASE WHEN k.cooling_until OPERATOR(pg_catalog.>) c.now THEN k.cooling_until END,
 	CASE WHEN k.cooling_until OPERATOR(pg_catalog.>) c.now THEN k.cooling_note ELSE '' END,
-	c.now
+	c.now, k.min_gap_us,
+	CASE WHEN k.min_gap_us OPERATOR(pg_catalog.>) 0 THEN (
+		SELECT m.started_at FROM {{table_starts}} AS m WHERE m.key OPERATOR(pg_catalog.=) k.key ORDER BY m.seq DESC LIMIT 1) END
 FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c, {{table_keys}} AS k
-WHERE k.max_running OPERATOR(pg_catalog.>) 0 OR k.max_starts OPERATOR(pg_catalog.>) 0 OR k.cooling_until OPERATOR(pg_catalog.>) c.now
+WHERE k.max_running OPERATOR(pg_catalog.>) 0 OR k.max_starts OPERATOR(pg_catalog.>) 0 OR k.min_gap_us OPERATOR(pg_catalog.>) 0 OR k.cooling_until OPERATOR(pg_catalog.>) c.now
 ORDER BY k.key
 LIMIT $1

@@ -2,27 +2,6 @@
 -- state, and an operator reads, sets or clears it (schema version 9; see
 -- sql/009_states.up.sql).
 
--- name: call_state
--- The claim on a table at the version before the current one, 10: one
--- call of the claim function's overload of version 9 (stateFuncArgs),
--- whose body version 10 replaced. $1 the source's advisory key, $2 the source, $3
--- the owner, $4 the lease and $5 the claimer's minimum interval in
--- microseconds, $6 the bound on the wait for a table lock in
--- milliseconds, $7 the tick (NULL for a plain claim), $8 the keys, in the
--- order the claim names them, and $9 their advisory locks, ascending
--- (both NULL for a claim that names no key), and true: a win returns the
--- state. Its row: locked, isolation, db_now, won, run_id, run_owner,
--- run_started, run_lease, retry_after, done_tick, limited_key (the key
--- that had no room, if any), and run_state, the source's state when it
--- won, NULL if it has none or the claim lost.
-SELECT * FROM {{table_claim}}($1::bigint, $2::pg_catalog.text, $3::pg_catalog.text, $4::bigint, $5::bigint, $6::bigint, $7::pg_catalog.timestamptz, $8::pg_catalog.text[], $9::bigint[], true)
--- Names the function of version 10 that gives a key its newest number,
--- which a table at version 9 lacks: there the statement fails, having
--- written nothing, so that a store refuses a table two versions old even
--- while it takes it to be at the version before. The call is of a STRICT
--- function with a NULL argument, which the planner folds away.
-WHERE {{table_top}}(NULL) IS NULL
-
 -- name: save_state
 -- Saves $5 as the state of source $2 for run $1, started at $4 by owner
 -- $3, if it is running and its lease has not ended by the database clock:
@@ -42,11 +21,6 @@ INSERT INTO {{table_states}} AS s (source, state, run_id, saved_at)
 SELECT r.source, $5::pg_catalog.bytea, r.id, c.now FROM r, c
 ON CONFLICT (source) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, saved_at = excluded.saved_at
 RETURNING s.run_id
-
--- name: read_states
--- The states of the sources $1 (those a ClaimMany won): source and state,
--- one row per source that has one.
-SELECT source, state FROM {{table_states}} WHERE source OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])
 
 -- name: read_state
 -- The state of source $1, when it was saved and by which run (NULL when

@@ -220,6 +220,72 @@ func testKeyMaxStarts(t *testing.T, s runclaim.Store) {
 	}
 }
 
+// testKeyMinGap: a key with a MinGap lets one start in at a time, MinGap
+// apart, whatever became of the run before (a finished run still
+// started): a claim within MinGap of the key's newest start is skipped
+// with RetryAfter that start plus MinGap, and wins once the store's clock
+// has passed it, not before. A many-source claim of sources that share
+// the key wins the first only.
+func testKeyMinGap(t *testing.T, s runclaim.Store) {
+	ctx, prefix := setup(t)
+	l := limiterOf(t, s)
+	slow := prefix + "/slow"
+	mustSetLimit(t, ctx, l, slow, runclaim.Limit{MinGap: time.Hour})
+	a := mustClaim(t, ctx, s, keyReq(prefix+"/a", "owner", slow))
+	limitedSkip(t, tryClaim(ctx, s, keyReq(prefix+"/b", "owner", slow)), prefix+"/b", slow, a.StartedAt.Add(time.Hour))
+	mustFinish(t, ctx, s, succeeded(a))
+	limitedSkip(t, tryClaim(ctx, s, keyReq(prefix+"/b", "owner", slow)), prefix+"/b", slow, a.StartedAt.Add(time.Hour))
+	// The gap is between starts: a key with a MaxRunning that has room
+	// and a MinGap that has none is skipped for the gap.
+	mustSetLimit(t, ctx, l, slow, runclaim.Limit{MaxRunning: 5, MinGap: time.Hour})
+	limitedSkip(t, tryClaim(ctx, s, keyReq(prefix+"/c", "owner", slow)), prefix+"/c", slow, a.StartedAt.Add(time.Hour))
+
+	// A gap that passes, by the store's clock.
+	fast := prefix + "/fast"
+	const gap = 300 * time.Millisecond
+	mustSetLimit(t, ctx, l, fast, runclaim.Limit{MinGap: gap})
+	// Three starts, each paced from the one before (the newest, not the
+	// oldest).
+	last := mustClaim(t, ctx, s, keyReq(prefix+"/f1", "owner", fast))
+	for _, src := range []string{prefix + "/f2", prefix + "/f3"} {
+		opens := last.StartedAt.Add(gap)
+		for first := true; ; first = false {
+			info, err := s.Claim(ctx, keyReq(src, "owner", fast))
+			if err == nil {
+				if info.StartedAt.Before(opens) {
+					t.Errorf("claim of %q won at %v, less than MinGap %v after the key's newest start at %v", src, info.StartedAt, gap, last.StartedAt)
+				}
+				last = info
+				break
+			}
+			// On a loaded machine the gap may have passed before the
+			// first claim: then it wins.
+			if first {
+				limitedSkip(t, err, src, fast, opens)
+			} else {
+				limitedSkip(t, err, src, fast, time.Time{})
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the gap of %q never passed: %v", fast, ctx.Err())
+			case <-time.After(pollEvery):
+			}
+		}
+	}
+
+	// Many sources at once: the first wins, each other is paced after it.
+	if _, ok := s.(runclaim.ManyStore); !ok {
+		return
+	}
+	batch := prefix + "/batch"
+	mustSetLimit(t, ctx, l, batch, runclaim.Limit{MinGap: time.Hour})
+	reqs := []runclaim.ClaimRequest{keyReq(prefix+"/m1", "many", batch), keyReq(prefix+"/m2", "many", batch), keyReq(prefix+"/m3", "many")}
+	res := mustClaimMany(t, ctx, s, reqs)
+	m1 := wonRun(t, reqs[0], res[0])
+	limitedSkip(t, res[1].Err, reqs[1].Source, batch, m1.StartedAt.Add(time.Hour))
+	wonRun(t, reqs[2], res[2])
+}
+
 // testKeyCooldown: a cooldown skips every claim that names its key, with
 // its end and note; a shorter cooldown never shortens it, a longer one
 // extends it; EndCooldown ends it; a cooldown that would have ended
@@ -379,7 +445,8 @@ func testKeyBadInput(t *testing.T, s runclaim.Store) {
 		}
 	}
 	key := prefix + "/k"
-	for _, lim := range []runclaim.Limit{{MaxRunning: -1}, {MaxStarts: 1}, {Per: time.Second}, {MaxStarts: 1, Per: -time.Second}, {MaxStarts: 1, Per: runclaim.MaxLimitPer + time.Hour}} {
+	for _, lim := range []runclaim.Limit{{MaxRunning: -1}, {MaxStarts: 1}, {Per: time.Second}, {MaxStarts: 1, Per: -time.Second}, {MaxStarts: 1, Per: runclaim.MaxLimitPer + time.Hour},
+		{MinGap: -time.Second}, {MinGap: runclaim.MaxLimitPer + time.Hour}, {MinGap: time.Nanosecond}} {
 		if err := l.SetLimit(ctx, key, lim); err == nil {
 			t.Errorf("SetLimit(%+v) returned nil", lim)
 		}

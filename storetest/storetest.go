@@ -76,6 +76,7 @@ var cases = []suiteCase{
 	{name: "KeyShared", store: testKeyShared},
 	{name: "KeyUnclaim", store: testKeyUnclaim},
 	{name: "KeyMaxStarts", store: testKeyMaxStarts},
+	{name: "KeyMinGap", store: testKeyMinGap},
 	{name: "KeyCooldown", store: testKeyCooldown},
 	{name: "KeyOrder", store: testKeyOrder},
 	{name: "ManyKeys", store: testManyKeys},

@@ -79,6 +79,15 @@ func (k *keyBackend) check(req runclaim.ClaimRequest, now time.Time, running map
 				return skip(in[len(in)-l.MaxStarts].Add(l.Per), "")
 			}
 		}
+		if st := k.starts[key]; l.MinGap > 0 && len(st) > 0 && bug != bugKeyMinGapIgnored {
+			newest := st[len(st)-1]
+			if bug == bugKeyMinGapOldest {
+				newest = st[0]
+			}
+			if next := newest.at.Add(l.MinGap); next.After(now) {
+				return skip(next, "")
+			}
+		}
 	}
 	return nil
 }

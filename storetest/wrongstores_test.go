@@ -132,6 +132,12 @@ const (
 	bugKeyCountOutside
 	// A key's starts are counted for succeeded runs only.
 	bugKeyStartsSucceededOnly
+	// A key's MinGap is stored but not applied: every claim of a paced
+	// key with room otherwise wins.
+	bugKeyMinGapIgnored
+	// A key's MinGap is measured from its oldest start still recorded,
+	// not its newest: the key is paced once, then bursts.
+	bugKeyMinGapOldest
 	// A shorter cooldown replaces a longer one in force.
 	bugCooldownShortened
 	// Keys are checked before every other reason to skip.
@@ -1004,6 +1010,10 @@ var wrongStores = []wrongStore{
 		"KeyReplicas", copyBackend(bugKeyCountOutside)},
 	{"key-starts-succeeded-only", "a key's starts counted for succeeded runs only",
 		"KeyMaxStarts", copyBackend(bugKeyStartsSucceededOnly)},
+	{"key-min-gap-ignored", "a key's MinGap stored but not applied",
+		"KeyMinGap", copyBackend(bugKeyMinGapIgnored)},
+	{"key-min-gap-oldest", "a key's MinGap measured from its oldest start, not its newest",
+		"KeyMinGap", copyBackend(bugKeyMinGapOldest)},
 	{"cooldown-shortened", "a shorter cooldown replaces a longer one in force",
 		"KeyCooldown", copyBackend(bugCooldownShortened)},
 	{"key-first", "keys checked before every other reason to skip",

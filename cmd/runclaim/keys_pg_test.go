@@ -34,7 +34,7 @@ func TestLimitCommands(t *testing.T) {
 		t.Errorf("claim over the limit set by the CLI: %v, want ErrLimited", err)
 	}
 	r = mustRun(t, db, exitOK, "limits")
-	if got := lines(r.stdout); len(got) != 2 || !matches(`^site:avito +1/1 +1/10 per 1h00m +- +- *$`, got[1]) {
+	if got := lines(r.stdout); len(got) != 2 || !matches(`^site:avito +1/1 +1/10 per 1h00m +- +- +- *$`, got[1]) {
 		t.Errorf("limits:\n%s", r.stdout)
 	}
 	r = mustRun(t, db, exitSkipped, "exec", "--source", "avito/kazan", "--key", "site:avito", "--", "true")
@@ -72,7 +72,7 @@ func TestLimitCommands(t *testing.T) {
 		t.Errorf("status --json: %v", objs)
 	}
 	objs = decodeObjects(t, mustRun(t, db, exitOK, "limits", "--json").stdout,
-		"key", "max_running", "max_starts", "per_seconds", "running", "starts", "cooling_until", "note", "checked_at")
+		"key", "max_running", "max_starts", "per_seconds", "min_gap_seconds", "running", "starts", "next_start", "cooling_until", "note", "checked_at")
 	if len(objs) != 1 || fmt.Sprint(objs[0]["max_running"]) != "1" || fmt.Sprint(objs[0]["per_seconds"]) != "3600" || fmt.Sprint(objs[0]["starts"]) != "2" || objs[0]["note"] != "HTTP 429" {
 		t.Errorf("limits --json: %v", objs)
 	}
@@ -132,6 +132,39 @@ func claimErrKeys(t *testing.T, c *runclaim.Claimer, source string, keys ...stri
 		}
 	}
 	return err
+}
+
+// TestLimitMinGap: 'limit set --min-gap' paces a key's starts: the next
+// claim naming it within the gap is skipped, 'exec --key' exits as
+// skipped naming the key, and 'limits' shows the gap and when the next
+// start may come, in text and JSON; a bad --min-gap is a usage error
+// naming the flag.
+func TestLimitMinGap(t *testing.T) {
+	db, _ := setup(t)
+	r := mustRun(t, db, exitOK, "limit", "set", "site:olx", "--min-gap", "1h")
+	if !strings.Contains(r.stdout, `key "site:olx": no bound on running runs, no bound on starts, at least 1h00m between starts`) {
+		t.Errorf("limit set --min-gap: stdout %q", r.stdout)
+	}
+	mustRun(t, db, exitOK, "exec", "--source", "olx/a", "--key", "site:olx", "--", "true")
+	r = mustRun(t, db, exitSkipped, "exec", "--source", "olx/b", "--key", "site:olx", "--", "true")
+	if !strings.Contains(r.stderr, "site:olx") {
+		t.Errorf("exec --key of a paced key: stderr %q, want the key named", r.stderr)
+	}
+	r = mustRun(t, db, exitOK, "limits")
+	if got := lines(r.stdout); len(got) != 2 || !matches(`^site:olx +0 +- +1h00m \(next in (59m|1h00m)[0-9]*s?\) +- +- *$`, got[1]) {
+		t.Errorf("limits:\n%s", r.stdout)
+	}
+	objs := decodeObjects(t, mustRun(t, db, exitOK, "limits", "--json").stdout,
+		"key", "max_running", "max_starts", "per_seconds", "min_gap_seconds", "running", "starts", "next_start", "cooling_until", "note", "checked_at")
+	if len(objs) != 1 || fmt.Sprint(objs[0]["min_gap_seconds"]) != "3600" || objs[0]["next_start"] == nil {
+		t.Errorf("limits --json: %v", objs)
+	}
+	r = mustRun(t, db, exitUsage, "limit", "set", "site:olx", "--min-gap", "-5s")
+	if !strings.Contains(r.stderr, "--min-gap") {
+		t.Errorf("limit set --min-gap -5s: stderr %q, want the flag named", r.stderr)
+	}
+	mustRun(t, db, exitOK, "limit", "rm", "site:olx")
+	mustRun(t, db, exitOK, "exec", "--source", "olx/b", "--key", "site:olx", "--", "true")
 }
 
 // TestKeysTruncated: with more than MaxKeyStates keys that have a limit
@@ -201,7 +234,7 @@ FROM generate_series(1, $1) AS i`, runclaim.MaxKeyStates+1); err != nil {
 		checkStderr("limits", r)
 
 		r = mustRun(t, db, exitOK, "limits", "--json")
-		objs := decodeObjects(t, r.stdout, "key", "max_running", "max_starts", "per_seconds", "running", "starts", "cooling_until", "note", "checked_at")
+		objs := decodeObjects(t, r.stdout, "key", "max_running", "max_starts", "per_seconds", "min_gap_seconds", "running", "starts", "next_start", "cooling_until", "note", "checked_at")
 		if len(objs) != runclaim.MaxKeyStates || objs[len(objs)-1]["key"] != last {
 			t.Errorf("limits --json: %d keys; want %d, the last %q", len(objs), runclaim.MaxKeyStates, last)
 		}

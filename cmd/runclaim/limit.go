@@ -19,24 +19,29 @@ import (
 // newLimitCommand makes 'runclaim limit': sets or removes the limit of a key.
 func newLimitCommand(c *cli) *cobra.Command {
 	return define(c, &cobra.Command{
-		Use:   "limit set <key> [--running N] [--starts M --per DURATION] | limit rm <key>",
+		Use:   "limit set <key> [--running N] [--starts M --per DURATION] [--min-gap DURATION] | limit rm <key>",
 		Short: "set or remove the limit of a key that many sources share",
 		Long: `Sets (or replaces) the limit of a key, for every replica at once: at most
 --running runs of the sources whose claims name the key at once, and at
-most --starts runs started in any window of --per, whatever their outcome.
-0 (the default) is no bound. 'limit rm' removes the limit; a cooldown of
+most --starts runs started in any window of --per, whatever their outcome,
+and at least --min-gap between two starts (by the database clock: a
+claim sooner is skipped until the gap has passed; with --wait, sources
+that share the key start one by one). 0 (the default) is no bound. 'limit rm' removes the limit; a cooldown of
 the key stays (see 'runclaim cooldown'). The limit binds the next claim
 that names the key; runs already running and started count.
 
 Claims name keys with runclaim.WithKeys or WithSourceKeys, or
-'runclaim exec --key'. Keys need the runs table at schema version 8
-('runclaim migrate').
+'runclaim exec --key'. Keys need the runs table at schema version 8,
+--min-gap version 12 ('runclaim migrate'); replicas of releases before
+it do not pace.
 
 Examples:
   runclaim limit set site:avito --running 3 --starts 20 --per 1h
+  runclaim limit set site:avito --min-gap 30s
   runclaim limit rm site:avito
 
-JSON output: {"key", "max_running", "max_starts", "per_seconds"} for set,
+JSON output: {"key", "max_running", "max_starts", "per_seconds",
+"min_gap_seconds"} for set,
 {"key", "removed"} for rm (removed is false for a key that had no limit)`,
 		Args:        maxArgs(2),
 		Annotations: map[string]string{annotWrites: "true"},
@@ -50,6 +55,7 @@ type limitOptions struct {
 	running     int
 	starts      int
 	per         string
+	minGap      string
 	limit       runclaim.Limit // made by Validate
 }
 
@@ -57,6 +63,7 @@ func (o *limitOptions) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.running, "running", 0, "at most `N` runs of the key running at once (0: no bound)")
 	fs.IntVar(&o.starts, "starts", 0, "at most `M` runs of the key started in any window of --per (0: no bound)")
 	fs.StringVar(&o.per, "per", "", "the window of --starts (`DURATION`: 90s, 1h, 1d)")
+	fs.StringVar(&o.minGap, "min-gap", "", "at least `DURATION` between two starts of the key (0: no bound)")
 }
 
 func (o *limitOptions) args(args []string) {
@@ -78,8 +85,8 @@ func (o *limitOptions) Validate() error {
 		return err
 	}
 	if o.action == "rm" {
-		if o.running != 0 || o.starts != 0 || o.per != "" {
-			return errors.New("'limit rm' takes no --running, --starts or --per")
+		if o.running != 0 || o.starts != 0 || o.per != "" || o.minGap != "" {
+			return errors.New("'limit rm' takes no --running, --starts, --per or --min-gap")
 		}
 		return nil
 	}
@@ -91,9 +98,17 @@ func (o *limitOptions) Validate() error {
 		}
 		per = d
 	}
-	o.limit = runclaim.Limit{MaxRunning: o.running, MaxStarts: o.starts, Per: per}
+	var gap time.Duration
+	if o.minGap != "" {
+		d, err := parseAge(o.minGap)
+		if err != nil {
+			return fmt.Errorf("--min-gap: %w", err)
+		}
+		gap = d
+	}
+	o.limit = runclaim.Limit{MaxRunning: o.running, MaxStarts: o.starts, Per: per, MinGap: gap}
 	if o.limit == (runclaim.Limit{}) {
-		return errors.New("give --running, or --starts and --per (to remove the limit, use 'limit rm')")
+		return errors.New("give --running, --starts and --per, or --min-gap (to remove the limit, use 'limit rm')")
 	}
 	if err := o.limit.Validate(); err != nil {
 		return limitFlagError(err)
@@ -139,7 +154,8 @@ func runLimit(ctx context.Context, c *cli, o *limitOptions) int {
 			MaxRunning int     `json:"max_running"`
 			MaxStarts  int     `json:"max_starts"`
 			PerSeconds float64 `json:"per_seconds"`
-		}{o.key, o.limit.MaxRunning, o.limit.MaxStarts, seconds(o.limit.Per)})
+			MinGap     float64 `json:"min_gap_seconds"`
+		}{o.key, o.limit.MaxRunning, o.limit.MaxStarts, seconds(o.limit.Per), seconds(o.limit.MinGap)})
 	} else {
 		_, err = fmt.Fprintf(c.stdout, "key %q: %s\n", o.key, describeLimit(o.limit))
 	}
@@ -158,7 +174,11 @@ func describeLimit(l runclaim.Limit) string {
 	if l.MaxStarts > 0 {
 		starts = "at most " + strconv.Itoa(l.MaxStarts) + " starts per " + formatDuration(l.Per)
 	}
-	return running + ", " + starts
+	out := running + ", " + starts
+	if l.MinGap > 0 {
+		out += ", at least " + formatDuration(l.MinGap) + " between starts"
+	}
+	return out
 }
 
 // newLimitsCommand makes 'runclaim limits': lists the keys' limits and cooldowns.
@@ -168,7 +188,8 @@ func newLimitsCommand(c *cli) *cobra.Command {
 		Short: "list the keys with a limit or a cooldown: running runs, starts, cooldown",
 		Long: `Lists every key that has a limit or a cooldown in force: its limit, how
 many runs that named it are running now, how many started in the limit's
-window (counted up to the limit), and its cooldown's end and note.
+window (counted up to the limit), its least gap between starts and when
+the next start may come, and its cooldown's end and note.
 
 Examples:
   runclaim limits
@@ -178,8 +199,8 @@ At most 10000 keys (runclaim.MaxKeyStates) are listed: the first by name.
 When more have a limit or a cooldown, a warning says so on stderr.
 
 JSON output: an array of {"key", "max_running", "max_starts",
-"per_seconds", "running", "starts", "cooling_until" (null: none), "note",
-"checked_at"}`,
+"per_seconds", "min_gap_seconds", "running", "starts", "next_start" (null:
+no gap in force), "cooling_until" (null: none), "note", "checked_at"}`,
 		Args: maxArgs(0),
 	}, runLimits)
 }
@@ -207,33 +228,42 @@ func runLimits(ctx context.Context, c *cli, _ *limitsOptions) int {
 			MaxRunning   int        `json:"max_running"`
 			MaxStarts    int        `json:"max_starts"`
 			PerSeconds   float64    `json:"per_seconds"`
+			MinGap       float64    `json:"min_gap_seconds"`
 			Running      int        `json:"running"`
 			Starts       int        `json:"starts"`
+			NextStart    *time.Time `json:"next_start"`
 			CoolingUntil *time.Time `json:"cooling_until"`
 			Note         string     `json:"note"`
 			CheckedAt    *time.Time `json:"checked_at"`
 		}
 		out := make([]keyJSON, 0, len(keys))
 		for _, k := range keys {
-			out = append(out, keyJSON{k.Key, k.Limit.MaxRunning, k.Limit.MaxStarts, seconds(k.Limit.Per), k.Running, k.Starts, jsonTime(k.CoolingUntil), k.Note, jsonTime(now)})
+			out = append(out, keyJSON{k.Key, k.Limit.MaxRunning, k.Limit.MaxStarts, seconds(k.Limit.Per), seconds(k.Limit.MinGap),
+				k.Running, k.Starts, jsonTime(nextStart(k, now)), jsonTime(k.CoolingUntil), k.Note, jsonTime(now)})
 		}
 		err = writeJSON(c.stdout, out)
 	} else if len(keys) == 0 {
 		_, err = fmt.Fprintln(c.stdout, "no key has a limit or a cooldown")
 	} else {
-		t := newTable(c.stdout, "KEY", "RUNNING", "STARTS", "COOLDOWN", "NOTE")
+		t := newTable(c.stdout, "KEY", "RUNNING", "STARTS", "GAP", "COOLDOWN", "NOTE")
 		for _, k := range keys {
-			running, starts, cool := strconv.Itoa(k.Running), "-", "-"
+			running, starts, gap, cool := strconv.Itoa(k.Running), "-", "-", "-"
 			if k.Limit.MaxRunning > 0 {
 				running += "/" + strconv.Itoa(k.Limit.MaxRunning)
 			}
 			if k.Limit.MaxStarts > 0 {
 				starts = strconv.Itoa(k.Starts) + "/" + strconv.Itoa(k.Limit.MaxStarts) + " per " + formatDuration(k.Limit.Per)
 			}
+			if k.Limit.MinGap > 0 {
+				gap = formatDuration(k.Limit.MinGap)
+				if next := nextStart(k, now); !next.IsZero() {
+					gap += " (next in " + formatDuration(next.Sub(now)) + ")"
+				}
+			}
 			if !k.CoolingUntil.IsZero() {
 				cool = "until " + formatTime(k.CoolingUntil) + " (" + formatDuration(k.CoolingUntil.Sub(now)) + " left)"
 			}
-			t.row(k.Key, running, starts, cool, k.Note)
+			t.row(k.Key, running, starts, gap, cool, k.Note)
 		}
 		err = t.flush()
 	}
@@ -241,6 +271,18 @@ func runLimits(ctx context.Context, c *cli, _ *limitsOptions) int {
 		return c.fail("limits", err)
 	}
 	return exitOK
+}
+
+// nextStart is when k's MinGap lets the next start in, if that is after
+// now; zero otherwise.
+func nextStart(k runclaim.KeyState, now time.Time) time.Time {
+	if k.Limit.MinGap <= 0 || k.LastStart.IsZero() {
+		return time.Time{}
+	}
+	if next := k.LastStart.Add(k.Limit.MinGap); next.After(now) {
+		return next
+	}
+	return time.Time{}
 }
 
 // hasLimit reports whether key has a limit, as the keys in force say.
@@ -261,7 +303,7 @@ func hasLimit(ctx context.Context, store *runclaim.PostgresStore, key string) (b
 
 // limitFields are Limit's fields, by the flag that sets each.
 var limitFields = strings.NewReplacer("Limit.MaxRunning", "--running", "Limit.MaxStarts", "--starts", "Limit.Per", "--per",
-	"MaxRunning", "--running", "MaxStarts", "--starts")
+	"Limit.MinGap", "--min-gap", "MaxRunning", "--running", "MaxStarts", "--starts")
 
 // limitFlagError is Limit.Validate's error in the flags' names, with an
 // example of a valid limit.

@@ -23,7 +23,7 @@ var surface = map[string][]string{
 		"skip-exit-code", "error-exit-code", "lost-exit-code", "unrecorded-exit-code", "timeout-exit-code",
 		"no-db-env", "pass-db-env", "quiet", "verbose", "wait", "key"},
 	"check":    {"max-age"},
-	"limit":    {"running", "starts", "per"},
+	"limit":    {"running", "starts", "per", "min-gap"},
 	"limits":   {},
 	"cooldown": {"for", "note", "end"},
 	"state":    {"set-file", "clear", "force"},
