@@ -18,9 +18,12 @@ import (
 //     MaxRunning limit that does not bind (key: the key's lock, its row,
 //     the count of its running runs, and a start recorded), one key with a
 //     MaxStarts limit that does not bind (key-starts: the count of the
-//     starts in its window instead), against one autocommit INSERT;
+//     starts in its window instead), one key with a MinGap that does not
+//     bind (key-gap: the key's newest start, by its number, instead),
+//     against one autocommit INSERT;
 //   - a loss: of a held source, naming no key and one key (key-lose), and
-//     of a free source whose key is cooling down (limited), against
+//     of a free source whose key is cooling down (limited), and of a free
+//     source whose key started within its MinGap (paced), against
 //     SELECT 1;
 //
 // The table holds a history of 20,000 finished runs, analysed. Also what a
@@ -33,11 +36,12 @@ func BenchmarkClaimKeys(b *testing.B) {
 	c := benchClaimer(b, store, "bench")
 	floor := newInsertFloor(store, db.Pool)
 	sources := benchSources(16)
-	const running, starts, cool = "site:running", "site:starts", "site:cooling"
+	const running, starts, cool, gap, paced = "site:running", "site:starts", "site:cooling", "site:gap", "site:paced"
 	for _, l := range []struct {
 		key string
 		l   runclaim.Limit
-	}{{running, runclaim.Limit{MaxRunning: 1000}}, {starts, runclaim.Limit{MaxStarts: 1_000_000, Per: 100 * time.Millisecond}}} {
+	}{{running, runclaim.Limit{MaxRunning: 1000}}, {starts, runclaim.Limit{MaxStarts: 1_000_000, Per: 100 * time.Millisecond}},
+		{gap, runclaim.Limit{MinGap: time.Microsecond}}, {paced, runclaim.Limit{MinGap: 24 * time.Hour}}} {
 		if err := store.SetLimit(ctx, l.key, l.l); err != nil {
 			b.Fatal(err)
 		}
@@ -47,6 +51,7 @@ func BenchmarkClaimKeys(b *testing.B) {
 	}
 	const held = "held"
 	mustWin(b, benchClaimer(b, store, "holder"), held)
+	mustWin(b, benchClaimer(b, store, "holder"), "paced-first", runclaim.WithKeys(paced))
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO `+store.Table()+` (source, status, owner, started_at, lease_until, heartbeat_at, finished_at, min_interval)
 SELECT 'history/' || (i % 64), 'succeeded', 'old', t, t, t, t, interval '0'
 FROM pg_catalog.generate_series(1, 20000) AS i, LATERAL (SELECT timestamptz '2020-01-01' + i * interval '1 minute' AS t) AS x`); err != nil {
@@ -76,21 +81,25 @@ SELECT 'other/' || (i % 64), pg_catalog.clock_timestamp() - (20000 - i) * interv
 		{"nokey", win()},
 		{"key", win(runclaim.WithKeys(running))},
 		{"key-starts", win(runclaim.WithKeys(starts))},
+		{"key-gap", win(runclaim.WithKeys(gap))},
 		{"select1", func(int) time.Duration { return timed(func() { selectOne(b, db.Pool) }) }},
 		{"nokey-lose", func(int) time.Duration { return timed(lose(held, runclaim.ErrAlreadyRunning)) }},
 		{"key-lose", func(int) time.Duration {
 			return timed(lose(held, runclaim.ErrAlreadyRunning, runclaim.WithKeys(running)))
 		}},
 		{"limited", func(int) time.Duration { return timed(limited) }},
+		{"paced", func(int) time.Duration { return timed(lose("free", runclaim.ErrLimited, runclaim.WithKeys(paced))) }},
 	}
 	res, n := interleave(b, ops)
 	p50 := reportP50(b, ops, res)
 	b.ReportMetric(ratio(p50["nokey"], p50["insert"]), "nokey/insert")
 	b.ReportMetric(ratio(p50["key"], p50["nokey"]), "key/nokey")
 	b.ReportMetric(ratio(p50["key-starts"], p50["nokey"]), "key-starts/nokey")
+	b.ReportMetric(ratio(p50["key-gap"], p50["nokey"]), "key-gap/nokey")
 	b.ReportMetric(ratio(p50["nokey-lose"], p50["select1"]), "nokey-lose/select1")
 	b.ReportMetric(ratio(p50["key-lose"], p50["nokey-lose"]), "key-lose/nokey-lose")
 	b.ReportMetric(ratio(p50["limited"], p50["nokey-lose"]), "limited/nokey-lose")
+	b.ReportMetric(ratio(p50["paced"], p50["nokey-lose"]), "paced/nokey-lose")
 
 	monitor := db.NewPool(b, nil)
 	k := min(max(n/10, 1), 100)

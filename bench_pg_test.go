@@ -166,8 +166,8 @@ func benchSources(n int) []string {
 }
 
 // mustWin claims source and fails the benchmark unless the claim won.
-func mustWin(b testing.TB, c *runclaim.Claimer, source string) *runclaim.Run {
-	run, err := c.Claim(context.Background(), source)
+func mustWin(b testing.TB, c *runclaim.Claimer, source string, opts ...runclaim.ClaimOption) *runclaim.Run {
+	run, err := c.Claim(context.Background(), source, opts...)
 	if err != nil {
 		b.Fatalf("Claim %q: %v", source, err)
 	}

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 log() { printf 'examples: %s\n' "$*" >&2; }
 
 # The examples that run without a database, each bounded to a few seconds.
-no_db=(quickstart replicas ticker gocron cron redeploy feed)
+no_db=(quickstart replicas ticker gocron cron redeploy feed pacedsweep)
 # The examples that need a database.
 db_only=(fence)
 
