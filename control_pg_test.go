@@ -137,6 +137,16 @@ func TestControlOnOlderTable(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Source != "src" || !list[0].Paused || list[0].Note != "after Migrate" || !list[0].PausedUntil.IsZero() {
 		t.Errorf("Controls after a pause: %+v, %v", list, err)
 	}
+	// The database's time of the read comes back whether or not a source
+	// is paused: for one that is not, and for every source when none is.
+	if err := store.Resume(ctx, "src"); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{"src", ""} {
+		if list, now, err := store.Controls(ctx, src); err != nil || len(list) != 0 || now.IsZero() {
+			t.Errorf("Controls(%q) with nothing paused: %v, %v, %v; want nothing, the clock and no error", src, list, now, err)
+		}
+	}
 }
 
 // Rule: Migrate goes by the objects of version 5 as of every other: the

@@ -161,6 +161,12 @@ func (s *PostgresStore) Controls(ctx context.Context, source string) ([]SourceCo
 		}
 		return nil, time.Time{}, s.controlError(ctx, "read pauses and triggers", err)
 	}
+	if len(out) == 0 {
+		// No row carried the clock: read it.
+		if err := s.db.QueryRow(ctx, s.sql.clock).Scan(&now); err != nil {
+			return nil, time.Time{}, s.wrap(ctx, "read pauses and triggers", err)
+		}
+	}
 	return out, now, nil
 }
 

@@ -62,6 +62,7 @@ var commands = []func(*cli) *cobra.Command{
 	newMigrateCommand,
 	newStatusCommand,
 	newHistoryCommand,
+	newTicksCommand,
 	newReleaseCommand,
 	newPauseCommand,
 	newResumeCommand,

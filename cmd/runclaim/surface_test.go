@@ -14,6 +14,7 @@ var surface = map[string][]string{
 	"migrate": {"sql", "print", "down", "status"},
 	"status":  {"overdue"},
 	"history": {"limit"},
+	"ticks":   {"schedule", "since"},
 	"release": {"yes", "source", "id"},
 	"pause":   {"until", "note"},
 	"resume":  {},
