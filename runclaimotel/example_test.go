@@ -105,4 +105,5 @@ func Example() {
 	// metric runclaim.run.duration (s)
 	// metric runclaim.active_runs ({run})
 	// metric runclaim.source.time_since_last_success (s)
+	// metric runclaim.run.oldest_age (s)
 }

@@ -96,6 +96,7 @@ type config struct {
 	states    StateReader
 	schedules map[string]string
 	skipSpans bool
+	bySource  bool
 	now       func() time.Time
 }
 
@@ -127,6 +128,14 @@ func WithSchedule(source, cron string) Option {
 	}
 }
 
+// WithLatenessBySource gives runclaim.run.start_lateness the source's
+// attribute. Off by default: a histogram keeps a series per bucket, so an
+// attribute per source multiplies them by the sources; turn it on for a
+// few scheduled sources whose lateness you alert on one by one.
+func WithLatenessBySource() Option {
+	return func(c *config) { c.bySource = true }
+}
+
 // WithSkipSpans makes a span of every skipped claim (SpanClaim, with
 // runclaim.claim.outcome skipped, the reason and the holder). Without it a
 // skip is counted in runclaim.claims and makes no span: every replica but
@@ -152,7 +161,7 @@ type Telemetry struct {
 	tracer trace.Tracer
 
 	claims, heartbeatFailures, leasesLost metric.Int64Counter
-	claimDuration, runDuration            metric.Float64Histogram
+	claimDuration, runDuration, lateness  metric.Float64Histogram
 	activeRuns                            metric.Int64UpDownCounter
 	registration                          metric.Registration
 
@@ -211,15 +220,22 @@ func New(opts ...Option) (*Telemetry, error) {
 	t.leasesLost, err = meter.Int64Counter("runclaim.leases_lost", metric.WithUnit("{lease}"),
 		metric.WithDescription("Runs whose holder learned that the run was no longer its own."))
 	add(err)
+	t.lateness, err = meter.Float64Histogram("runclaim.run.start_lateness", metric.WithUnit("s"),
+		metric.WithDescription("How late a run of a scheduled tick (ForTick) started: its start minus its tick, by the database's clock; by source only with WithLatenessBySource."),
+		metric.WithExplicitBucketBoundaries(0.01, 0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))
+	add(err)
 	since, err := meter.Float64ObservableGauge("runclaim.source.time_since_last_success", metric.WithUnit("s"),
 		metric.WithDescription("Time since the start of the source's newest succeeded run; absent if it never succeeded."))
+	add(err)
+	oldest, err := meter.Float64ObservableGauge("runclaim.run.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest running run has been running: of any source in the runs table with WithStateReader, else of this process's runs; 0 while none runs."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("runclaimotel: %w", err)
 	}
 	t.registration, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		return t.observeSince(ctx, o, since)
-	}, since)
+		return t.observeSince(ctx, o, since, oldest)
+	}, since, oldest)
 	if err != nil {
 		return nil, fmt.Errorf("runclaimotel: %w", err)
 	}
@@ -294,6 +310,13 @@ func (t *Telemetry) claimed(e runclaim.Event) {
 	t.claims.Add(ctx, 1, metric.WithAttributes(source, outcome))
 	t.claimDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(source, outcome))
 	t.activeRuns.Add(ctx, 1, metric.WithAttributes(source))
+	if !run.Tick.IsZero() {
+		var la []attribute.KeyValue
+		if t.cfg.bySource {
+			la = append(la, source)
+		}
+		t.lateness.Record(ctx, run.StartedAt.Sub(run.Tick).Seconds(), metric.WithAttributes(la...))
+	}
 }
 
 func (t *Telemetry) skipped(e runclaim.Event) {
@@ -424,7 +447,8 @@ func (t *Telemetry) ended(rs runSpan, status string, now time.Time) {
 }
 
 // observeSince observes the time since each source's last success.
-func (t *Telemetry) observeSince(ctx context.Context, o metric.Observer, g metric.Float64ObservableGauge) error {
+func (t *Telemetry) observeSince(ctx context.Context, o metric.Observer, g, oldest metric.Float64ObservableGauge) error {
+	var age time.Duration // of the oldest running run
 	if t.cfg.states != nil {
 		ctx, cancel := context.WithTimeout(ctx, StateReadTimeout)
 		defer cancel()
@@ -433,10 +457,14 @@ func (t *Telemetry) observeSince(ctx context.Context, o metric.Observer, g metri
 			return fmt.Errorf("runclaimotel: read source states: %w", err)
 		}
 		for _, st := range states {
-			if age, ok := st.SuccessAge(); ok {
-				o.ObserveFloat64(g, age.Seconds(), metric.WithAttributes(SourceKey.String(st.Source)))
+			if a, ok := st.SuccessAge(); ok {
+				o.ObserveFloat64(g, a.Seconds(), metric.WithAttributes(SourceKey.String(st.Source)))
+			}
+			if r := st.Running(); r != nil {
+				age = max(age, st.CheckedAt.Sub(r.StartedAt))
 			}
 		}
+		o.ObserveFloat64(oldest, age.Seconds())
 		return nil
 	}
 	now := t.cfg.now()
@@ -445,6 +473,10 @@ func (t *Telemetry) observeSince(ctx context.Context, o metric.Observer, g metri
 	for source, at := range t.lastSuccess {
 		o.ObserveFloat64(g, now.Sub(at).Seconds(), metric.WithAttributes(SourceKey.String(source)))
 	}
+	for _, rs := range t.spans {
+		age = max(age, now.Sub(rs.started))
+	}
+	o.ObserveFloat64(oldest, age.Seconds())
 	return nil
 }
 

@@ -378,8 +378,8 @@ func TestSpansAndMetrics(t *testing.T) {
 		"runclaim.source": "(invalid)", "runclaim.claim.outcome": "failed", "error.type": "runclaim.invalid_source"})
 
 	ms := b.metrics(t)
-	if len(ms) != 7 {
-		t.Errorf("%d metrics, want 7: %v", len(ms), ms)
+	if len(ms) != 8 {
+		t.Errorf("%d metrics, want 8: %v", len(ms), ms)
 	}
 	wantPoints(t, ms, "runclaim.claims", "{claim}",
 		"map[runclaim.claim.outcome:claimed runclaim.source:fragile]=1",
@@ -408,6 +408,10 @@ func TestSpansAndMetrics(t *testing.T) {
 	wantPoints(t, ms, "runclaim.heartbeat.failures", "{heartbeat}", "map[runclaim.source:fragile]=1")
 	wantPoints(t, ms, "runclaim.leases_lost", "{lease}", "map[runclaim.source:fragile]=1")
 	wantPoints(t, ms, "runclaim.source.time_since_last_success", "s", "map[runclaim.source:nightly]=gauge")
+	wantPoints(t, ms, "runclaim.run.oldest_age", "s", "map[]=gauge") // no run open: 0
+	if o := ms["runclaim.run.oldest_age"].Data.(metricdata.Gauge[float64]); len(o.DataPoints) != 1 || o.DataPoints[0].Value != 0 {
+		t.Errorf("runclaim.run.oldest_age with no run open: %v, want 0", o.DataPoints)
+	}
 	if g := ms["runclaim.source.time_since_last_success"].Data.(metricdata.Gauge[float64]); len(g.DataPoints) == 1 {
 		if v := g.DataPoints[0].Value; v < 0 || v > after.Sub(before).Seconds()+time.Since(after).Seconds() {
 			t.Errorf("time since nightly's success %v s, want between 0 and the test's duration", v)
@@ -496,11 +500,44 @@ func TestTimeSinceSuccessFromTable(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(map[string]float64{"fresh": 60, "stale": 10800}) {
 		t.Errorf("time since last success %v, want fresh 60 and stale 10800, never absent", got)
 	}
+	// The oldest running run is stale's, started a second before the read.
+	if o := b.metrics(t)["runclaim.run.oldest_age"].Data.(metricdata.Gauge[float64]); len(o.DataPoints) != 1 || o.DataPoints[0].Value != 1 {
+		t.Errorf("runclaim.run.oldest_age %v, want one point of 1 s", o.DataPoints)
+	}
 
 	broken := setup(t, runclaimotel.WithStateReader(fakeStates{err: errDown}))
 	var rm metricdata.ResourceMetrics
 	if err := broken.reader.Collect(context.Background(), &rm); err == nil || !strings.Contains(err.Error(), errDown.Error()) {
 		t.Errorf("collect with the database down: %v, want its error", err)
+	}
+}
+
+// TestStartLateness: a run of a tick records its start minus its tick in
+// runclaim.run.start_lateness, without the source's attribute unless
+// WithLatenessBySource is given; a plain claim records nothing there.
+func TestStartLateness(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 1, 30, 0, time.UTC)
+	for _, bySource := range []bool{false, true} {
+		var opts []runclaimotel.Option
+		if bySource {
+			opts = append(opts, runclaimotel.WithLatenessBySource())
+		}
+		b := setup(t, opts...)
+		c := b.claimer(t, runclaim.NewMemoryStore(runclaim.WithClock(func() time.Time { return now })), "pod-a")
+		if _, err := c.Claim(t.Context(), "sweep", runclaim.ForTick(now.Add(-90*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Claim(t.Context(), "plain"); err != nil {
+			t.Fatal(err)
+		}
+		h := b.metrics(t)["runclaim.run.start_lateness"].Data.(metricdata.Histogram[float64])
+		if len(h.DataPoints) != 1 || h.DataPoints[0].Count != 1 || h.DataPoints[0].Sum != 90 {
+			t.Fatalf("by source %v: %v, want one point of one 90 s sample", bySource, h.DataPoints)
+		}
+		v, has := h.DataPoints[0].Attributes.Value(runclaimotel.SourceKey)
+		if has != bySource || (bySource && v.AsString() != "sweep") {
+			t.Errorf("by source %v: attributes %v", bySource, h.DataPoints[0].Attributes)
+		}
 	}
 }
 

@@ -30,6 +30,8 @@ const StateReadTimeout = 5 * time.Second
 //	runclaim_source_last_success_timestamp_seconds{source}  start of the newest succeeded run (absent if none)
 //	runclaim_source_last_start_timestamp_seconds{source}    start of the newest run
 //	runclaim_source_running{source}                         1 while a run is running, else 0
+//	runclaim_source_running_age_seconds{source}             how long the running run has run (absent if none)
+//	runclaim_running_oldest_age_seconds                     the age of the oldest running run of any source (0 if none)
 //	runclaim_source_failing{source}                         1 if the newest finished run did not succeed
 //	runclaim_source_states_up                               1 if the table was read, 0 if not
 //
@@ -40,6 +42,7 @@ const StateReadTimeout = 5 * time.Second
 type SourceCollector struct {
 	states                                       StateReader
 	lastSuccess, lastStart, running, failing, up *prometheus.Desc
+	runningAge, oldest                           *prometheus.Desc
 }
 
 // NewSourceCollector returns a collector that reads states at each scrape.
@@ -51,13 +54,15 @@ func NewSourceCollector(states StateReader) *SourceCollector {
 		lastStart:   prometheus.NewDesc("runclaim_source_last_start_timestamp_seconds", "When the source's newest run started, as a Unix time, by the database's clock.", src, nil),
 		running:     prometheus.NewDesc("runclaim_source_running", "1 while a run of the source is running, else 0.", src, nil),
 		failing:     prometheus.NewDesc("runclaim_source_failing", "1 if the source's newest finished run failed, expired or was released, else 0.", src, nil),
+		runningAge:  prometheus.NewDesc("runclaim_source_running_age_seconds", "How long the source's running run has been running, by the database's clock; absent while none runs. Alert on it for an overrun (runclaim check --max-run does the same).", src, nil),
+		oldest:      prometheus.NewDesc("runclaim_running_oldest_age_seconds", "The age of the oldest running run of any source, by the database's clock; 0 while none runs.", nil, nil),
 		up:          prometheus.NewDesc("runclaim_source_states_up", "1 if the last scrape read the runs table, 0 if it could not (the per-source series are then absent).", nil, nil),
 	}
 }
 
 // Describe sends the descriptors of every metric the collector exports.
 func (c *SourceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lastSuccess, c.lastStart, c.running, c.failing, c.up} {
+	for _, d := range []*prometheus.Desc{c.lastSuccess, c.lastStart, c.running, c.failing, c.runningAge, c.oldest, c.up} {
 		ch <- d
 	}
 }
@@ -75,7 +80,13 @@ func (c *SourceCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	var oldest time.Duration
 	for _, st := range states {
+		if r := st.Running(); r != nil {
+			age := st.CheckedAt.Sub(r.StartedAt)
+			oldest = max(oldest, age)
+			ch <- prometheus.MustNewConstMetric(c.runningAge, prometheus.GaugeValue, age.Seconds(), st.Source)
+		}
 		if st.LastSuccess != nil {
 			ch <- prometheus.MustNewConstMetric(c.lastSuccess, prometheus.GaugeValue, unix(st.LastSuccess.StartedAt), st.Source)
 		}
@@ -85,6 +96,7 @@ func (c *SourceCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, boolValue(st.Running() != nil), st.Source)
 		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, boolValue(st.Failing()), st.Source)
 	}
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, oldest.Seconds())
 }
 
 func unix(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }

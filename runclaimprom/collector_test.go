@@ -27,7 +27,8 @@ func (f fakeStates) SourceStates(context.Context) ([]runclaim.SourceState, error
 
 // TestSourceCollector: each scrape reads the table once and exports each
 // source's last success (absent when it never succeeded), last start,
-// running and failing state; a failed read is up 0 and nothing else.
+// running and failing state, the age of its running run, and the age of
+// the oldest running run; a failed read is up 0 and nothing else.
 func TestSourceCollector(t *testing.T) {
 	at := func(s string) time.Time {
 		tm, err := time.Parse(time.RFC3339Nano, s)
@@ -40,7 +41,7 @@ func TestSourceCollector(t *testing.T) {
 		return &runclaim.RunRecord{RunInfo: runclaim.RunInfo{ID: 1, StartedAt: at(started)}, Status: status}
 	}
 	states := []runclaim.SourceState{
-		{Source: "nightly", Latest: rec("2026-12-01T03:00:00.5Z", runclaim.StatusRunning),
+		{Source: "nightly", CheckedAt: at("2026-12-01T03:10:00.5Z"), Latest: rec("2026-12-01T03:00:00.5Z", runclaim.StatusRunning),
 			LastFinished: rec("2026-11-30T03:00:00Z", runclaim.StatusFailed), LastSuccess: rec("2026-11-29T03:00:00Z", runclaim.StatusSucceeded)},
 		{Source: "never", Latest: rec("2026-12-01T00:00:00Z", runclaim.StatusFailed), LastFinished: rec("2026-12-01T00:00:00Z", runclaim.StatusFailed)},
 	}
@@ -59,10 +60,16 @@ runclaim_source_last_start_timestamp_seconds{source="nightly"} 1.7960940005e+09
 # HELP runclaim_source_last_success_timestamp_seconds When the source's newest succeeded run started, as a Unix time, by the database's clock; absent if it never succeeded.
 # TYPE runclaim_source_last_success_timestamp_seconds gauge
 runclaim_source_last_success_timestamp_seconds{source="nightly"} 1.7959212e+09
+# HELP runclaim_running_oldest_age_seconds The age of the oldest running run of any source, by the database's clock; 0 while none runs.
+# TYPE runclaim_running_oldest_age_seconds gauge
+runclaim_running_oldest_age_seconds 600
 # HELP runclaim_source_running 1 while a run of the source is running, else 0.
 # TYPE runclaim_source_running gauge
 runclaim_source_running{source="never"} 0
 runclaim_source_running{source="nightly"} 1
+# HELP runclaim_source_running_age_seconds How long the source's running run has been running, by the database's clock; absent while none runs. Alert on it for an overrun (runclaim check --max-run does the same).
+# TYPE runclaim_source_running_age_seconds gauge
+runclaim_source_running_age_seconds{source="nightly"} 600
 # HELP runclaim_source_states_up 1 if the last scrape read the runs table, 0 if it could not (the per-source series are then absent).
 # TYPE runclaim_source_states_up gauge
 runclaim_source_states_up 1

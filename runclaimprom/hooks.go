@@ -44,17 +44,44 @@ type Metrics struct {
 	heartbeatErrors *prometheus.CounterVec   // source
 	leasesLost      *prometheus.CounterVec   // source
 	lastLeaseLost   prometheus.Gauge
+	lateness        *prometheus.HistogramVec // none, or source with LatenessBySource
+	bySource        bool
 }
+
+// An Option configures New.
+type Option func(*Metrics)
+
+// LatenessBySource labels runclaim_start_lateness_seconds by source. Off
+// by default: a histogram has a series per bucket, so a label per source
+// multiplies them by the sources; turn it on for a service with a few
+// scheduled sources whose lateness you alert on one by one.
+func LatenessBySource() Option { return func(m *Metrics) { m.bySource = true } }
 
 // New creates the metrics and registers them with reg
 // (prometheus.DefaultRegisterer if reg is nil). If one cannot be
 // registered, such as when reg holds runclaim's metrics already, New
 // unregisters the ones it registered and returns the error.
-func New(reg prometheus.Registerer) (*Metrics, error) {
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
+	var o Metrics
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	var latenessLabels []string
+	if o.bySource {
+		latenessLabels = []string{"source"}
+	}
 	m := &Metrics{
+		bySource: o.bySource,
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "runclaim_start_lateness_seconds",
+			Help:    "How late a run of a scheduled tick (ForTick) started: its start minus its tick, by the database's clock. By source only with LatenessBySource.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10), // 10ms .. 43min
+		}, latenessLabels),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runclaim_claims_total",
 			Help: "Claims by outcome: claimed (this replica runs the tick), skipped, or failed (a database error, the caller's context ended, or invalid input).",
@@ -90,7 +117,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "When a run was last lost, as a Unix time; 0 if never. Alert on changes().",
 		}),
 	}
-	cs := []prometheus.Collector{m.claims, m.skips, m.limited, m.claimLatency, m.runDuration, m.heartbeatErrors, m.leasesLost, m.lastLeaseLost}
+	cs := []prometheus.Collector{m.claims, m.skips, m.limited, m.claimLatency, m.runDuration, m.heartbeatErrors, m.leasesLost, m.lastLeaseLost, m.lateness}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -110,6 +137,13 @@ func (m *Metrics) Hooks() runclaim.Hooks {
 		Claimed: func(e runclaim.Event) {
 			m.claims.WithLabelValues(e.Run.Source, OutcomeClaimed).Inc()
 			m.claimLatency.WithLabelValues(OutcomeClaimed).Observe(e.Duration.Seconds())
+			if !e.Run.Tick.IsZero() {
+				var labels []string
+				if m.bySource {
+					labels = []string{e.Run.Source}
+				}
+				m.lateness.WithLabelValues(labels...).Observe(e.Run.StartedAt.Sub(e.Run.Tick).Seconds())
+			}
 		},
 		Skipped: func(e runclaim.Event) {
 			m.claims.WithLabelValues(e.Source, OutcomeSkipped).Inc()

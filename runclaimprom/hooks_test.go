@@ -292,6 +292,58 @@ runclaim_leases_lost_total{source="lost"} 1
 	}
 }
 
+// TestStartLateness: a run of a tick records its start minus its tick in
+// runclaim_start_lateness_seconds, without a source label unless
+// LatenessBySource is given; a plain claim records nothing there.
+func TestStartLateness(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 1, 30, 0, time.UTC)
+	for _, bySource := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		var opts []runclaimprom.Option
+		if bySource {
+			opts = append(opts, runclaimprom.LatenessBySource())
+		}
+		m, err := runclaimprom.New(reg, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := runclaim.NewMemoryStore(runclaim.WithClock(func() time.Time { return now }))
+		c, err := runclaim.New(store, runclaim.WithHooks(m.Hooks()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Claim(t.Context(), "sweep", runclaim.ForTick(now.Add(-90*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Claim(t.Context(), "plain"); err != nil {
+			t.Fatal(err)
+		}
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		for _, f := range families {
+			if f.GetName() != "runclaim_start_lateness_seconds" {
+				continue
+			}
+			found = true
+			ms := f.GetMetric()
+			if len(ms) != 1 || ms[0].GetHistogram().GetSampleCount() != 1 || ms[0].GetHistogram().GetSampleSum() != 90 {
+				t.Errorf("by source %v: %v, want one series with one sample of 90s", bySource, ms)
+				continue
+			}
+			labels := ms[0].GetLabel()
+			if bySource != (len(labels) == 1 && labels[0].GetName() == "source" && labels[0].GetValue() == "sweep") {
+				t.Errorf("by source %v: labels %v", bySource, labels)
+			}
+		}
+		if !found {
+			t.Errorf("by source %v: no runclaim_start_lateness_seconds", bySource)
+		}
+	}
+}
+
 // faultyStore is a memory store whose heartbeats fail as told.
 type faultyStore struct {
 	*runclaim.MemoryStore

@@ -13,7 +13,8 @@ import (
 
 var checkKeys = []string{"source", "healthy", "max_age_seconds", "checked_at", "last_success_at",
 	"last_success_run_id", "last_success_age_seconds", "success_unread", "running", "running_run_id",
-	"running_since", "failing", "last_finished_status", "last_finished_error", "message", "error"}
+	"running_since", "failing", "last_finished_status", "last_finished_error", "alarms", "late_tick", "late_run_id",
+	"late_seconds", "max_late_seconds", "overrun_run_id", "overrun_seconds", "max_run_seconds", "message", "error"}
 
 // backdate moves run id's start (and its other times) ago into the past,
 // by the database clock.
@@ -119,6 +120,10 @@ func TestCheckExitCodes(t *testing.T) {
 			{"check", "fresh", "--max-age", "-1h"},
 			{"check", "fresh", "--max-age", "soon"},
 			{"check", "fresh", "--max-age", "1h", "--bogus"},
+			{"check", "fresh", "--max-late", "1h"},
+			{"check", "fresh", "--schedule", "@hourly"},
+			{"check", "fresh", "--schedule", "every hour", "--max-late", "1h"},
+			{"check", "fresh", "--max-run", "0"},
 			{"check", "fresh", "other", "--max-age", "1h"},
 			{"check", "bad\x00source", "--max-age", "1h"},
 			{"check", "\xff", "--max-age", "1h"},
@@ -154,6 +159,54 @@ func TestCheckExitCodes(t *testing.T) {
 			t.Errorf("unreachable: exit %d, stderr %q; want %d, no password", r.code, r.stderr, exitCannotTell)
 		}
 	})
+}
+
+// TestCheckAlarms: --max-late judges the latest tick of the schedule
+// that has a run or is old enough: late when its run started more than D
+// after it, or none started D after it; --max-run fires for a run running
+// longer than D. Each alarm exits 1, alone or with others, says which in
+// its line and in the JSON's "alarms", and exits 0 when it does not fire.
+func TestCheckAlarms(t *testing.T) {
+	db, store := setup(t)
+	ctx := t.Context()
+	c, err := runclaim.New(store, runclaim.WithLease(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An hourly source whose run of the latest tick started within it.
+	tick := runclaim.LatestTick(runclaim.Every(time.Hour), time.Now())
+	run, err := c.Claim(ctx, "hourly", runclaim.ForTick(tick))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, db, exitOK, "check", "hourly", "--schedule", "@every 1h", "--max-late", "2h")
+	if !strings.HasPrefix(r.stdout, fmt.Sprintf(`ok: "hourly": tick %s: run %d started `, tick.UTC().Format(time.RFC3339), run.ID)) {
+		t.Errorf("on time: %q", r.stdout)
+	}
+	r = mustRun(t, db, exitOverdue, "check", "hourly", "--schedule", "@every 1h", "--max-late", "1ms", "--json")
+	o := decodeObject(t, r.stdout, checkKeys...)
+	if o["healthy"] != false || fmt.Sprint(o["alarms"]) != "[late]" || num(t, o["late_run_id"]) != float64(run.ID) ||
+		!rfc3339(t, o["late_tick"]).Equal(tick) || o["max_age_seconds"] != nil || num(t, o["max_late_seconds"]) != 0.001 {
+		t.Errorf("late run JSON: %v", o)
+	}
+	// A source with no run: the latest tick old enough to judge had none.
+	r = mustRun(t, db, exitOverdue, "check", "nobody", "--schedule", "@every 1m", "--max-late", "1s")
+	if !strings.HasPrefix(r.stdout, `late: "nobody": tick `) || !strings.Contains(r.stdout, "no run started within 1.0s of it") {
+		t.Errorf("no run: %q", r.stdout)
+	}
+	// A run running for two hours.
+	backdate(t, db, run.ID, 2*time.Hour)
+	r = mustRun(t, db, exitOverdue, "check", "hourly", "--max-run", "1h")
+	if !strings.HasPrefix(r.stdout, fmt.Sprintf(`overrun: "hourly": run %d (`, run.ID)) || !strings.Contains(r.stdout, "more than 1h00m") {
+		t.Errorf("overrun: %q", r.stdout)
+	}
+	mustRun(t, db, exitOK, "check", "hourly", "--max-run", "3h")
+	// Every alarm at once: one line each, and the alarms that fired.
+	r = mustRun(t, db, exitOverdue, "check", "hourly", "--max-age", "1h", "--schedule", "@every 1h", "--max-late", "2h", "--max-run", "1h", "--json")
+	o = decodeObject(t, r.stdout, checkKeys...)
+	if fmt.Sprint(o["alarms"]) != "[overdue overrun]" || num(t, o["overrun_run_id"]) != float64(run.ID) || strings.Count(o["message"].(string), "\n") != 2 {
+		t.Errorf("all alarms JSON: %v", o)
+	}
 }
 
 // TestStatusOverdue: status --overdue lists the sources without a success

@@ -73,7 +73,7 @@ func TestJSONErrorsAnywhere(t *testing.T) {
 		{[]string{"history", "--limit", "x", "--json"}, "history", `--limit: "x" is not a whole number`},
 		{[]string{"--json"}, "", "no command"},
 		{[]string{"help", "stauts", "--json"}, "", `unknown command "stauts"`},
-		{[]string{"check", "x", "--json"}, "check", "--max-age is required"},
+		{[]string{"check", "x", "--json"}, "check", "give an alarm: --max-age D"},
 		{[]string{"history", "exec", "--bogus", "--json"}, "history", "unknown flag: --bogus"},  // a source called exec
 		{[]string{"--table", "--json", "status", "--bogus"}, "status", "unknown flag: --bogus"}, // --json is --table's value: no JSON ...
 	} {
