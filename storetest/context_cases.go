@@ -20,15 +20,16 @@ func testContext(t *testing.T, s runclaim.Store) {
 	cancel()
 	expired, cancel2 := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel2()
-
-	for _, c := range []struct {
+	ended := []struct {
 		name string
 		ctx  context.Context
 		want error
 	}{
 		{"cancelled", cancelled, context.Canceled},
 		{"past deadline", expired, context.DeadlineExceeded},
-	} {
+	}
+
+	for _, c := range ended {
 		_, err := s.Claim(c.ctx, claimReq(src, "owner", longLease))
 		if !errors.Is(err, c.want) || errors.Is(err, runclaim.ErrNotClaimed) {
 			t.Errorf("Claim with a %s context: %v, want %v and not ErrNotClaimed", c.name, err, c.want)
@@ -37,14 +38,7 @@ func testContext(t *testing.T, s runclaim.Store) {
 	// Nothing was written: the source is free, and not too soon.
 	r := mustClaim(t, ctx, s, runclaim.ClaimRequest{Source: src, Owner: "owner", Lease: longLease, MinInterval: time.Hour})
 
-	for _, c := range []struct {
-		name string
-		ctx  context.Context
-		want error
-	}{
-		{"cancelled", cancelled, context.Canceled},
-		{"past deadline", expired, context.DeadlineExceeded},
-	} {
+	for _, c := range ended {
 		if _, err := s.Heartbeat(c.ctx, runclaim.HeartbeatRequest{ID: r.ID, Source: r.Source, StartedAt: r.StartedAt, Lease: longLease}); !errors.Is(err, c.want) {
 			t.Errorf("Heartbeat with a %s context: %v, want %v", c.name, err, c.want)
 		}

@@ -230,14 +230,7 @@ func testControlBadInput(t *testing.T, s runclaim.Store) {
 	ctx, prefix := setup(t)
 	c := controllerOf(t, s)
 
-	long := prefix + "/" + strings.Repeat("x", runclaim.MaxSourceLen)
-	for _, tc := range []struct{ name, source, valid string }{
-		{"empty", "", prefix + "/empty"},
-		{"NUL", prefix + "/nul\x00tail", prefix + "/nul"},
-		{"too long", long[:runclaim.MaxSourceLen+1], long[:runclaim.MaxSourceLen]},
-		{"invalid UTF-8", prefix + "/utf8\xff", prefix + "/utf8"},
-		{"newline", prefix + "/nl\n", prefix + "/nl"},
-	} {
+	for _, tc := range badSources(prefix) {
 		for name, call := range map[string]func() error{
 			"Pause":   func() error { return c.Pause(ctx, tc.source, time.Time{}, "note") },
 			"Resume":  func() error { return c.Resume(ctx, tc.source) },

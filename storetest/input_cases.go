@@ -17,15 +17,7 @@ func testBadInput(t *testing.T, s runclaim.Store) {
 	// Invalid sources. Each has a valid counterpart, which a store that
 	// cut or cleaned the name might have claimed instead: claiming that
 	// afterwards shows nothing was written.
-	long := prefix + "/" + strings.Repeat("x", runclaim.MaxSourceLen)
-	for _, tc := range []struct{ name, source, valid string }{
-		{"empty", "", prefix + "/empty"},
-		{"NUL", prefix + "/nul\x00tail", prefix + "/nul"},
-		{"too long", long[:runclaim.MaxSourceLen+1], long[:runclaim.MaxSourceLen]},
-		{"invalid UTF-8", prefix + "/utf8\xff", prefix + "/utf8"},
-		{"newline", prefix + "/nl\n", prefix + "/nl"},
-		{"tab", prefix + "/tab\t", prefix + "/tab"},
-	} {
+	for _, tc := range badSources(prefix) {
 		_, err := s.Claim(ctx, claimReq(tc.source, "owner", longLease))
 		if !errors.Is(err, runclaim.ErrInvalidSource) || errors.Is(err, runclaim.ErrNotClaimed) {
 			t.Errorf("claim of %s source %q: %v, want ErrInvalidSource and not ErrNotClaimed", tc.name, tc.source, err)
@@ -103,4 +95,22 @@ func testBadInput(t *testing.T, s runclaim.Store) {
 	wantHolder(t, skipOf(t, err, src, runclaim.ErrAlreadyRunning), r)
 	mustHeartbeat(t, ctx, s, r, longLease)
 	mustFinish(t, ctx, s, succeeded(r))
+}
+
+// badSource is a source name every store refuses, with a valid
+// counterpart that a store that cut or cleaned the name might claim
+// instead.
+type badSource struct{ name, source, valid string }
+
+// badSources are the invalid source names the cases try, under prefix.
+func badSources(prefix string) []badSource {
+	long := prefix + "/" + strings.Repeat("x", runclaim.MaxSourceLen)
+	return []badSource{
+		{"empty", "", prefix + "/empty"},
+		{"NUL", prefix + "/nul\x00tail", prefix + "/nul"},
+		{"too long", long[:runclaim.MaxSourceLen+1], long[:runclaim.MaxSourceLen]},
+		{"invalid UTF-8", prefix + "/utf8\xff", prefix + "/utf8"},
+		{"newline", prefix + "/nl\n", prefix + "/nl"},
+		{"tab", prefix + "/tab\t", prefix + "/tab"},
+	}
 }

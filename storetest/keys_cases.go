@@ -166,6 +166,32 @@ func waitStoreClock(t *testing.T, ctx context.Context, s runclaim.Store, at time
 	}
 }
 
+// claimWhenKeyOpens claims req, which names key, again while the key
+// limits it, and fails the test if it wins before opens. The first skip
+// must say opens; on a loaded machine opens may have passed before the
+// first claim, which then wins.
+func claimWhenKeyOpens(t *testing.T, ctx context.Context, s runclaim.Store, req runclaim.ClaimRequest, key string, opens time.Time) runclaim.RunInfo {
+	t.Helper()
+	var info runclaim.RunInfo
+	first := true
+	poll(t, ctx, time.Minute, func() (bool, string) {
+		var err error
+		if info, err = s.Claim(ctx, req); err == nil {
+			if info.StartedAt.Before(opens) {
+				t.Errorf("claim of %q won at %v, before its key %q let it in at %v", req.Source, info.StartedAt, key, opens)
+			}
+			return true, ""
+		}
+		want := time.Time{}
+		if first {
+			want, first = opens, false
+		}
+		limitedSkip(t, err, req.Source, key, want)
+		return false, fmt.Sprintf("the key %q never let %q in: %v", key, req.Source, err)
+	})
+	return info
+}
+
 // testKeyMaxStarts: a key with MaxStarts n per window lets n runs start
 // in any window, whatever their outcome (failed and expired runs sent
 // their requests too); the next claim is skipped until the oldest start
@@ -197,27 +223,7 @@ func testKeyMaxStarts(t *testing.T, s runclaim.Store) {
 	// On a loaded machine the window may have passed before the first
 	// claim: then it wins, as the later ones do, after f1's start left the
 	// window.
-	opens := f1.StartedAt.Add(per)
-	for first := true; ; first = false {
-		info, err := s.Claim(ctx, keyReq(prefix+"/f3", "owner", fast))
-		if err == nil {
-			if info.StartedAt.Before(opens) {
-				t.Errorf("claim won at %v, before the window of its key let it in at %v", info.StartedAt, opens)
-			}
-			mustFinish(t, ctx, s, succeeded(info))
-			break
-		}
-		if first {
-			limitedSkip(t, err, prefix+"/f3", fast, opens)
-		} else {
-			limitedSkip(t, err, prefix+"/f3", fast, time.Time{})
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the window of %q never passed: %v", fast, ctx.Err())
-		case <-time.After(pollEvery):
-		}
-	}
+	mustFinish(t, ctx, s, succeeded(claimWhenKeyOpens(t, ctx, s, keyReq(prefix+"/f3", "owner", fast), fast, f1.StartedAt.Add(per))))
 }
 
 // testKeyMinGap: a key with a MinGap lets one start in at a time, MinGap
@@ -248,29 +254,7 @@ func testKeyMinGap(t *testing.T, s runclaim.Store) {
 	// oldest).
 	last := mustClaim(t, ctx, s, keyReq(prefix+"/f1", "owner", fast))
 	for _, src := range []string{prefix + "/f2", prefix + "/f3"} {
-		opens := last.StartedAt.Add(gap)
-		for first := true; ; first = false {
-			info, err := s.Claim(ctx, keyReq(src, "owner", fast))
-			if err == nil {
-				if info.StartedAt.Before(opens) {
-					t.Errorf("claim of %q won at %v, less than MinGap %v after the key's newest start at %v", src, info.StartedAt, gap, last.StartedAt)
-				}
-				last = info
-				break
-			}
-			// On a loaded machine the gap may have passed before the
-			// first claim: then it wins.
-			if first {
-				limitedSkip(t, err, src, fast, opens)
-			} else {
-				limitedSkip(t, err, src, fast, time.Time{})
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("the gap of %q never passed: %v", fast, ctx.Err())
-			case <-time.After(pollEvery):
-			}
-		}
+		last = claimWhenKeyOpens(t, ctx, s, keyReq(src, "owner", fast), fast, last.StartedAt.Add(gap))
 	}
 
 	// Many sources at once: the first wins, each other is paced after it.

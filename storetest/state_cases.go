@@ -40,12 +40,19 @@ func wantState(t *testing.T, what string, r runclaim.RunInfo, has bool, state st
 // run's state, whatever the run's outcome (failed and expired runs
 // included); an empty state is a state; a claim that loses carries no
 // state; and a save that names the run wrongly, or a run that does not
-// hold its lease, or a state too long, is refused and changes nothing.
-func testStateHandedOn(t *testing.T, s runclaim.Store) {
+// stateSaverOf returns s as a StateSaver, or skips the case.
+func stateSaverOf(t *testing.T, s runclaim.Store) runclaim.StateSaver {
+	t.Helper()
 	ss, ok := s.(runclaim.StateSaver)
 	if !ok {
 		t.Skipf("storetest: %T does not implement runclaim.StateSaver", s)
 	}
+	return ss
+}
+
+// hold its lease, or a state too long, is refused and changes nothing.
+func testStateHandedOn(t *testing.T, s runclaim.Store) {
+	ss := stateSaverOf(t, s)
 	ctx, prefix := setup(t)
 	src := prefix + "/feed"
 	save := func(r runclaim.RunInfo, state string) {
@@ -120,10 +127,7 @@ func testStateHandedOn(t *testing.T, s runclaim.Store) {
 // a claim took it over, and the next claim gets the state saved while the
 // lease held.
 func testStateFencedByLease(t *testing.T, s runclaim.Store) {
-	ss, ok := s.(runclaim.StateSaver)
-	if !ok {
-		t.Skipf("storetest: %T does not implement runclaim.StateSaver", s)
-	}
+	ss := stateSaverOf(t, s)
 	ctx, prefix := setup(t)
 	// A lease under a second: the case waits for it to end by the store's
 	// clock (waitPast) and asserts only what holds after that moment.
@@ -161,10 +165,7 @@ func testStateFencedByLease(t *testing.T, s runclaim.Store) {
 // testStateBadInput checks that a malformed save is refused and changes
 // nothing.
 func testStateBadInput(t *testing.T, s runclaim.Store) {
-	ss, ok := s.(runclaim.StateSaver)
-	if !ok {
-		t.Skipf("storetest: %T does not implement runclaim.StateSaver", s)
-	}
+	ss := stateSaverOf(t, s)
 	ctx, prefix := setup(t)
 	src := prefix + "/src"
 	a := mustClaim(t, ctx, s, claimReq(src, "a", longLease))
@@ -192,10 +193,7 @@ func testStateBadInput(t *testing.T, s runclaim.Store) {
 // wins, the state of its source as a single claim does (none for a source
 // that has none, empty for an empty one), and nothing with a skip.
 func testStateMany(t *testing.T, s runclaim.Store) {
-	ss, ok := s.(runclaim.StateSaver)
-	if !ok {
-		t.Skipf("storetest: %T does not implement runclaim.StateSaver", s)
-	}
+	ss := stateSaverOf(t, s)
 	mc, ok := s.(runclaim.ManyStore)
 	if !ok {
 		t.Skipf("storetest: %T does not implement runclaim.ManyStore", s)

@@ -250,25 +250,40 @@ func wantHolder(t *testing.T, nc *runclaim.NotClaimedError, want runclaim.RunInf
 // it succeeds or the deadline passes. check sees every skip.
 func claimWhenFree(t *testing.T, ctx context.Context, s runclaim.Store, req runclaim.ClaimRequest, within time.Duration, check func(error)) runclaim.RunInfo {
 	t.Helper()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	for {
-		info, err := s.Claim(ctx, req)
-		if err == nil {
-			return info
+	var info runclaim.RunInfo
+	poll(t, ctx, within, func() (bool, string) {
+		var err error
+		if info, err = s.Claim(ctx, req); err == nil {
+			return true, ""
 		}
 		if !errors.Is(err, runclaim.ErrNotClaimed) {
 			t.Fatalf("Claim(%q): %v", req.Source, err)
 		}
 		check(err)
+		return false, fmt.Sprintf("Claim(%q) still skipped: %v", req.Source, err)
+	})
+	return info
+}
+
+// poll calls try every pollEvery until it reports done, and fails the
+// test with what try last said once within has passed or ctx has ended.
+func poll(t *testing.T, ctx context.Context, within time.Duration, try func() (done bool, why string)) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		done, why := try()
+		if done {
+			return
+		}
 		select {
 		case <-tick.C:
 		case <-deadline.C:
-			t.Fatalf("Claim(%q) still skipped after %v: %v", req.Source, within, err)
+			t.Fatalf("after %v: %s", within, why)
 		case <-ctx.Done():
-			t.Fatalf("Claim(%q): %v", req.Source, ctx.Err())
+			t.Fatalf("%s: %v", why, ctx.Err())
 		}
 	}
 }
@@ -302,21 +317,10 @@ func (c *storeClock) now(t *testing.T, ctx context.Context) time.Time {
 // waitPast waits until the store's clock is past when.
 func (c *storeClock) waitPast(t *testing.T, ctx context.Context, when time.Time, within time.Duration) {
 	t.Helper()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	for {
+	poll(t, ctx, within, func() (bool, string) {
 		now := c.now(t, ctx)
-		if now.After(when) {
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("after %v the store's clock reads %v, not past %v", within, now, when)
-		}
-	}
+		return now.After(when), fmt.Sprintf("the store's clock reads %v, not past %v", now, when)
+	})
 }
 
 // An outcome is what one claimant of a race got.
