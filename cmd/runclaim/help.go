@@ -113,14 +113,10 @@ Connection:
   failure to connect to pgx's defaults (a Unix socket, the system user) says
   so.
 
-Synchronous commit: with synchronous standbys, --synchronous-commit on (or
-  remote_apply) makes each write wait for a standby; docs/cli.md says how
-  to set it per role or in DATABASE_URL instead.
-
 Exit codes:
   0  success
-  1  error: the database's, or nothing to act on (release); and, for check
-     and status --overdue, a source is overdue
+  1  error: the database's, or nothing to act on (release); for check, an
+     alarm fired; for status --overdue, a source is overdue
   2  bad usage: an unknown command or flag, a bad value; with --json, the
      error is a JSON object on stderr whatever it is
   3  check cannot tell (the database could not be read); migrate --status

@@ -496,10 +496,35 @@ func privilegeHint(msg string) string {
 	return fmt.Sprintf("the role connected as lacks a privilege on %s %s: this command reads or writes it; %s", kind, name, list)
 }
 
+// grantHint is privilegeHint for an error whose text already says which
+// grant the role lacks: the statement that gives it, and the list.
+func grantHint(msg string) string {
+	const list = "docs/least-privilege.md lists what each command needs"
+	m := deniedObject.FindStringSubmatch(msg)
+	if m == nil {
+		return list
+	}
+	kind, name := m[1], m[2]
+	switch kind {
+	case "schema":
+		return fmt.Sprintf("as its owner, GRANT CREATE, USAGE ON SCHEMA %s TO <role>; or name a schema the role may use with --table; %s", name, list)
+	case "function":
+		return fmt.Sprintf("as its owner, GRANT EXECUTE ON FUNCTION %s TO <role>; %s", name, list)
+	case "sequence":
+		return fmt.Sprintf("as its owner, GRANT USAGE ON SEQUENCE %s TO <role>; %s", name, list)
+	}
+	return fmt.Sprintf("as its owner, GRANT the privilege on %s %s TO <role>; %s", kind, name, list)
+}
+
 // hint is a line of advice for the mistakes operators make, or "".
 func hint(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		if said := err.Error(); strings.Contains(said, "the role needs") || strings.Contains(said, "the role lacks") {
+			// The library's message named the grant already: the
+			// statement to run, and the list, are what is left to say.
+			return "\n(hint: " + grantHint(pgErr.Message) + ")"
+		}
 		return "\n(hint: " + privilegeHint(pgErr.Message) + ")"
 	}
 	if errors.As(err, &pgErr) && hints[pgErr.Code] != "" {

@@ -35,7 +35,8 @@ func TestPrivilegeHint(t *testing.T) {
 }
 
 // TestPrivilegeErrors: a command run as a role that lacks one grant fails
-// with the object and the grant in its hint, one missing grant at a time:
+// with the object and the grant in its message or hint, said once, one
+// missing grant at a time:
 // migrate without CREATE on the schema, status without SELECT on the runs
 // table, state without SELECT on the table of states, pause without
 // INSERT on the control table.
@@ -73,6 +74,12 @@ func TestPrivilegeErrors(t *testing.T) {
 				if !strings.Contains(r.stderr, w) {
 					t.Errorf("%v: stderr %q; want it to name %q", tc.args, r.stderr, w)
 				}
+			}
+			// The grant is explained once: by the library's message when it
+			// has one, the hint then giving the statement to run.
+			library := strings.Contains(r.stderr, "the role needs") || strings.Contains(r.stderr, "the role lacks")
+			if library && strings.Contains(r.stderr, "the role connected as") {
+				t.Errorf("%v: stderr %q explains the missing grant twice", tc.args, r.stderr)
 			}
 		})
 	}
