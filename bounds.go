@@ -13,7 +13,7 @@ const (
 	// LatestSchemaVersion is the version of the runs table's schema that
 	// this release creates (Migrate) and speaks; docs/schema.md says what
 	// each version adds.
-	LatestSchemaVersion = 12
+	LatestSchemaVersion = 13
 
 	// Claimer options (see New).
 
@@ -117,4 +117,5 @@ const (
 	StatusFailed    Status = "failed"    // finished with an error or a panic
 	StatusExpired   Status = "expired"   // its lease ended and a claim took over
 	StatusReleased  Status = "released"  // ended by an operator
+	StatusReplaced  Status = "replaced"  // asked to stop by a claim with Replace, which took over once it finished
 )

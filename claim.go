@@ -2,6 +2,8 @@ package runclaim
 
 import (
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -59,7 +61,7 @@ func (c *Claimer) Claim(ctx context.Context, source string, opts ...ClaimOption)
 		c.claimFailed(ctx, source, err, 0)
 		return nil, err
 	}
-	if o.wait {
+	if o.wait || o.replace {
 		return c.claimWaiting(ctx, source, o)
 	}
 	return c.claim(ctx, source, o)
@@ -105,6 +107,9 @@ func (c *Claimer) claimRequest(source string, o claimOptions) (ClaimRequest, err
 		return ClaimRequest{}, err
 	}
 	req := ClaimRequest{Source: source, Owner: c.cfg.owner, Lease: c.sched.lease, MinInterval: c.cfg.minInterval, Tick: o.tick, Keys: keys}
+	if o.replace {
+		req.Replace = replaceToken()
+	}
 	return req, req.Validate()
 }
 
@@ -123,6 +128,7 @@ func (c *Claimer) newRun(info RunInfo, sent time.Time) *Run {
 		leaseUntil:  info.LeaseUntil,
 		claimedAt:   sent,
 		localExpiry: c.sched.localEnd(sent),
+		replacedCh:  make(chan struct{}),
 	}
 }
 
@@ -167,6 +173,24 @@ type Run struct {
 	lostErr     error         // why the run is lost; nil until it is known lost
 	lostCh      chan struct{} // closed once lostErr is set; made by Lost
 	watch       *time.Timer   // sets lostErr by the local clock; armed by Lost
+	replacedCh  chan struct{} // closed once a heartbeat learnt of a stop request (Replace)
+}
+
+// Replaced returns a channel that is closed once a heartbeat has learnt
+// that a claim with Replace asked the run to stop (see Replace). The run
+// keeps its lease, and its heartbeats go on, until it finishes; the work
+// should stop soon, and Finish then records StatusReplaced. Do cancels its
+// function's context with cause ErrReplaced at that moment.
+func (r *Run) Replaced() <-chan struct{} { return r.replacedCh }
+
+// replaced reports whether a stop request has reached the run.
+func (r *Run) replaced() bool {
+	select {
+	case <-r.replacedCh:
+		return true
+	default:
+		return false
+	}
 }
 
 // Deadline returns the current end of the run's lease, by the database
@@ -220,6 +244,20 @@ func (r *Run) heartbeatRequest() HeartbeatRequest {
 // heartbeatAnswer takes in the store's answer to a heartbeat sent at sent
 // (until, or err), and returns what Heartbeat returns.
 func (r *Run) heartbeatAnswer(ctx context.Context, sent, until time.Time, err error) error {
+	if errors.Is(err, ErrReplaced) && !until.IsZero() {
+		// Asked to stop: the lease was extended all the same.
+		_ = r.heartbeatAnswer(ctx, sent, until, nil)
+		r.mu.Lock()
+		first := !r.replaced()
+		if first {
+			close(r.replacedCh)
+		}
+		r.mu.Unlock()
+		if first {
+			r.replacedEvent()
+		}
+		return err
+	}
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			if ferr := r.finishedMeanwhile(ctx, "heartbeat"); ferr != nil {
@@ -446,7 +484,11 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 		r.failed(err, false)
 		return err
 	}
-	r.finishedEvent(req.Status, jobErr)
+	status := req.Status
+	if r.replaced() {
+		status = StatusReplaced // as the store recorded it
+	}
+	r.finishedEvent(status, jobErr)
 	return nil
 }
 
@@ -504,4 +546,12 @@ func (r *Run) Cooldown(ctx context.Context, key string, d time.Duration, note st
 		return s.Cooldown(ctx, key, time.Now().Add(d), note)
 	}
 	return fmt.Errorf("runclaim: cooldown %s: the store (%T) is not a Limiter", quoteForError(key), r.claimer.store)
+}
+
+// replaceToken is a new token of a claim with Replace: random, so that no
+// other claim holds the same.
+func replaceToken() string {
+	var b [12]byte
+	_, _ = cryptorand.Read(b[:])
+	return "replace-" + hex.EncodeToString(b[:])
 }

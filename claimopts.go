@@ -18,6 +18,7 @@ type claimOptions struct {
 	tick    time.Time // ForTick's, normalised; zero for a plain claim
 	tickSet bool
 	wait    bool     // Wait's
+	replace bool     // Replace's
 	keys    []string // WithKeys's
 	keysSet bool
 }
@@ -107,6 +108,42 @@ func Wait() ClaimOption {
 			return errors.New("runclaim: Wait given twice")
 		}
 		o.wait = true
+		return nil
+	}
+}
+
+// Replace makes Claim and Do take the source over from its running run
+// instead of skipping: the claim asks the running run to stop, then waits
+// (bounded by ctx, as Wait does) until that run has ended, and wins it.
+// Between the two, the source is reserved for this claim: a claim without
+// its token is skipped (ErrAlreadyRunning) until this one wins, or, if it
+// never comes back, for its lease after the replaced run ended. A source
+// with no running run is claimed at once.
+//
+// The run asked to stop keeps its lease until it finishes, so that two
+// runs of the source never run at once: its heartbeats go on, and return
+// an error matching ErrReplaced (and ErrLeaseLost); Run.Replaced closes;
+// Do cancels its function's context with cause ErrReplaced, keeps
+// heartbeating until the function returns, records StatusReplaced and
+// returns an error matching ErrReplaced; Run.Finish records
+// StatusReplaced whatever the outcome, and returns nil. A holder that has
+// died stops heartbeating: its lease ends, and the claim wins then.
+//
+// Replace overrides the running run only: a paused source, a tick already
+// served (the running run's own, too) and the minimum interval skip the
+// claim at once, and it asks nothing; a run younger than the interval
+// cannot be replaced. At a key whose MaxRunning is reached, the replaced
+// run's slot is free for the claim once that run has ended. Of two claims
+// with Replace at once, the first asks and the second waits for the
+// first's run, then asks it in turn. Replace with Wait is Replace; ClaimMany
+// and DoMany refuse it. It needs a Store that records stop requests: both
+// stores of this package do (the Postgres table at schema version 13).
+func Replace() ClaimOption {
+	return func(o *claimOptions) error {
+		if o.replace {
+			return errors.New("runclaim: Replace given twice")
+		}
+		o.replace = true
 		return nil
 	}
 }

@@ -214,6 +214,14 @@ func (c *Claimer) do(ctx context.Context, run *Run, fn func(ctx context.Context,
 	finishErr := run.Finish(ctx, outcome)
 	run.stopWatch()
 	var result error
+	if run.replaced() && finishErr == nil {
+		// Recorded StatusReplaced, whatever fn returned.
+		result = fmt.Errorf("runclaim: run %d of %q: %w", run.ID, run.Source, ErrReplaced)
+		if fnErr != nil && !errors.Is(fnErr, ErrReplaced) {
+			result = fmt.Errorf("%w (fn returned: %w)", result, fnErr)
+		}
+		return result
+	}
 	if outcome != nil {
 		result = fmt.Errorf("runclaim: run %d of %q: %w", run.ID, run.Source, outcome)
 		if lostErr != nil && !errors.Is(outcome, ErrLeaseLost) {
@@ -279,6 +287,8 @@ func (r *Run) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, sto
 		},
 		answer: func(err error, _ bool) (ok, end bool) {
 			switch {
+			case errors.Is(err, ErrReplaced):
+				return true, false // asked to stop, the lease extended: go on until fn returns
 			case errors.Is(err, ErrLeaseLost): // Lost is closed
 				cancel(r.lostCause())
 				return false, true
@@ -337,8 +347,30 @@ func (r *Run) startKeepAlive(ctx context.Context) (runCtx context.Context, cance
 		defer close(stopped)
 		r.keepAlive(runCtx, cancel, stop)
 	}()
+	unwatch := r.watchReplaced(cancel)
 	return runCtx, cancel, func() {
 		close(stop)
+		<-stopped
+		unwatch()
+	}
+}
+
+// watchReplaced cancels the run's context with cause ErrReplaced once a
+// heartbeat learns that a claim with Replace asked the run to stop. stop
+// ends the watch and waits for it.
+func (r *Run) watchReplaced(cancel context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-r.replacedCh:
+			cancel(fmt.Errorf("runclaim: run %d of %s: %w", r.ID, quoteForError(r.Source), ErrReplaced))
+		case <-done:
+		}
+	}()
+	return func() {
+		close(done)
 		<-stopped
 	}
 }

@@ -54,6 +54,15 @@ var (
 	// the cause (see context.Cause).
 	ErrLeaseLost = errors.New("runclaim: lease lost")
 
+	// ErrReplaced means a claim with Replace asked the run to stop: its
+	// holder still holds the source until it finishes (the lease is
+	// extended as before), and the claim that asked wins once it has.
+	// Heartbeat returns it, Do cancels its function's context with it as
+	// the cause and returns it once the run is recorded StatusReplaced.
+	// It matches ErrLeaseLost too, so that code that stops on a lost run
+	// stops.
+	ErrReplaced = newLost("runclaim: run replaced: a claim with Replace asked it to stop")
+
 	// ErrRunTimeout means the run lasted longer than WithMaxRunTime allows. Do
 	// cancels fn's context with a cause matching it (see context.Cause),
 	// records the run as failed with its text, and returns an error matching
@@ -208,3 +217,12 @@ func (e *NotClaimedError) Label() string {
 	}
 	return "other"
 }
+
+// newLost returns a sentinel that matches ErrLeaseLost as well as itself.
+func newLost(msg string) error { return &lostError{msg} }
+
+// lostError is a sentinel that matches ErrLeaseLost (see ErrReplaced).
+type lostError struct{ msg string }
+
+func (e *lostError) Error() string        { return e.msg }
+func (e *lostError) Is(target error) bool { return target == ErrLeaseLost }

@@ -239,6 +239,11 @@ func (c *Claimer) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 			}
 			for i, r := range a.runs {
 				res := a.res[i]
+				if errors.Is(res.Err, ErrReplaced) {
+					// Asked to stop, the lease extended.
+					_ = r.heartbeatAnswer(l.base, a.sent, res.LeaseUntil, res.Err)
+					continue
+				}
 				if res.Err != nil && errors.Is(res.Err, ErrLeaseLost) {
 					// The answer may wait for a Finish in flight: not on
 					// the loop, which the other runs need.
@@ -260,6 +265,7 @@ func (c *Claimer) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 // started.
 func (r *Run) startGroupKeepAlive(ctx context.Context) (runCtx context.Context, cancel context.CancelCauseFunc, halt func()) {
 	runCtx, cancel = context.WithCancelCause(ctx)
+	unwatch := r.watchReplaced(cancel)
 	leave := r.claimer.joinHeartbeats(r)
 	lost := r.Lost() // closes by the local clock too
 	stop := make(chan struct{})
@@ -276,5 +282,6 @@ func (r *Run) startGroupKeepAlive(ctx context.Context) (runCtx context.Context, 
 		close(stop)
 		<-stopped
 		leave()
+		unwatch()
 	}
 }

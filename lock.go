@@ -101,6 +101,11 @@ type claimDecision struct {
 // the claim returns tooOldError, which names Migrate: there is no other
 // form to fall back to. See schemaCache for how a store tells the two.
 
+// errReplaceOld stops a claim with Replace on a table at the version
+// before the current one, whose function takes no token: it has sent
+// nothing.
+var errReplaceOld = errors.New("runclaim: Replace needs the current schema version")
+
 // oldestClaimVersion is the oldest schema version a store claims on.
 const oldestClaimVersion = LatestSchemaVersion - 1
 
@@ -120,15 +125,22 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	}
 	r.dest = [12]any{&r.locked, &r.isolationText, &r.now, &r.won, &r.runID, &r.runOwner, &r.runStarted, &r.runLease, &r.retryAfter, &r.doneTick, &r.limitedKey, &r.state}
 	call := func(prev bool) error {
-		sql := s.sql.call
+		sql, args := s.sql.call, r.args[:]
 		if prev {
 			sql = s.sql.callPrev
 		}
+		if req.Replace != "" {
+			if prev {
+				return errReplaceOld
+			}
+			// The token: the function of schema version 13's last argument.
+			sql, args = s.sql.callReplace, append(args, req.Replace)
+		}
 		var err error
 		if !explicit {
-			err = s.db.QueryRow(ctx, sql, r.args[:]...).Scan(r.dest[:]...)
+			err = s.db.QueryRow(ctx, sql, args...).Scan(r.dest[:]...)
 		} else {
-			err = s.explicitQueryRow(ctx, sql, r.args[:], r.dest[:]...)
+			err = s.explicitQueryRow(ctx, sql, args, r.dest[:]...)
 		}
 		r.settle()
 		return err
@@ -136,6 +148,9 @@ func (s *PostgresStore) claim(ctx context.Context, req ClaimRequest, explicit bo
 	err := s.sendClaim(ctx, call)
 	switch {
 	case err == nil:
+	case errors.Is(err, errReplaceOld):
+		return RunInfo{}, time.Time{}, fmt.Errorf("runclaim: claim %s with Replace: the runs table %s is at schema version %d, and Replace needs %d: run Migrate (or `runclaim migrate`)",
+			quoteForError(req.Source), s.Table(), oldestClaimVersion, LatestSchemaVersion)
 	case s.missingFunc(err) || s.missingStates(err):
 		return RunInfo{}, time.Time{}, s.tooOldError(ctx, "claim "+quoteForError(req.Source), err)
 	default:
@@ -257,6 +272,10 @@ func (r *claimDecision) outcome(req ClaimRequest, explicit bool) (RunInfo, error
 		return RunInfo{ID: r.insID.Int64, Source: req.Source, Owner: req.Owner, StartedAt: r.insStarted.Time, LeaseUntil: r.insLease.Time, Tick: tick}, nil
 	}
 	nc := &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Tick: tick}
+	if !r.locked && r.retryAfter.Valid {
+		// Reserved for a claim with Replace (version 13), until then.
+		nc.RetryAfter = r.retryAfter.Time
+	}
 	tooSoon := r.locked && r.retryAfter.Valid && r.retryAfter.Time.After(r.now.Time)
 	tickDone := r.locked && !tick.IsZero() && r.doneTick.Valid && !r.doneTick.Time.Before(tick)
 	live := r.curID.Valid && r.curLease.Time.After(r.now.Time)

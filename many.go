@@ -187,6 +187,11 @@ func (c *Claimer) ClaimMany(ctx context.Context, sources []string, opts ...Claim
 		c.manyFailed(ctx, sources, err, 0)
 		return nil, err
 	}
+	if o.replace {
+		err := errors.New("runclaim: Replace is not supported by ClaimMany or DoMany: a call that claims many sources does not wait for some of them; replace a source's run with Claim or Do, on a goroutine of its own")
+		c.manyFailed(ctx, sources, err, 0)
+		return nil, err
+	}
 	if o.wait {
 		err := errors.New("runclaim: Wait is not supported by ClaimMany or DoMany: a call that claims many sources does not wait for some of them; claim a source that must wait with Claim or Do, on a goroutine of its own")
 		c.manyFailed(ctx, sources, err, 0)

@@ -28,6 +28,15 @@ type MemoryStore struct {
 	cools    map[string]memCooldown   // by key
 	starts   map[string][]memStart    // by key: the starts of runs that named it, oldest first
 	states   map[string]SavedState    // by source: its state (see StateSaver)
+	reserved map[string]memReserve    // by source: the reservation of a claim with Replace
+}
+
+// memReserve is the reservation of a claim with Replace: its token, the
+// run it asked to stop, and its lease.
+type memReserve struct {
+	token string
+	run   *memRun
+	lease time.Duration
 }
 
 // memCooldown is a key's cooldown.
@@ -61,6 +70,7 @@ type memRun struct {
 	status      Status
 	errText     string
 	finished    time.Time
+	stopBy      string // the token of the claim with Replace that asked it to stop, if any
 }
 
 var (
@@ -84,6 +94,7 @@ func NewMemoryStore(opts ...ClockOption) *MemoryStore {
 		cools:    make(map[string]memCooldown),
 		starts:   make(map[string][]memStart),
 		states:   make(map[string]SavedState),
+		reserved: make(map[string]memReserve),
 	}
 	for _, o := range opts {
 		if o.now != nil {
@@ -114,15 +125,43 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrPaused, RetryAfter: p.until, Note: p.note, Tick: tick}
 	}
 	cur := s.running[req.Source]
+	triggerAt, triggered := s.triggers[req.Source]
 	if cur != nil && cur.info.LeaseUntil.After(now) {
+		if req.Replace != "" && cur.stopBy == "" {
+			// Replace: a served tick and the interval skip at once; else
+			// the holder is asked to stop, and the source reserved.
+			done := s.served[req.Source]
+			if cur.info.Tick.After(done) {
+				done = cur.info.Tick
+			}
+			if !tick.IsZero() && !triggered && !done.IsZero() && !tick.After(done) {
+				return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTickDone, Tick: tick, DoneTick: done}
+			}
+			if next := cur.info.StartedAt.Add(max(cur.minInterval, req.MinInterval)); next.After(now) && !triggered {
+				return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTooSoon, RetryAfter: next, Tick: tick}
+			}
+			cur.stopBy = req.Replace
+			s.reserved[req.Source] = memReserve{token: req.Replace, run: cur, lease: req.Lease}
+		}
 		holder := cur.info
 		return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil, Tick: tick}
+	}
+	// Reserved for another claim with Replace: while the run it asked to
+	// stop is the source's latest, until that run's end and the
+	// replacer's lease after it.
+	if r, ok := s.reserved[req.Source]; ok && r.token != req.Replace && s.latest[req.Source] == r.run {
+		end := r.run.finished
+		if r.run.status == StatusRunning || r.run.status == StatusExpired {
+			end = r.run.info.LeaseUntil
+		}
+		if end = end.Add(r.lease); end.After(now) {
+			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrAlreadyRunning, RetryAfter: end, Tick: tick}
+		}
 	}
 	// The tick and the interval are decided before a lapsed run is
 	// expired: a skip writes nothing. A lapsed run serves no tick, so the
 	// latest tick served is that of a finished run. A pending trigger lets
 	// the claim in despite a done tick and the interval.
-	triggerAt, triggered := s.triggers[req.Source]
 	if !tick.IsZero() && !triggered {
 		if done := s.served[req.Source]; !done.IsZero() && !tick.After(done) {
 			return RunInfo{}, &NotClaimedError{Source: req.Source, Reason: ErrTickDone, Tick: tick, DoneTick: done}
@@ -163,6 +202,9 @@ func (s *MemoryStore) claimLocked(req ClaimRequest) (RunInfo, error) {
 	s.running[req.Source] = r
 	s.latest[req.Source] = r
 	delete(s.triggers, req.Source) // the claim that wins uses the trigger up
+	if r, ok := s.reserved[req.Source]; ok && r.token == req.Replace {
+		delete(s.reserved, req.Source) // the reservation, its own
+	}
 	info := r.info
 	if st, ok := s.states[req.Source]; ok {
 		info.State, info.HasState = string(st.State), true
@@ -419,6 +461,9 @@ func (s *MemoryStore) heartbeatLocked(req HeartbeatRequest) (time.Time, error) {
 	if until := now.Add(req.Lease); until.After(r.info.LeaseUntil) {
 		r.info.LeaseUntil = until
 	}
+	if r.stopBy != "" {
+		return r.info.LeaseUntil, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, ErrReplaced)
+	}
 	return r.info.LeaseUntil, nil
 }
 
@@ -455,6 +500,9 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 		return finishConflict(req, status, errText)
 	}
 	r.status, r.errText, r.finished = req.Status, req.Error, now
+	if r.stopBy != "" {
+		r.status = StatusReplaced // asked to stop: whatever the outcome
+	}
 	delete(s.running, r.info.Source)
 	s.wakeLocked(r.info.Source)
 	if r.info.Tick.After(s.served[r.info.Source]) {

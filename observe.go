@@ -227,6 +227,15 @@ func (r *Run) finishedEvent(status Status, jobErr error) {
 	}
 }
 
+// replacedEvent logs, once per run, that a claim with Replace asked the
+// run to stop.
+func (r *Run) replacedEvent() {
+	if l := r.claimer.cfg.logger; l != nil {
+		l.LogAttrs(context.Background(), slog.LevelInfo, "runclaim: run asked to stop by a claim with Replace",
+			slog.String("source", r.Source), slog.Int64("run_id", r.ID))
+	}
+}
+
 // lostEvent reports, once per run, that the run is lost.
 func (r *Run) lostEvent(err error) {
 	c := r.claimer

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +110,7 @@ type PostgresStore struct {
 	// sql holds the statements of sql/, filled in for the store's table.
 	sql struct {
 		heartbeat, finish, unclaim, readRun                            string
+		heartbeatStop, finishStop, heartbeatManyStop, callReplace      string // schema version 13
 		unclaimRun, unclaimRunKeys, unclaimTrigger, unclaimManyTrigger string
 		call, callMany, callManyKeys                                   string // the claim on the current version
 		callPrev, callManyPrev, callManyKeysPrev                       string // on the version before
@@ -174,6 +176,10 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.heartbeatMany = s.statement("heartbeat_many")
 	s.sql.heartbeat = s.statement("heartbeat")
 	s.sql.finish = s.statement("finish")
+	s.sql.finishStop = s.statement("finish_stop")
+	s.sql.heartbeatStop = withStopColumn(s.sql.heartbeat, "RETURNING lease_until")
+	s.sql.heartbeatManyStop = withStopColumn(s.sql.heartbeatMany, "RETURNING r.id, r.source, r.started_at, r.lease_until")
+	s.sql.callReplace = s.statement("call_replace")
 	s.sql.unclaim = s.statement("unclaim")
 	s.sql.unclaimRun = s.statement("unclaim_run")
 	s.sql.unclaimRunKeys = s.statement("unclaim_run_keys")
@@ -343,14 +349,40 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (ti
 		return time.Time{}, err
 	}
 	var until pgtype.Timestamptz // not a time.Time, which pgx would wrap in an allocation
-	err := s.queryRow(ctx, s.sql.heartbeat, []any{req.ID, req.Source, req.Lease.Microseconds(), req.StartedAt}, &until)
+	var stop bool
+	err := s.withStop(func(withStop bool) error {
+		if withStop {
+			return s.queryRow(ctx, s.sql.heartbeatStop, []any{req.ID, req.Source, req.Lease.Microseconds(), req.StartedAt}, &until, &stop)
+		}
+		return s.queryRow(ctx, s.sql.heartbeat, []any{req.ID, req.Source, req.Lease.Microseconds(), req.StartedAt}, &until)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, ErrLeaseLost)
 	}
 	if err != nil {
 		return time.Time{}, s.wrap(ctx, "heartbeat run "+strconv.FormatInt(req.ID, 10), err)
 	}
+	if stop {
+		// Asked to stop (Replace): the lease is extended all the same.
+		return until.Time, fmt.Errorf("runclaim: heartbeat run %d: %w", req.ID, ErrReplaced)
+	}
 	return until.Time, nil
+}
+
+// withStop sends a holder's statement in the form of schema version 13,
+// which reads a stop request (Replace), or, on a table at the version
+// before, which has no such column, in that version's form: send is
+// called with true first, unless the store knows the table is at the
+// version before, and again with false if the table lacks the column.
+func (s *PostgresStore) withStop(send func(withStop bool) error) error {
+	if s.schemaVer.previous() {
+		return send(false)
+	}
+	err := send(true)
+	if pgCode(err) == "42703" && strings.Contains(err.Error(), "stop_requested_at") {
+		return send(false)
+	}
+	return err
 }
 
 // Finish implements Store in one statement; two when it raced another
@@ -369,7 +401,13 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 	var r struct {
 		newStatus, oldStatus, oldError pgtype.Text
 	}
-	err := s.queryRow(ctx, s.sql.finish, []any{req.ID, req.Source, string(req.Status), errText, req.StartedAt}, &r.newStatus, &r.oldStatus, &r.oldError)
+	err := s.withStop(func(withStop bool) error {
+		q := s.sql.finish
+		if withStop {
+			q = s.sql.finishStop
+		}
+		return s.queryRow(ctx, q, []any{req.ID, req.Source, string(req.Status), errText, req.StartedAt}, &r.newStatus, &r.oldStatus, &r.oldError)
+	})
 	if err != nil {
 		return s.wrap(ctx, what, err)
 	}
@@ -512,6 +550,9 @@ func finishConflict(req FinishRequest, oldStatus, oldError *string) error {
 	if oldStatus != nil && Status(*oldStatus) == req.Status && (oldError == nil && req.Error == "" || oldError != nil && *oldError == req.Error) {
 		return nil // the same Finish again: its first attempt committed
 	}
+	if oldStatus != nil && Status(*oldStatus) == StatusReplaced {
+		return nil // a replaced run: recorded so whatever its outcome
+	}
 	if oldStatus != nil && (Status(*oldStatus) == StatusSucceeded || Status(*oldStatus) == StatusFailed) {
 		return fmt.Errorf("runclaim: finish run %d: %w as %s", req.ID, ErrFinished, *oldStatus)
 	}
@@ -566,4 +607,17 @@ func pgCode(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// withStopColumn is a heartbeat statement whose RETURNING clause, ret,
+// also returns whether the run was asked to stop (schema version 13).
+func withStopColumn(q, ret string) string {
+	if !strings.Contains(q, ret) {
+		panic("runclaim: heartbeat statement without " + ret)
+	}
+	col := "stop_requested_at"
+	if strings.HasPrefix(ret, "RETURNING r.") {
+		col = "r." + col
+	}
+	return strings.Replace(q, ret, ret+", "+col+" IS NOT NULL", 1)
 }

@@ -382,20 +382,34 @@ func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatReque
 		// out again after a failover, and only the one that names the
 		// row's run was extended.
 		extended := make(map[runRef]time.Time, len(idx))
+		asked := make(map[runRef]bool)
 		var (
 			ref          runRef
 			started, end pgtype.Timestamptz
+			stop         bool
 		)
-		err := s.batchReadCommitted(ctx, func(b *pgx.Batch) {
-			b.Queue(s.sql.heartbeatMany, ids, sources, lease.Microseconds(), starts).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					if err := rows.Scan(&ref.id, &ref.source, &started, &end); err != nil {
-						return err
+		err := s.withStop(func(withStop bool) error {
+			q := s.sql.heartbeatMany
+			if withStop {
+				q = s.sql.heartbeatManyStop
+			}
+			return s.batchReadCommitted(ctx, func(b *pgx.Batch) {
+				b.Queue(q, ids, sources, lease.Microseconds(), starts).Query(func(rows pgx.Rows) error {
+					dest := []any{&ref.id, &ref.source, &started, &end, &stop}
+					if !withStop {
+						dest = dest[:4]
 					}
-					ref.start = started.Time.UnixMicro()
-					extended[ref] = end.Time
-				}
-				return rows.Err()
+					for rows.Next() {
+						stop = false
+						if err := rows.Scan(dest...); err != nil {
+							return err
+						}
+						ref.start = started.Time.UnixMicro()
+						extended[ref] = end.Time
+						asked[ref] = stop
+					}
+					return rows.Err()
+				})
 			})
 		})
 		if err != nil {
@@ -404,6 +418,9 @@ func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatReque
 		for _, i := range idx {
 			if t, ok := extended[refOf(reqs[i])]; ok {
 				out[i].LeaseUntil = t
+				if asked[refOf(reqs[i])] {
+					out[i].Err = fmt.Errorf("runclaim: heartbeat run %d: %w", reqs[i].ID, ErrReplaced)
+				}
 			} else {
 				out[i].Err = fmt.Errorf("runclaim: heartbeat run %d: %w", reqs[i].ID, ErrLeaseLost)
 			}

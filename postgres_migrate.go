@@ -115,6 +115,13 @@ var versionCommentRE = regexp.MustCompile("^" + versionComment + "([0-9]+)$")
 //     the grants of EXECUTE of version 11's function are copied to it,
 //     and that function stays for the release before, which does not
 //     pace.
+//   - Version 13: Replace: the stop request on a run (stop_requested_at,
+//     replaced_by), the reservation of the claim that asked (the control
+//     table's reserved_for, reserved_run, reserved_us), the status
+//     replaced (the check relaxed NOT VALID), the index of replaced runs'
+//     ticks, grants on the new control columns to the claimers, and the
+//     claim function "_claim13", whose last argument, the token of a
+//     claim with Replace, defaults to NULL.
 //
 // migrations are the schema's steps, oldest first. Each is two files of
 // sql/, NNN_<file>.up.sql and .down.sql, with the table's names as their
@@ -183,6 +190,11 @@ var migrations = []struct {
 	// under a name of its own; version 11's stays for the previous
 	// release. No lock on the runs table but the comment's.
 	{12, "012_key_min_gap", "pace the starts of each key"},
+	// Nullable columns (changes of the catalog only), the status check
+	// relaxed NOT VALID, an index built empty, grants on the control
+	// table's new columns, and the claim function with the body that asks
+	// a holder to stop, under a name of its own.
+	{13, "013_replace", "replace a running run"},
 }
 
 // Migrations returns the steps of the schema, oldest first, written for the
@@ -223,6 +235,7 @@ func (s *PostgresStore) renderStep(file string) string {
 	text := strings.NewReplacer(
 		"{{claim_body}}\n", readSQL("sql/claim.sql"),
 		"{{claim_body_11}}\n", readSQL("sql/released/claim_11.sql"),
+		"{{claim_body_12}}\n", readSQL("sql/released/claim_12.sql"),
 	).Replace(readSQL("sql/" + file))
 	parts := strings.Split(text, "$q$")
 	var b strings.Builder
@@ -291,11 +304,12 @@ type schemaState struct {
 	comment                                             string
 	indexes, column, function, ticks, control, lostPath bool
 	claimRaces, keys, states, keySeq, body, gap         bool
+	replace                                             bool
 }
 
 // dest returns the scan targets of schemaStateSQL's row.
 func (st *schemaState) dest() []any {
-	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys, &st.states, &st.keySeq, &st.body, &st.gap}
+	return []any{&st.schemaExists, &st.tableExists, &st.comment, &st.indexes, &st.column, &st.function, &st.ticks, &st.control, &st.lostPath, &st.claimRaces, &st.keys, &st.states, &st.keySeq, &st.body, &st.gap, &st.replace}
 }
 
 // commentVersion is the version the table's comment records: 0 without a
@@ -312,7 +326,7 @@ func (st *schemaState) commentVersion() int {
 // function is at version 2.
 func (st *schemaState) version() int {
 	v := st.commentVersion()
-	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys, st.states, st.keySeq, st.body, st.gap} {
+	for i, ok := range []bool{st.indexes, st.column, st.function, st.ticks, st.control, st.lostPath, st.claimRaces, st.keys, st.states, st.keySeq, st.body, st.gap, st.replace} {
 		if i+1 <= v && !ok {
 			return i
 		}
@@ -326,7 +340,7 @@ func (s *PostgresStore) schemaStateArgs() []any {
 		s.indexName(tickSuffix), s.claimFunc() + tickFuncArgs, s.controlTable(), s.claimFunc(), claimRacesMarker,
 		s.keysTable(), s.startsTable(), s.indexName(keyedSuffix), s.claimFunc() + keyFuncArgs,
 		s.statesTable(), s.claimFunc() + stateFuncArgs, s.indexName(keysetSuffix), s.indexName(nthSuffix), keySeqMarker,
-		s.claimPrev() + claimBodyArgs, s.claimBody() + claimBodyArgs}
+		pgx.Identifier{s.schema, s.table + "_claim11"}.Sanitize() + claimPrevArgs, s.claimPrev() + claimPrevArgs, s.claimBody() + claimBodyArgs, s.indexName(replacedSuffix)}
 }
 
 // SchemaVersion returns the schema version of the runs table in the
@@ -572,11 +586,16 @@ func (s *PostgresStore) stepGuard(v int) string {
 			" AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid = pg_catalog.to_regprocedure(%[4]s) AND pg_catalog.strpos(p.prosrc, %[5]s) > 0)",
 			dollarQuote(s.indexName(nthSuffix)), dollarQuote(s.startsTable()), dollarQuote(s.claimFunc()+keyFuncArgs), dollarQuote(s.claimFunc()+stateFuncArgs), dollarQuote(keySeqMarker))
 	case 11:
-		objects = fmt.Sprintf("pg_catalog.to_regprocedure(%s) IS NOT NULL", dollarQuote(s.claimPrev()+claimBodyArgs))
+		objects = fmt.Sprintf("pg_catalog.to_regprocedure(%s) IS NOT NULL", dollarQuote(pgx.Identifier{s.schema, s.table + "_claim11"}.Sanitize()+claimPrevArgs))
 	case 12:
 		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'min_gap_us' AND NOT a.attisdropped)"+
 			" AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
-			dollarQuote(s.keysTable()), dollarQuote(s.claimBody()+claimBodyArgs))
+			dollarQuote(s.keysTable()), dollarQuote(s.claimPrev()+claimPrevArgs))
+	case 13:
+		objects = fmt.Sprintf("EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'replaced_by' AND NOT a.attisdropped)"+
+			" AND EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attname = 'reserved_for' AND NOT a.attisdropped)"+
+			" AND pg_catalog.to_regclass(%s) IS NOT NULL AND pg_catalog.to_regprocedure(%s) IS NOT NULL",
+			dollarQuote(s.Table()), dollarQuote(s.controlTable()), dollarQuote(s.indexName(replacedSuffix)), dollarQuote(s.claimBody()+claimBodyArgs))
 	default:
 		objects = "true"
 	}

@@ -170,9 +170,11 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_claim}}", s.claimFunc(),
 		"{{table_claim_body}}", s.claimBody(),
 		"{{claim_body_literal}}", dollarQuoteWith("n", s.claimBody()+claimBodyArgs),
-		"{{table_claim11}}", s.claimPrev(),
+		"{{table_claim11}}", pgx.Identifier{s.schema, s.table + "_claim11"}.Sanitize(),
+		"{{table_claim12}}", pgx.Identifier{s.schema, s.table + "_claim12"}.Sanitize(),
 		"{{table_claim_prev}}", s.claimPrev(),
-		"{{claim11_literal}}", dollarQuoteWith("n", s.claimPrev()+claimBodyArgs),
+		"{{claim11_literal}}", dollarQuoteWith("n", pgx.Identifier{s.schema, s.table + "_claim11"}.Sanitize()+claimPrevArgs),
+		"{{claim12_literal}}", dollarQuoteWith("n", pgx.Identifier{s.schema, s.table + "_claim12"}.Sanitize()+claimPrevArgs),
 		"{{claim_v9_literal}}", dollarQuoteWith("n", s.claimFunc()+stateFuncArgs),
 		"{{table_tick}}", pgx.Identifier{s.table + tickSuffix}.Sanitize(),
 		"{{schema_table_tick}}", s.indexName(tickSuffix),
@@ -195,6 +197,7 @@ func (s *PostgresStore) fillNames(q string) string {
 		"{{table_renum}}", pgx.Identifier{s.schema, s.table + renumSuffix}.Sanitize(),
 		"{{table_keylock}}", pgx.Identifier{s.schema, s.table + keylockSuffix}.Sanitize(),
 		"{{table_top}}", pgx.Identifier{s.schema, s.table + topSuffix}.Sanitize(),
+		"{{table_replaced}}", pgx.Identifier{s.table + replacedSuffix}.Sanitize(),
 	).Replace(q)
 }
 
@@ -210,10 +213,15 @@ const claimFuncSuffix = "_claim"
 // (claimPrevSuffix, whose released body sql/released holds), with the
 // same arguments, on one at the version before.
 const (
-	claimBodyVersion = 12
-	claimBodySuffix  = "_claim12" // claimFuncSuffix and claimBodyVersion; no longer than runningSuffix (see maxTableLen)
-	claimPrevSuffix  = "_claim11" // the function of the version before: sql/released/claim_11.sql
-	claimBodyArgs    = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean, pg_catalog.text[], integer[])"
+	claimBodyVersion = 13
+	claimBodySuffix  = "_claim13" // claimFuncSuffix and claimBodyVersion; no longer than runningSuffix (see maxTableLen)
+	claimPrevSuffix  = "_claim12" // the function of the version before: sql/released/claim_12.sql
+	// claimBodyArgs are the current function's argument types: those of
+	// the version before (claimPrevArgs), and the token of a claim with
+	// Replace, which defaults to NULL, so that a call with the arguments
+	// of the version before calls it too.
+	claimBodyArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean, pg_catalog.text[], integer[], pg_catalog.text)"
+	claimPrevArgs = "(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean, pg_catalog.text[], integer[])"
 )
 
 // claimBody returns the quoted, schema-qualified name of the claim function
@@ -329,10 +337,12 @@ func (s *PostgresStore) statesTable() string {
 	return pgx.Identifier{s.schema, s.table + statesSuffix}.Sanitize()
 }
 
-// Suffixes of the indexes' names.
+// Suffixes of the indexes' names; replacedSuffix is version 13's index of
+// the ticks that replaced runs served.
 const (
-	runningSuffix = "_running"
-	historySuffix = "_history"
+	runningSuffix  = "_running"
+	historySuffix  = "_history"
+	replacedSuffix = "_replcd"
 )
 
 // indexName returns the quoted, schema-qualified name of an index of the

@@ -102,6 +102,34 @@ func TestNoSearchPathHijack(t *testing.T) {
 		}
 		check("claims in the " + f.name + " form")
 	}
+	// A claim with Replace (the current form): it asks the holder to stop,
+	// whose heartbeat learns it and whose finish records it replaced, and
+	// then wins.
+	{
+		c := sharedtest.NewClaimer(t, store, runclaim.WithOwner("replaced"), runclaim.WithLease(time.Minute))
+		holder, err := c.Claim(ctx, "replace-src")
+		if err != nil {
+			t.Fatal(err)
+		}
+		won := make(chan error, 1)
+		go func() {
+			run, err := sharedtest.NewClaimer(t, store, runclaim.WithOwner("replacer")).Claim(ctx, "replace-src", runclaim.Replace())
+			if err == nil {
+				err = run.Finish(ctx, nil)
+			}
+			won <- err
+		}()
+		for holder.Heartbeat(ctx) == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := holder.Finish(ctx, nil); err != nil {
+			t.Errorf("Finish of the replaced run: %v", err)
+		}
+		if err := <-won; err != nil {
+			t.Errorf("Claim with Replace: %v", err)
+		}
+		check("a claim with Replace")
+	}
 
 	// The operator statements of tables before ticks (a store that takes
 	// its table to be at version 3), and claims by a store that takes it

@@ -64,6 +64,11 @@ type ClaimRequest struct {
 	MinInterval time.Duration // shortest time between two run starts; 0 for none
 	Tick        time.Time     // the scheduled tick the run serves; zero for a plain claim
 	Keys        []string      // the keys the claim names, decided in this order; see WithKeys and Limiter
+	// Replace is the token of a claim with Replace (see Replace), empty for
+	// any other: a Store records a stop request on a live holder that has
+	// none, and keeps the source for the claim that sends this token once
+	// the holder has ended.
+	Replace string
 }
 
 // Ticks are compared, and kept, at the precision of a Postgres timestamp:
@@ -113,6 +118,11 @@ func (r ClaimRequest) Validate() error {
 	}
 	if err := validateTick(r.Tick); err != nil {
 		return err
+	}
+	if r.Replace != "" {
+		if err := validateName(r.Replace, MaxOwnerLen); err != nil {
+			return fmt.Errorf("runclaim: invalid Replace token: %w", err)
+		}
 	}
 	return validateKeys(r.Keys)
 }

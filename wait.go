@@ -23,6 +23,9 @@ const (
 	// waitMargin is how long after a skip's RetryAfter a waiter claims
 	// again, so that the store's clock has passed it.
 	waitMargin = 5 * time.Millisecond
+	// replacePollMax caps the pauses of a claim with Replace: it wins
+	// within about this long of the replaced run's Finish.
+	replacePollMax = 150 * time.Millisecond
 )
 
 // A pollSchedule is the time arithmetic of one waiting claim: how long it
@@ -30,6 +33,7 @@ const (
 // waitPollMin.
 type pollSchedule struct {
 	bound time.Duration       // the next pause's upper bound; 0: waitPollMin
+	max   time.Duration       // the bound's cap; 0: waitPollMax
 	rand  func(n int64) int64 // a random number in [0, n)
 }
 
@@ -45,7 +49,11 @@ func (p *pollSchedule) pause(nc *NotClaimedError, now time.Time) time.Duration {
 	if bound <= 0 {
 		bound = waitPollMin
 	}
-	p.bound = min(2*bound, waitPollMax)
+	capped := p.max
+	if capped <= 0 {
+		capped = waitPollMax
+	}
+	p.bound = min(2*bound, capped)
 	d := bound/2 + time.Duration(p.rand(int64(bound/2)+1))
 	if !nc.RetryAfter.IsZero() {
 		if until := nc.RetryAfter.Sub(now) + waitMargin; until > 0 && until < d {
@@ -56,9 +64,13 @@ func (p *pollSchedule) pause(nc *NotClaimedError, now time.Time) time.Duration {
 }
 
 // waitable reports whether waiting can end skip nc, for a claim whose ctx
-// ends at deadline (hasDeadline false: no deadline). See Wait.
-func waitable(nc *NotClaimedError, deadline time.Time, hasDeadline bool) bool {
+// ends at deadline (hasDeadline false: no deadline). See Wait; a claim with
+// Replace (replace) waits only while the source is held or its keys have
+// no room: a pause, a served tick and the interval skip it at once.
+func waitable(nc *NotClaimedError, deadline time.Time, hasDeadline, replace bool) bool {
 	switch {
+	case replace:
+		return !errors.Is(nc, ErrPaused) && !errors.Is(nc, ErrTooSoon) && !errors.Is(nc, ErrTickDone)
 	case errors.Is(nc, ErrTickDone):
 		return false
 	case errors.Is(nc, ErrPaused), errors.Is(nc, ErrTooSoon):
@@ -137,10 +149,14 @@ func (c *Claimer) claimWaiting(ctx context.Context, source string, o claimOption
 	start := time.Now()
 	deadline, hasDeadline := ctx.Deadline()
 	sched := newPollSchedule()
+	if o.replace {
+		sched.max = replacePollMax
+	}
 	var last *NotClaimedError // the last skip
 	// A claim whose ctx ends before its hold-back would end claims at
-	// once: holding back would only make it fail.
-	if d := c.yl.holdBack(source, start); d > 0 && (!hasDeadline || start.Add(d).Before(deadline)) {
+	// once: holding back would only make it fail. A claim with Replace
+	// takes the source from a run: it does not hold back.
+	if d := c.yl.holdBack(source, start); d > 0 && !o.replace && (!hasDeadline || start.Add(d).Before(deadline)) {
 		if err := sleepCtx(ctx, d, nil); err != nil {
 			return nil, c.waitEnded(ctx, source, start, nil)
 		}
@@ -165,7 +181,7 @@ func (c *Claimer) claimWaiting(ctx context.Context, source string, o claimOption
 			c.claimFailedAfter(ctx, source, err, took, sent.Sub(start))
 			return nil, err
 		}
-		if !waitable(nc, deadline, hasDeadline) {
+		if !waitable(nc, deadline, hasDeadline, o.replace) {
 			c.notClaimedAfter(ctx, source, nc, took, sent.Sub(start))
 			return nil, err
 		}

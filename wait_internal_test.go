@@ -74,7 +74,7 @@ func TestWaitable(t *testing.T) {
 		{"too soon, after the deadline", NotClaimedError{Reason: ErrTooSoon, RetryAfter: after}, true, false},
 		{"too soon, no deadline", NotClaimedError{Reason: ErrTooSoon, RetryAfter: before}, false, false},
 	} {
-		if got := waitable(&tc.nc, deadline, tc.hasDeadline); got != tc.want {
+		if got := waitable(&tc.nc, deadline, tc.hasDeadline, false); got != tc.want {
 			t.Errorf("%s: waitable = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -3,5 +3,5 @@
 -- commits may still read it (dropping it would fail that claim, where a
 -- dropped function fails none), and the body of version 11 does not read
 -- it. Migrate adds it only if it is missing.
-DROP FUNCTION IF EXISTS {{table_claim_body}}(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean, pg_catalog.text[], integer[]);
+DROP FUNCTION IF EXISTS {{table_claim12}}(bigint, pg_catalog.text, pg_catalog.text, bigint, bigint, bigint, pg_catalog.timestamptz, pg_catalog.text[], bigint[], boolean, pg_catalog.text[], integer[]);
 COMMENT ON TABLE {{table}} IS 'runclaim schema version 11';

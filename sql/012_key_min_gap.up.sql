@@ -7,7 +7,7 @@
 -- name with the suffix _claim12. The function of version 11 stays,
 -- unchanged, for the replicas of the release before, which do not pace.
 ALTER TABLE {{table_keys}} ADD COLUMN IF NOT EXISTS min_gap_us bigint NOT NULL DEFAULT 0;
-{{claim_body}}
+{{claim_body_12}}
 -- The roles that may call the function of version 11, which the release
 -- before calls for every claim, may call this one: the same grants of
 -- EXECUTE, and none to PUBLIC unless it had one there.
@@ -19,10 +19,10 @@ BEGIN
 	IF old IS NULL OR (SELECT p.proacl IS NULL FROM pg_catalog.pg_proc AS p WHERE p.oid OPERATOR(pg_catalog.=) old) THEN
 		RETURN;
 	END IF;
-	EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', {{claim_body_literal}}::pg_catalog.text);
+	EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', {{claim12_literal}}::pg_catalog.text);
 	FOR r IN SELECT a.grantee FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
 	          WHERE p.oid OPERATOR(pg_catalog.=) old AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE' LOOP
-		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', {{claim_body_literal}}::pg_catalog.text,
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', {{claim12_literal}}::pg_catalog.text,
 			CASE WHEN r.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
 			     ELSE pg_catalog.quote_ident((SELECT o.rolname FROM pg_catalog.pg_roles AS o WHERE o.oid OPERATOR(pg_catalog.=) r.grantee)) END);
 	END LOOP;

@@ -12,6 +12,11 @@
 -- that names no key); a win returns the state. Its row: see sql/claim.sql.
 SELECT * FROM {{table_claim_body}}($1::bigint, $2::pg_catalog.text, $3::pg_catalog.text, $4::bigint, $5::bigint, $6::bigint, $7::pg_catalog.timestamptz, $8::pg_catalog.text[], $9::bigint[], true, NULL, NULL)
 
+-- name: call_replace
+-- call for a claim with Replace (schema version 13 or later): the same
+-- arguments, and $10 its token.
+SELECT * FROM {{table_claim_body}}($1::bigint, $2::pg_catalog.text, $3::pg_catalog.text, $4::bigint, $5::bigint, $6::bigint, $7::pg_catalog.timestamptz, $8::pg_catalog.text[], $9::bigint[], true, NULL, NULL, $10::pg_catalog.text)
+
 -- name: call_many
 -- One call of the claim function (call) per element of the arrays, in their order, in one statement: one round
 -- trip, one transaction, one commit. $1 the advisory keys, $2 the

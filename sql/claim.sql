@@ -18,18 +18,22 @@
 --   2. the locks of the keys, if any, waiting, ascending (only the first
 --      call of a ClaimMany takes those of the whole batch);
 --   3. the advisory lock of the source, tried, never waited for; then one
---      read of the source: its running run, its pause and trigger, and
---      the next start the minimum interval allows (from its latest
---      start). A pause answers first, then a live holder, then a busy
---      lock (another claim in flight);
+--      read of the source: its running run, its pause, trigger and
+--      reservation, and the next start the minimum interval allows (from
+--      its latest start). A pause answers first, then a live holder (a
+--      claim with Replace first asks it to stop, version 13, unless the
+--      tick is served or the interval has not passed), then a busy lock
+--      (another claim in flight), then a reservation for another claim
+--      with Replace;
 --   4. a tick served (only for a claim that names a tick), then too soon
 --      by the interval; a pending trigger overrides both;
 --   5. the keys (only for a claim that names keys): a cooldown, then
 --      MaxRunning, then MaxStarts, then MinGap (version 12);
 --   6. the lapsed holder expired, or, if another transaction holds it,
 --      reported;
---   7. the trigger used up, the run inserted (with the starts of its keys), and
---      the state of the source read (only when asked).
+--   7. the trigger and the reservation used up, the run inserted (with
+--      the starts of its keys), and the state of the source read (only
+--      when asked).
 -- So a claim that names no key, serves no tick and wants no state pays
 -- for none of them: one lock, one read, one insert.
 --
@@ -40,7 +44,9 @@
 -- none; a ClaimMany sends the locks of all its keys to its first call
 -- only), whether to return the state of a win, and, for a ClaimMany that
 -- names keys, the keys of the whole batch, each once, and how many of its
--- sources name each.
+-- sources name each; and, for a claim with Replace, its token (version 13;
+-- NULL by default, so that the arguments of the version before call this
+-- function too).
 --
 -- Results: locked, whether it took the advisory lock of the source; isolation,
 -- the level it refused to claim under (else NULL); db_now, the database
@@ -56,7 +62,7 @@
 CREATE OR REPLACE FUNCTION {{table_claim_body}}(
 	p_key bigint, p_source pg_catalog.text, p_owner pg_catalog.text, p_lease bigint, p_min_interval bigint, p_lock_timeout bigint,
 	p_tick pg_catalog.timestamptz, p_keys pg_catalog.text[], p_key_locks bigint[], p_state boolean,
-	p_batch_keys pg_catalog.text[], p_batch_counts integer[],
+	p_batch_keys pg_catalog.text[], p_batch_counts integer[], p_replace pg_catalog.text DEFAULT NULL,
 	OUT locked boolean, OUT isolation pg_catalog.text, OUT db_now pg_catalog.timestamptz, OUT won boolean,
 	OUT run_id bigint, OUT run_owner pg_catalog.text, OUT run_started pg_catalog.timestamptz, OUT run_lease pg_catalog.timestamptz,
 	OUT retry_after pg_catalog.timestamptz, OUT done_tick pg_catalog.timestamptz, OUT limited_key pg_catalog.text,
@@ -93,6 +99,11 @@ DECLARE
 	pre_state pg_catalog.bytea;
 	state_read boolean := false;
 	i integer;
+	holder_by pg_catalog.text;
+	holder_interval pg_catalog.interval;
+	res_for pg_catalog.text;
+	res_us bigint;
+	res_end pg_catalog.timestamptz;
 BEGIN
 	locked := false;
 	won := false;
@@ -151,8 +162,17 @@ BEGIN
 	             FROM {{table}} AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1) END,
 	       CASE WHEN p_state AND c.id IS NULL THEN
 	           (SELECT s.state FROM {{table_states}} AS s WHERE s.source OPERATOR(pg_catalog.=) p_source) END,
-	       p_state AND c.id IS NULL
-	  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at, retry_after, pre_state, state_read
+	       p_state AND c.id IS NULL,
+	       c.replaced_by, c.min_interval, k.reserved_for, k.reserved_us,
+	       -- The run of a reservation, if it is still the latest of the source, and
+	       -- when it ended; only where there is a reservation and no live
+	       -- holder, so that no other claim pays for it.
+	       CASE WHEN k.reserved_for IS NOT NULL AND (c.id IS NULL OR c.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) THEN
+	           (SELECT CASE WHEN l.id OPERATOR(pg_catalog.=) k.reserved_run THEN
+	                       CASE WHEN l.status OPERATOR(pg_catalog.=) 'running' OR l.status OPERATOR(pg_catalog.=) 'expired' THEN l.lease_until ELSE l.finished_at END END
+	             FROM {{table}} AS l WHERE l.source OPERATOR(pg_catalog.=) p_source ORDER BY l.started_at DESC LIMIT 1) END
+	  INTO run_id, run_owner, run_started, run_lease, paused, pause_end, note, triggered, trigger_at, retry_after, pre_state, state_read,
+	       holder_by, holder_interval, res_for, res_us, res_end
 	  FROM (SELECT) AS one
 	  LEFT JOIN {{table}} AS c ON c.source OPERATOR(pg_catalog.=) p_source AND c.status OPERATOR(pg_catalog.=) 'running'
 	  LEFT JOIN {{table_control}} AS k ON k.source OPERATOR(pg_catalog.=) p_source;
@@ -170,17 +190,75 @@ BEGIN
 		-- A live holder, or another claim in flight. The holder, if any,
 		-- is the answer; the interval is not.
 		retry_after := NULL;
+		-- A claim with Replace (version 13) asks a live holder that no
+		-- other claim has asked yet to stop, under the source lock, and
+		-- reserves the source for itself: it wins once the holder has
+		-- ended. A served tick and the interval skip it at once, as they
+		-- would skip it without a holder; it asks nothing then.
+		IF p_replace IS NOT NULL AND locked AND run_lease OPERATOR(pg_catalog.>) db_now AND holder_by IS NULL THEN
+			IF p_tick IS NOT NULL THEN
+				SELECT pg_catalog.max(x.tick) INTO done_tick FROM (
+					(SELECT d.tick FROM {{table}} AS d
+					  WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+					    AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+					  ORDER BY d.tick DESC LIMIT 1)
+					UNION ALL
+					(SELECT d.tick FROM {{table}} AS d
+					  WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL AND d.status OPERATOR(pg_catalog.=) 'replaced'
+					  ORDER BY d.tick DESC LIMIT 1)) AS x;
+				IF done_tick OPERATOR(pg_catalog.>=) p_tick AND triggered IS NOT TRUE THEN
+					run_id := NULL;
+					run_owner := NULL;
+					run_started := NULL;
+					run_lease := NULL;
+					RETURN;
+				END IF;
+			END IF;
+			IF run_started OPERATOR(pg_catalog.+) greatest(holder_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond') OPERATOR(pg_catalog.>) db_now
+			   AND triggered IS NOT TRUE THEN
+				retry_after := run_started OPERATOR(pg_catalog.+) greatest(holder_interval, p_min_interval OPERATOR(pg_catalog.*) interval '1 microsecond');
+				run_id := NULL;
+				run_owner := NULL;
+				run_started := NULL;
+				run_lease := NULL;
+				RETURN;
+			END IF;
+			UPDATE {{table}} AS q SET stop_requested_at = db_now, replaced_by = p_replace
+			 WHERE q.id OPERATOR(pg_catalog.=) run_id AND q.status OPERATOR(pg_catalog.=) 'running' AND q.replaced_by IS NULL;
+			INSERT INTO {{table_control}} AS u (source, reserved_for, reserved_run, reserved_us) VALUES (p_source, p_replace, run_id, p_lease)
+			ON CONFLICT (source) DO UPDATE SET reserved_for = EXCLUDED.reserved_for, reserved_run = EXCLUDED.reserved_run, reserved_us = EXCLUDED.reserved_us;
+		END IF;
+		RETURN;
+	END IF;
+	-- Reserved for another claim with Replace (version 13): while the run
+	-- it asked to stop is the latest of the source, until its end (its
+	-- finish, or its lease end) and the replacing lease after it, so
+	-- that a replacer that never comes back holds the source no longer. A
+	-- run started since ends the reservation.
+	IF res_for IS NOT NULL AND (p_replace IS NULL OR res_for OPERATOR(pg_catalog.<>) p_replace)
+	   AND res_end OPERATOR(pg_catalog.+) (res_us OPERATOR(pg_catalog.*) interval '1 microsecond') OPERATOR(pg_catalog.>) db_now THEN
+		locked := false;
+		retry_after := res_end OPERATOR(pg_catalog.+) (res_us OPERATOR(pg_catalog.*) interval '1 microsecond');
+		run_id := NULL;
+		run_owner := NULL;
+		run_started := NULL;
+		run_lease := NULL;
 		RETURN;
 	END IF;
 	-- 4. A tick served: the latest tick of a run that serves one, leaving
 	-- out the running run of the source, which has lapsed by now.
 	IF p_tick IS NOT NULL THEN
-		SELECT d.tick INTO done_tick
-		  FROM {{table}} AS d
-		 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
-		   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
-		   AND (run_id IS NULL OR d.id OPERATOR(pg_catalog.<>) run_id)
-		 ORDER BY d.tick DESC LIMIT 1;
+		-- A replaced run serves its tick too (version 13): its own index.
+		SELECT pg_catalog.max(x.tick) INTO done_tick FROM (
+			(SELECT d.tick FROM {{table}} AS d
+			  WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+			    AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+			    AND (run_id IS NULL OR d.id OPERATOR(pg_catalog.<>) run_id)
+			  ORDER BY d.tick DESC LIMIT 1)
+			UNION ALL
+			(SELECT d.tick FROM {{table}} AS d
+			  WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL AND d.status OPERATOR(pg_catalog.=) 'replaced'
+			  ORDER BY d.tick DESC LIMIT 1)) AS x;
 		IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
 			IF triggered IS NOT TRUE THEN
 				retry_after := NULL;
@@ -417,11 +495,15 @@ BEGIN
 			-- recorded succeeded or failed serves its tick, which the
 			-- check above left out: check the tick again (version 7).
 			IF served_tick IS NOT NULL THEN
-				SELECT d.tick INTO done_tick
-				  FROM {{table}} AS d
-				 WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
-				   AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
-				 ORDER BY d.tick DESC LIMIT 1;
+				SELECT pg_catalog.max(x.tick) INTO done_tick FROM (
+					(SELECT d.tick FROM {{table}} AS d
+					  WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL
+					    AND (d.status OPERATOR(pg_catalog.=) 'running' OR d.status OPERATOR(pg_catalog.=) 'succeeded' OR d.status OPERATOR(pg_catalog.=) 'failed')
+					  ORDER BY d.tick DESC LIMIT 1)
+					UNION ALL
+					(SELECT d.tick FROM {{table}} AS d
+					  WHERE d.source OPERATOR(pg_catalog.=) p_source AND d.tick IS NOT NULL AND d.status OPERATOR(pg_catalog.=) 'replaced'
+					  ORDER BY d.tick DESC LIMIT 1)) AS x;
 				IF done_tick OPERATOR(pg_catalog.>=) p_tick THEN
 					IF triggered IS NOT TRUE THEN
 						RETURN;
@@ -431,10 +513,15 @@ BEGIN
 			END IF;
 		END IF;
 	END IF;
-	-- 7. The trigger used up, the run, the state.
+	-- 7. The trigger used up, and the reservation of a claim with Replace
+	-- (version 13), its own; the run, the state.
 	IF triggered THEN
 		UPDATE {{table_control}} AS u SET triggered_at = NULL
 		 WHERE u.source OPERATOR(pg_catalog.=) p_source AND u.triggered_at IS NOT NULL;
+	END IF;
+	IF p_replace IS NOT NULL AND res_for OPERATOR(pg_catalog.=) p_replace THEN
+		UPDATE {{table_control}} AS u SET reserved_for = NULL, reserved_run = NULL, reserved_us = NULL
+		 WHERE u.source OPERATOR(pg_catalog.=) p_source AND u.reserved_for OPERATOR(pg_catalog.=) p_replace;
 	END IF;
 	db_now := pg_catalog.clock_timestamp();
 	-- The run, and the start of each key, whether or not the key has a limit

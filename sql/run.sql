@@ -47,6 +47,28 @@ WITH c AS MATERIALIZED (
 SELECT (SELECT status FROM upd), old.status, old.error
 FROM (SELECT) AS one LEFT JOIN old ON true
 
+-- name: finish_stop
+-- finish on a table at schema version 13 or later: a run asked to stop
+-- (Replace) is recorded replaced, whatever its outcome; the claim that
+-- asked reads its end from the row. Its row: as finish's.
+WITH c AS MATERIALIZED (
+	SELECT pg_catalog.clock_timestamp() AS now
+), byid AS MATERIALIZED (
+	SELECT status, error, source, started_at FROM {{table}} WHERE id OPERATOR(pg_catalog.=) $1
+), old AS (
+	SELECT status, error FROM byid WHERE source OPERATOR(pg_catalog.=) $2 AND started_at OPERATOR(pg_catalog.=) $5::pg_catalog.timestamptz
+), upd AS (
+	UPDATE {{table}} AS r SET
+		status = CASE WHEN r.lease_until OPERATOR(pg_catalog.<=) c.now THEN 'expired'
+		              WHEN r.stop_requested_at IS NOT NULL THEN 'replaced' ELSE $3 END,
+		error = $4, finished_at = c.now
+	FROM c
+	WHERE r.id OPERATOR(pg_catalog.=) $1 AND r.source OPERATOR(pg_catalog.=) $2 AND r.started_at OPERATOR(pg_catalog.=) $5::pg_catalog.timestamptz AND r.status OPERATOR(pg_catalog.=) 'running'
+	RETURNING r.status
+)
+SELECT (SELECT status FROM upd), old.status, old.error
+FROM (SELECT) AS one LEFT JOIN old ON true
+
 -- name: read_run
 -- Run $1's status and error text, found by its ID alone (see finish) and
 -- checked for its source, $2, and its start, $3: OFFSET 0 keeps the

@@ -17,7 +17,9 @@
 -- starts by number, $19 a text that its bodies of the overloads with keys
 -- and with a state hold; its triggers are on $12. $20 is the signature of
 -- version 11s claim function, $21 that of version 12s, which adds the
--- min_gap_us column of $11.
+-- min_gap_us column of $11, and $22 that of version 13s, which adds the
+-- replaced_by column of the runs table, the reserved_for column of $8 and
+-- the index of replaced runs' ticks, $23.
 -- The table's comment is read from pg_description, not with
 -- obj_description: on PostgreSQL 13 that is an SQL function whose body
 -- names = without pg_catalog, so the caller's search_path would pick it.
@@ -52,7 +54,10 @@ SELECT n.oid IS NOT NULL, c.oid IS NOT NULL, coalesce((SELECT d.description FROM
 	AND EXISTS (SELECT FROM pg_catalog.pg_proc AS p WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure($16) AND pg_catalog.strpos(p.prosrc, $19) OPERATOR(pg_catalog.>) 0),
 	pg_catalog.to_regprocedure($20) IS NOT NULL,
 	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($11) AND a.attname OPERATOR(pg_catalog.=) 'min_gap_us' AND NOT a.attisdropped)
-	AND pg_catalog.to_regprocedure($21) IS NOT NULL
+	AND pg_catalog.to_regprocedure($21) IS NOT NULL,
+	EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attname OPERATOR(pg_catalog.=) 'replaced_by' AND NOT a.attisdropped)
+	AND EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($8) AND a.attname OPERATOR(pg_catalog.=) 'reserved_for' AND NOT a.attisdropped)
+	AND pg_catalog.to_regclass($23) IS NOT NULL AND pg_catalog.to_regprocedure($22) IS NOT NULL
 FROM (SELECT) AS one
 LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname OPERATOR(pg_catalog.=) $1::pg_catalog.name
 LEFT JOIN pg_catalog.pg_class AS c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) $2::pg_catalog.name
