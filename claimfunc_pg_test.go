@@ -393,8 +393,8 @@ func TestClaimFunctionDefinition(t *testing.T) {
 	// The functions a claim calls: the current version's, and the
 	// version before's.
 	for _, fn := range []struct{ name, signature string }{
-		{`runs "x"_claim12`, runclaim.ClaimBodyName(store) + runclaim.ClaimBodyArgs},
-		{`runs "x"_claim11`, runclaim.ClaimPrevName(store) + runclaim.ClaimBodyArgs},
+		{`runs "x"_claim13`, runclaim.ClaimBodyName(store) + runclaim.ClaimBodyArgs},
+		{`runs "x"_claim12`, runclaim.ClaimPrevName(store) + runclaim.ClaimPrevArgs},
 	} {
 		var (
 			secdef   bool

@@ -26,6 +26,10 @@ func ClaimFuncName(s *PostgresStore) string { return s.claimFunc() }
 // ClaimBodyArgs its argument types.
 func ClaimBodyName(s *PostgresStore) string { return s.claimBody() }
 
+// ClaimPrevArgs are the argument types of the claim function of the
+// version before the current one.
+const ClaimPrevArgs = claimPrevArgs
+
 // ClaimPrevName returns the quoted, schema-qualified name of s's claim
 // function of the version before the current one (same arguments).
 func ClaimPrevName(s *PostgresStore) string { return s.claimPrev() }

@@ -502,15 +502,25 @@ func FuzzTableName(f *testing.F) {
 		wantIdents = append(wantIdents, starts...)
 		wantIdents = append(wantIdents, states...)
 		wantIdents = append(wantIdents, schema, table) // and version 10's COMMENT ON TABLE
-		// The claim function of one body (sql/claim.sql): version 11's,
-		// and version 12's, which reads a paced key's newest start in a
-		// batch's check and in a key's query.
-		claimBody := func(fn string, paced bool) {
+		// The claim function of one body (sql/claim.sql): version 11's;
+		// version 12's, which reads a paced key's newest start in a
+		// batch's check and in a key's query (paced); and version 13's,
+		// which reads a reservation, records a stop request, reads the
+		// ticks of replaced runs and clears a reservation (replace).
+		claimBody := func(fn string, paced, replace bool) {
 			wantIdents = append(wantIdents, schema, fn)    // the function:
 			wantIdents = append(wantIdents, schema, table) // the latest start,
 			wantIdents = append(wantIdents, states...)     // the state,
+			if replace {
+				wantIdents = append(wantIdents, schema, table) // the run of a reservation,
+			}
 			wantIdents = append(wantIdents, schema, table) // the running run
 			wantIdents = append(wantIdents, control...)    // and the pause, under the lock;
+			if replace {                                   // a stop request: the ticks served, the request, the reservation
+				wantIdents = append(wantIdents, schema, table, schema, table, schema, table)
+				wantIdents = append(wantIdents, control...)
+				wantIdents = append(wantIdents, schema, table) // the ticks of replaced runs
+			}
 			wantIdents = append(wantIdents, schema, table) // the tick
 			for range 2 {                                  // a batch's check of a key: its running runs,
 				wantIdents = append(wantIdents, schema, table)
@@ -531,24 +541,43 @@ func FuzzTableName(f *testing.F) {
 			for range 6 {                            // its running runs, the expiry, the tick again
 				wantIdents = append(wantIdents, schema, table)
 			}
-			wantIdents = append(wantIdents, control...)                   // the trigger used
+			if replace {
+				wantIdents = append(wantIdents, schema, table) // and that of replaced runs
+			}
+			wantIdents = append(wantIdents, control...) // the trigger used
+			if replace {
+				wantIdents = append(wantIdents, control...) // and the reservation
+			}
 			wantIdents = append(wantIdents, schema, table, schema, table) // the inserts
 			wantIdents = append(wantIdents, starts...)                    // of starts,
 			wantIdents = append(wantIdents, starts...)                    // each numbered,
 			wantIdents = append(wantIdents, starts...)                    // and the old ones
 			wantIdents = append(wantIdents, states...)                    // the state of a win
 		}
-		claimBody(table+"_claim11", false)                        // version 11's function
+		claimBody(table+"_claim11", false, false)                 // version 11's function
 		wantIdents = append(wantIdents, schema, table+"_claim")   // the grants: of the overload of version 9,
 		wantIdents = append(wantIdents, schema, table+"_claim11") // to the new function, as literals
 		wantIdents = append(wantIdents, schema, table+"_claim11")
 		wantIdents = append(wantIdents, schema, table)            // and version 11's COMMENT ON TABLE
 		wantIdents = append(wantIdents, keys...)                  // version 12's column of the keys table,
-		claimBody(table+"_claim12", true)                         // its function,
+		claimBody(table+"_claim12", true, false)                  // its function,
 		wantIdents = append(wantIdents, schema, table+"_claim11") // the grants: of version 11's function,
 		wantIdents = append(wantIdents, schema, table+"_claim12") // to the new one, as literals
 		wantIdents = append(wantIdents, schema, table+"_claim12")
 		wantIdents = append(wantIdents, schema, table) // and version 12's COMMENT ON TABLE
+		wantIdents = append(wantIdents, schema, table) // version 13's columns of the runs table
+		wantIdents = append(wantIdents, control...)    // and of the control table,
+		for range 4 {                                  // the check of the status, as literals,
+			wantIdents = append(wantIdents, schema, table)
+		}
+		wantIdents = append(wantIdents, table+"_replcd", schema, table) // the index of replaced runs' ticks,
+		wantIdents = append(wantIdents, schema, table)                  // the grants on the control table,
+		wantIdents = append(wantIdents, control...)
+		claimBody(table+"_claim13", true, true)                   // its function,
+		wantIdents = append(wantIdents, schema, table+"_claim12") // the grants: of version 12's function,
+		wantIdents = append(wantIdents, schema, table+"_claim13") // to the new one, as literals
+		wantIdents = append(wantIdents, schema, table+"_claim13")
+		wantIdents = append(wantIdents, schema, table) // and version 13's COMMENT ON TABLE
 		if schema == runclaim.DefaultSchema {
 			wantSkel, wantIdents = publicSkeleton, wantIdents[1:]
 		}

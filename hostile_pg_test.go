@@ -305,7 +305,7 @@ func TestHostileTableNames(t *testing.T) {
 		if !slices.Contains(schemas, n.schema) {
 			schemas = append(schemas, n.schema)
 		}
-		for _, suffix := range []string{"", "_id_seq", "_pkey", "_running", "_history", "_tick", "_control"} {
+		for _, suffix := range []string{"", "_id_seq", "_pkey", "_running", "_history", "_tick", "_control", "_replcd"} {
 			want = append(want, n.schema+"."+n.table+suffix)
 		}
 		// The control table's primary key, named by Postgres: its name

@@ -726,7 +726,7 @@ func TestClaimBodyGrantsCopied(t *testing.T) {
 	ownerStore := e.store(t, ownerPool)
 	steps := ownerStore.Migrations()
 	last := steps[len(steps)-1]
-	prevFn := runclaim.ClaimPrevName(ownerStore) + runclaim.ClaimBodyArgs
+	prevFn := runclaim.ClaimPrevName(ownerStore) + runclaim.ClaimPrevArgs
 	bodyFn := runclaim.ClaimBodyName(ownerStore) + runclaim.ClaimBodyArgs
 	for _, q := range []string{
 		last.Down,
