@@ -167,6 +167,16 @@ const (
 	// that shares an extended run's ID (handed out again after a
 	// failover) is reported extended too.
 	bugManyBeatByID
+	// A claim with Replace takes the source at once, marking the live
+	// holder replaced: two runs of the source run at once.
+	bugReplaceOverlap
+	// A claim with Replace asks, but keeps no reservation: a plain claim
+	// that comes after the holder ended takes the source.
+	bugReplaceNoReserve
+	// A holder asked to stop is never told: its heartbeats succeed.
+	bugReplaceSilent
+	// A reservation whose replacer never comes back is kept for good.
+	bugReplaceReserveForever
 )
 
 // ignoreRecorded is set in a child process that runs the
@@ -192,6 +202,15 @@ type memBackend struct {
 	keys      keyBackend
 	states    map[string]string // by source: its state
 	unsaved   map[int64]string  // by run: its last save, for bugStateSucceededOnly
+	reserved  map[string]reserve
+}
+
+// reserve is the reservation of a claim with Replace: its token, the run
+// it asked to stop, and its lease.
+type reserve struct {
+	token string
+	run   *memRun
+	lease time.Duration
 }
 
 // lastRun is the start of a source's latest run and the interval its
@@ -209,12 +228,14 @@ type memRun struct {
 	prevStart lastRun // the source's latest start that counted before this run, for Unclaim
 	hadPrev   bool    // whether there was one
 	keys      []string
+	stopBy    string    // the token of the claim with Replace that asked it to stop
+	finished  time.Time // when it finished
 }
 
 func newMemBackend() *memBackend {
 	return &memBackend{runs: make(map[int64]*memRun), running: make(map[string]*memRun), lastStart: make(map[string]lastRun), served: make(map[string]time.Time),
 		pauses: make(map[string]time.Time), notes: make(map[string]string), triggers: make(map[string]bool), keys: newKeyBackend(),
-		states: make(map[string]string), unsaved: make(map[int64]string)}
+		states: make(map[string]string), unsaved: make(map[int64]string), reserved: make(map[string]reserve)}
 }
 
 // copyStore is one Store value on a memBackend.
@@ -492,14 +513,48 @@ func (b *memBackend) check(req runclaim.ClaimRequest, interval bool, bug bug) (l
 		cur = nil // and a plain run still running is left so when the tick claim inserts
 	}
 	if cur != nil {
+		if req.Replace != "" && bug == bugReplaceOverlap && cur.info.LeaseUntil.After(now) {
+			cur.stopBy, cur.status = req.Replace, runclaim.StatusReplaced
+			delete(b.running, req.Source)
+			return nil, nil
+		}
 		if cur.info.LeaseUntil.After(now) && !(triggered && bug == bugTriggerOverRunning) {
 			if bug == bugSkipUsesTrigger {
 				delete(b.triggers, req.Source)
+			}
+			if req.Replace != "" && cur.stopBy == "" {
+				// Replace: a served tick and the interval skip at once;
+				// else the holder is asked to stop and the source
+				// reserved.
+				done := b.served[req.Source]
+				if cur.info.Tick.After(done) {
+					done = cur.info.Tick
+				}
+				if !req.Tick.IsZero() && !triggered && !done.IsZero() && !req.Tick.After(done) {
+					return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrTickDone, Tick: req.Tick, DoneTick: done}
+				}
+				if next := cur.info.StartedAt.Add(max(cur.interval, req.MinInterval)); next.After(now) && !triggered {
+					return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrTooSoon, RetryAfter: next, Tick: req.Tick}
+				}
+				cur.stopBy = req.Replace
+				b.reserved[req.Source] = reserve{req.Replace, cur, req.Lease}
 			}
 			holder := cur.info
 			return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, Holder: &holder, RetryAfter: holder.LeaseUntil, Tick: req.Tick}
 		}
 		lapsed = cur
+	}
+	// Reserved for another claim with Replace, while the run it asked to
+	// stop is the latest: until its end and the replacer's lease after.
+	if res, ok := b.reserved[req.Source]; ok && res.token != req.Replace && bug != bugReplaceNoReserve &&
+		b.lastStart[req.Source].start.Equal(res.run.info.StartedAt) {
+		end := res.run.finished
+		if res.run.status == runclaim.StatusRunning || res.run.status == runclaim.StatusExpired {
+			end = res.run.info.LeaseUntil
+		}
+		if end = end.Add(res.lease); end.After(now) || bug == bugReplaceReserveForever {
+			return nil, &runclaim.NotClaimedError{Source: req.Source, Reason: runclaim.ErrAlreadyRunning, RetryAfter: end, Tick: req.Tick}
+		}
 	}
 	if bug != bugTickOutside && bug != bugTickBeforeHolder {
 		if err := b.tickDone(req, bug); err != nil {
@@ -570,6 +625,9 @@ func (b *memBackend) act(req runclaim.ClaimRequest, lapsed *memRun, bug bug) run
 	if bug != bugTriggerKept {
 		delete(b.triggers, req.Source)
 	}
+	if res, ok := b.reserved[req.Source]; ok && res.token == req.Replace {
+		delete(b.reserved, req.Source)
+	}
 	if bug == bugTickExpiredServes && req.Tick.After(b.served[req.Source]) {
 		b.served[req.Source] = req.Tick
 	}
@@ -630,6 +688,9 @@ func (s *copyStore) Heartbeat(ctx context.Context, req runclaim.HeartbeatRequest
 	if until := now.Add(req.Lease); until.After(r.info.LeaseUntil) || s.bug == bugLeaseMovedBack {
 		r.info.LeaseUntil = until
 	}
+	if r.stopBy != "" && s.bug != bugReplaceSilent {
+		return r.info.LeaseUntil, fmt.Errorf("heartbeat run %d: %w", req.ID, runclaim.ErrReplaced)
+	}
 	return r.info.LeaseUntil, nil
 }
 
@@ -669,12 +730,17 @@ func (s *copyStore) Finish(ctx context.Context, req runclaim.FinishRequest) erro
 		return fmt.Errorf("finish run %d: %w", req.ID, runclaim.ErrLeaseLost)
 	case r.status == req.Status && r.errText == req.Error:
 		return nil // the same Finish again
+	case r.status == runclaim.StatusReplaced:
+		return nil // recorded replaced, whatever the outcome
 	case r.status == runclaim.StatusSucceeded || r.status == runclaim.StatusFailed:
 		return fmt.Errorf("finish run %d: %w", req.ID, runclaim.ErrFinished)
 	case r.status != runclaim.StatusRunning:
 		return fmt.Errorf("finish run %d: %w", req.ID, runclaim.ErrLeaseLost)
 	}
-	r.status, r.errText = req.Status, req.Error
+	r.status, r.errText, r.finished = req.Status, req.Error, time.Now()
+	if r.stopBy != "" {
+		r.status = runclaim.StatusReplaced
+	}
 	if s.bug == bugErrorText255 && len(r.errText) > 255 {
 		r.errText = r.errText[:255]
 	}
@@ -1010,6 +1076,14 @@ var wrongStores = []wrongStore{
 		"KeyReplicas", copyBackend(bugKeyCountOutside)},
 	{"key-starts-succeeded-only", "a key's starts counted for succeeded runs only",
 		"KeyMaxStarts", copyBackend(bugKeyStartsSucceededOnly)},
+	{"replace-overlap", "a claim with Replace takes the source at once, the holder still running",
+		"ReplaceAsks", copyBackend(bugReplaceOverlap)},
+	{"replace-no-reserve", "a claim with Replace asks but keeps no reservation",
+		"ReplaceAsks", copyBackend(bugReplaceNoReserve)},
+	{"replace-silent", "a holder asked to stop is never told",
+		"ReplaceAsks", copyBackend(bugReplaceSilent)},
+	{"replace-reserve-forever", "a reservation whose replacer never comes back is kept for good",
+		"ReplaceDead", copyBackend(bugReplaceReserveForever)},
 	{"key-min-gap-ignored", "a key's MinGap stored but not applied",
 		"KeyMinGap", copyBackend(bugKeyMinGapIgnored)},
 	{"key-min-gap-oldest", "a key's MinGap measured from its oldest start, not its newest",

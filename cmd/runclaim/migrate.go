@@ -59,11 +59,11 @@ Examples:
   runclaim migrate --print > migrations/runclaim.sql
 
 JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
-"from": 0, "version": 12, "latest": 12}, where migrated says whether this
+"from": 0, "version": 13, "latest": 13}, where migrated says whether this
 run applied a step (of several migrates at once, one applies them and says
 true; the others wait for it, and say false), version is the table's and
 latest this release's; with --status, {"table": ..., "version": 1,
-"latest": 12, "current": false, "missing": [{"version": 2, "name": "..."}, ...]}; with --print,
+"latest": 13, "current": false, "missing": [{"version": 2, "name": "..."}, ...]}; with --print,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
 quoted, as --table accepts it.`,
