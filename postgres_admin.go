@@ -348,30 +348,33 @@ var (
 // service's health endpoint or a monitoring probe ('runclaim check' gives
 // the same). It sends one query, which reads at most CheckScanLimit + 4 of
 // the source's runs through the history index, however long the history.
+// It returns the source's state (SourceStates' row of it), with MaxAge and
+// Healthy set: String says why in one line.
 //
 // A source that never ran, never succeeded, or did not succeed in its
 // CheckScanLimit newest runs is not healthy. An error (an invalid source, a
 // maxAge that is not positive, an unreachable database, a missing table)
 // means Check could not tell.
-func (s *PostgresStore) Check(ctx context.Context, source string, maxAge time.Duration) (Health, error) {
+func (s *PostgresStore) Check(ctx context.Context, source string, maxAge time.Duration) (SourceState, error) {
 	if err := checkContext(ctx); err != nil {
-		return Health{}, err
+		return SourceState{}, err
 	}
 	if err := ValidateSource(source); err != nil {
-		return Health{}, err
+		return SourceState{}, err
 	}
 	if maxAge <= 0 {
-		return Health{}, fmt.Errorf("runclaim: check: maxAge must be positive, got %v", maxAge)
+		return SourceState{}, fmt.Errorf("runclaim: check: maxAge must be positive, got %v", maxAge)
 	}
 	states, err := s.sourceStates(ctx, s.sql.sourceStateOne, source)
 	if err != nil {
-		return Health{}, s.wrap(ctx, "check "+quoteForError(source), err)
+		return SourceState{}, s.wrap(ctx, "check "+quoteForError(source), err)
 	}
 	st := SourceState{Source: source}
 	if len(states) == 1 {
 		st = states[0]
 	}
-	return Health{SourceState: st, MaxAge: maxAge, Healthy: !st.Overdue(maxAge)}, nil
+	st.MaxAge, st.Healthy = maxAge, !st.Overdue(maxAge)
+	return st, nil
 }
 
 // SourceStates returns the state of every source in the runs table,

@@ -25,6 +25,11 @@ type SourceState struct {
 	// and none of the newest CheckScanLimit succeeded: any older runs were
 	// not read.
 	SuccessUnread bool
+	// MaxAge and Healthy are Check's answer: the age asked for, and
+	// whether a succeeded run started within it before CheckedAt. Zero
+	// from SourceStates, which judges nothing.
+	MaxAge  time.Duration
+	Healthy bool
 }
 
 // Running returns the source's running run, or nil.
@@ -57,18 +62,10 @@ func (s SourceState) Overdue(maxAge time.Duration) bool {
 	return !ok || age > maxAge
 }
 
-// Health is Check's answer: whether a source's newest succeeded run started
-// within MaxAge, and what the table says about it.
-type Health struct {
-	SourceState
-	MaxAge  time.Duration // the age asked for
-	Healthy bool          // a succeeded run started within MaxAge before CheckedAt
-}
-
 // String says in one line why the source is healthy or not: its last
 // success and that success's age, and whether a run is running or the
 // source is failing.
-func (h Health) String() string {
+func (h SourceState) String() string {
 	var b strings.Builder
 	if h.Healthy {
 		b.WriteString("ok: ")

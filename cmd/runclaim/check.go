@@ -304,7 +304,7 @@ func checkLate(ctx context.Context, store *runclaim.PostgresStore, o *checkOptio
 }
 
 // healthJSON is h as check --json prints it.
-func healthJSON(h runclaim.Health) checkJSON {
+func healthJSON(h runclaim.SourceState) checkJSON {
 	msg := h.String()
 	out := checkJSON{
 		Source:        h.Source,
@@ -347,10 +347,11 @@ func runOverdue(ctx context.Context, c *cli, arg string, maxAge time.Duration) i
 	if err != nil {
 		return c.fail("status", err)
 	}
-	var overdue []runclaim.Health
+	var overdue []runclaim.SourceState
 	for _, st := range states {
 		if st.Overdue(maxAge) {
-			overdue = append(overdue, runclaim.Health{SourceState: st, MaxAge: maxAge})
+			st.MaxAge = maxAge // Healthy stays false: overdue
+			overdue = append(overdue, st)
 		}
 	}
 	if c.json {
