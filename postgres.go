@@ -111,6 +111,7 @@ type PostgresStore struct {
 	sql struct {
 		heartbeat, finish, unclaim, readRun                            string
 		heartbeatStop, finishStop, heartbeatManyStop, callReplace      string // schema version 13
+		requestStop                                                    string
 		unclaimRun, unclaimRunKeys, unclaimTrigger, unclaimManyTrigger string
 		call, callMany, callManyKeys                                   string // the claim on the current version
 		callPrev, callManyPrev, callManyKeysPrev                       string // on the version before
@@ -180,6 +181,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.heartbeatStop = withStopColumn(s.sql.heartbeat, "RETURNING lease_until")
 	s.sql.heartbeatManyStop = withStopColumn(s.sql.heartbeatMany, "RETURNING r.id, r.source, r.started_at, r.lease_until")
 	s.sql.callReplace = s.statement("call_replace")
+	s.sql.requestStop = s.statement("request_stop")
 	s.sql.unclaim = s.statement("unclaim")
 	s.sql.unclaimRun = s.statement("unclaim_run")
 	s.sql.unclaimRunKeys = s.statement("unclaim_run_keys")

@@ -249,6 +249,36 @@ func (s *PostgresStore) Release(ctx context.Context, id int64, source string) (R
 	return records[0], nil
 }
 
+// RequestStop asks source's running run to stop, for an operator, as a
+// claim with Replace does (see Replace) but without keeping the source for
+// anyone: the run's holder learns at its next heartbeat (ErrReplaced; Do
+// cancels its function's context), keeps its lease until it finishes, and
+// is recorded StatusReplaced; the next claim after that wins. It returns
+// the run asked, or an error matching ErrNotRunning if no run of source
+// holds a live lease. It needs schema version 13, and UPDATE on the runs
+// table.
+func (s *PostgresStore) RequestStop(ctx context.Context, source string) (RunRecord, error) {
+	if err := checkContext(ctx); err != nil {
+		return RunRecord{}, err
+	}
+	if err := ValidateSource(source); err != nil {
+		return RunRecord{}, err
+	}
+	what := "request the stop of " + quoteForError(source)
+	rows, err := s.db.Query(ctx, s.sql.requestStop, source)
+	if err != nil {
+		return RunRecord{}, s.wrap(ctx, what, err)
+	}
+	records, err := scanRecords(rows)
+	if err != nil {
+		return RunRecord{}, s.wrap(ctx, what, err)
+	}
+	if len(records) == 0 {
+		return RunRecord{}, fmt.Errorf("runclaim: %s: %w", what, ErrNotRunning)
+	}
+	return records[0], nil
+}
+
 // PruneOptions says which finished runs PruneRuns deletes: those that
 // finished more than OlderThan ago and are not among the KeepLast newest
 // runs of their source. Running runs and the newest run of each source are

@@ -40,6 +40,16 @@ WHERE id OPERATOR(pg_catalog.=) ANY (
 	FOR UPDATE)
 RETURNING id, source, owner, started_at, lease_until, status, heartbeat_at, finished_at, coalesce(error, ''), NULL::pg_catalog.timestamptz
 
+-- name: request_stop
+-- Asks source $1's live running run to stop (schema version 13), as a
+-- claim with Replace does but reserving the source for no one: the holder
+-- learns at its next heartbeat and is recorded replaced when it finishes.
+-- An earlier request stays as it was. Its row: the run, as release's.
+UPDATE {{table}} AS r SET stop_requested_at = coalesce(r.stop_requested_at, c.now)
+FROM (SELECT pg_catalog.clock_timestamp() AS now) AS c
+WHERE r.source OPERATOR(pg_catalog.=) $1 AND r.status OPERATOR(pg_catalog.=) 'running' AND r.lease_until OPERATOR(pg_catalog.>) c.now
+RETURNING r.id, r.source, r.owner, r.started_at, r.lease_until, r.status, r.heartbeat_at, r.finished_at, coalesce(r.error, ''), r.tick
+
 -- name: release_tick
 UPDATE {{table}} SET status = 'released', finished_at = pg_catalog.clock_timestamp(),
 	error = 'released by an operator'

@@ -28,6 +28,7 @@ const (
 	exitLeaseLost   = 70  // EX_SOFTWARE: the run was lost while the command ran (--lost-exit-code)
 	exitUnrecorded  = 74  // EX_IOERR: the command ran; its outcome was not recorded (--unrecorded-exit-code)
 	exitTimedOut    = 124 // the command ran longer than --max-run-time and was stopped, as timeout(1) exits (--timeout-exit-code)
+	exitReplaced    = 79  // a claim with Replace asked the run to stop; the command was stopped (--replaced-exit-code)
 	exitCannotRun   = 126 // the command was found but could not be started
 	exitNotFound    = 127 // the command was not found
 )
@@ -67,6 +68,10 @@ forwarded to the group. If the run is lost (released, or heartbeats failed
 for most of a lease) or outlives --max-run-time, exec sends SIGTERM to the
 group, then SIGKILL after --kill-grace (bounded so that it lands while the
 lease still holds), and exits with --lost-exit-code or --timeout-exit-code.
+With --replace, exec takes the source over from its running run: the
+other run's exec learns at its next heartbeat that it was asked to stop,
+stops its command the same way, records the run replaced and exits with
+--replaced-exit-code; this one then claims the source and runs.
 Out of reach: a process that leaves the group (setsid, setpgid, a daemon)
 is neither waited for nor killed. docs/cli.md ("exec") has the details:
 the keeper, signals, the lease budget, Windows.
@@ -80,6 +85,8 @@ Examples:
   # every 5 minutes on 3 hosts, each tick run once, however far apart the
   # hosts' clocks are or however long after another host ran it
   */5 * * * *  runclaim exec --source sync --tick now --every 5m --quiet -- ./sync
+  # a deploy's new job takes over from the one running, without overlap
+  runclaim exec --source worker --replace --kill-grace 5s -- ./worker
   # a job that hangs now and then: stop it after 2 hours
   runclaim exec --source import --max-run-time 2h -- ./import.sh
   # a wrapper script that tells "skipped" from "failed"
@@ -102,6 +109,9 @@ Exit codes:
           --unrecorded-exit-code)
   124     the command ran longer than --max-run-time and was stopped
           (as timeout(1); --timeout-exit-code)
+  79      a claim with Replace (exec --replace, or a service's) asked the
+          run to stop; the command was stopped and the run recorded
+          replaced (--replaced-exit-code)
   126     the command is not executable (permission denied, a directory),
           or could not be started
   127     the command was not found
@@ -128,8 +138,9 @@ type execOptions struct {
 	maxRunTime                                    time.Duration
 	owner                                         string
 	skipCode, errorCode, lostCode, unrecordedCode int
-	timeoutCode                                   int
+	timeoutCode, replacedCode                     int
 	noDBEnv, passDBEnv, quiet, verbose, wait      bool
+	replace                                       bool
 	keys                                          []string // --key, in the order given
 	argv                                          []string // the command line, argv[0] first
 }
@@ -153,10 +164,12 @@ func (o *execOptions) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.lostCode, "lost-exit-code", exitLeaseLost, "exit `code` when the run was lost while the command ran (0..255)")
 	fs.IntVar(&o.unrecordedCode, "unrecorded-exit-code", exitUnrecorded, "exit `code` when the command's outcome could not be recorded (0..255)")
 	fs.IntVar(&o.timeoutCode, "timeout-exit-code", exitTimedOut, "exit `code` when the command ran longer than --max-run-time (0..255)")
+	fs.IntVar(&o.replacedCode, "replaced-exit-code", exitReplaced, "exit `code` when a claim with Replace asked the run to stop and the command was stopped (0..255)")
 	fs.BoolVar(&o.noDBEnv, "no-db-env", false, "remove DATABASE_URL, PG*, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE and RUNCLAIM_SYNCHRONOUS_COMMIT from the command's environment\n(the default; kept for scripts)")
 	fs.BoolVar(&o.passDBEnv, "pass-db-env", false, "pass DATABASE_URL (password included), PG*, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE and RUNCLAIM_SYNCHRONOUS_COMMIT\non to the command")
 	fs.BoolVar(&o.quiet, "quiet", false, "print nothing when the source is not claimed")
 	fs.BoolVar(&o.wait, "wait", false, "while another run holds the source, wait for it (polling) instead of skipping; a pause, a tick run or --min-interval still skips")
+	fs.BoolVar(&o.replace, "replace", false, "take the source over: ask its running run to stop, wait until it has (bounded by the signals exec gets), and run; a pause, a tick run or --min-interval still skips")
 	fs.BoolVar(&o.verbose, "verbose", false, "print the claim and the recorded outcome on stderr")
 }
 
@@ -191,7 +204,7 @@ func (o *execOptions) Validate() error {
 	for _, f := range []struct {
 		name string
 		code int
-	}{{"skip", o.skipCode}, {"error", o.errorCode}, {"lost", o.lostCode}, {"unrecorded", o.unrecordedCode}, {"timeout", o.timeoutCode}} {
+	}{{"skip", o.skipCode}, {"error", o.errorCode}, {"lost", o.lostCode}, {"unrecorded", o.unrecordedCode}, {"timeout", o.timeoutCode}, {"replaced", o.replacedCode}} {
 		if f.code < 0 || f.code > 255 {
 			return fmt.Errorf("--%s-exit-code must be between 0 and 255, got %d", f.name, f.code)
 		}
@@ -363,6 +376,9 @@ func runExec(ctx context.Context, c *cli, o *execOptions) int {
 	}
 	if o.wait {
 		claimOpts = append(claimOpts, runclaim.Wait())
+	}
+	if o.replace {
+		claimOpts = append(claimOpts, runclaim.Replace())
 	}
 	err = claimer.Do(claimCtx, o.source, x.run, claimOpts...)
 	return x.exitCode(ctx, claimCtx, err, events.lost.Load(), events.recorded.Load())
@@ -602,6 +618,11 @@ func (x *execution) exitCode(ctx, claimCtx context.Context, err error, lost, rec
 			err = errors.New("the command did not start")
 		}
 		return c.failCode("exec", err, o.errorCode)
+	}
+	if errors.Is(err, runclaim.ErrReplaced) {
+		fmt.Fprintf(c.stderr, "runclaim exec: a claim with Replace asked the run of %q to stop; the command was stopped and the run recorded replaced; %s\n",
+			o.source, describeExit(x.status))
+		return o.replacedCode
 	}
 	if lost || errors.Is(err, runclaim.ErrLeaseLost) {
 		fmt.Fprintf(c.stderr, "runclaim exec: the run of %q was lost while the command ran, so another holder may have started; %s\n",

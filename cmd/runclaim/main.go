@@ -64,6 +64,7 @@ var commands = []func(*cli) *cobra.Command{
 	newHistoryCommand,
 	newTicksCommand,
 	newReleaseCommand,
+	newReplaceCommand,
 	newPauseCommand,
 	newResumeCommand,
 	newTriggerCommand,

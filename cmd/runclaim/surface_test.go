@@ -19,11 +19,12 @@ var surface = map[string][]string{
 	"pause":   {"until", "note"},
 	"resume":  {},
 	"trigger": {},
+	"replace": {},
 	"prune":   {"older-than", "keep-last", "yes"},
 	"exec": {"source", "lease", "min-interval", "tick", "every", "heartbeat", "max-run-time", "owner", "kill-grace",
-		"skip-exit-code", "error-exit-code", "lost-exit-code", "unrecorded-exit-code", "timeout-exit-code",
-		"no-db-env", "pass-db-env", "quiet", "verbose", "wait", "key"},
-	"check":    {"max-age"},
+		"skip-exit-code", "error-exit-code", "lost-exit-code", "unrecorded-exit-code", "timeout-exit-code", "replaced-exit-code",
+		"no-db-env", "pass-db-env", "quiet", "verbose", "wait", "replace", "key"},
+	"check":    {"max-age", "schedule", "max-late", "max-run"},
 	"limit":    {"running", "starts", "per", "min-gap"},
 	"limits":   {},
 	"cooldown": {"for", "note", "end"},
@@ -102,7 +103,7 @@ func TestExitCodesDocumented(t *testing.T) {
 	for name, codes := range map[string][]string{
 		"check":   {"0 ", "1 ", "2 ", "3 "},
 		"migrate": {"exit 0", "3 when", "1 on"},
-		"exec":    {"75", "69", "70", "74", "124", "126", "127"},
+		"exec":    {"75", "69", "70", "74", "79", "124", "126", "127"},
 	} {
 		r := runCLI(t, nil, nil, name, "--help")
 		for _, c := range codes {
