@@ -41,9 +41,10 @@ func (s SourceState) Running() *RunRecord {
 }
 
 // Failing reports whether the source's newest finished run did not
-// succeed: it failed, its lease ran out (expired), or an operator released it.
+// succeed: it failed, its lease ran out (expired), or an operator released
+// it. A run replaced (see Replace) is not a failure: another took over.
 func (s SourceState) Failing() bool {
-	return s.LastFinished != nil && s.LastFinished.Status != StatusSucceeded
+	return s.LastFinished != nil && s.LastFinished.Status != StatusSucceeded && s.LastFinished.Status != StatusReplaced
 }
 
 // SuccessAge returns how long before CheckedAt the newest succeeded run

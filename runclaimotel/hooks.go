@@ -48,7 +48,8 @@ const (
 const (
 	StatusSucceeded = "succeeded"
 	StatusFailed    = "failed"
-	StatusLost      = "lost" // the holder learned that its lease was lost
+	StatusLost      = "lost"     // the holder learned that its lease was lost
+	StatusReplaced  = "replaced" // a claim with Replace asked the run to stop, and it did
 
 	OutcomeClaimed = "claimed"
 	OutcomeSkipped = "skipped"
@@ -379,12 +380,16 @@ func (t *Telemetry) finished(e runclaim.Event) {
 		return // claimed before these hooks were in place
 	}
 	status := StatusSucceeded
-	if e.Status != runclaim.StatusSucceeded {
+	switch e.Status {
+	case runclaim.StatusSucceeded:
+	case runclaim.StatusReplaced:
+		status = StatusReplaced // asked to stop: not an error, whatever fn returned
+	default:
 		status = StatusFailed
 	}
 	span := rs.span
 	span.SetAttributes(RunStatusKey.String(status))
-	if e.Err != nil {
+	if e.Err != nil && status != StatusReplaced {
 		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(e.Err)))
 		span.RecordError(e.Err, trace.WithTimestamp(now))
 		span.SetStatus(codes.Error, e.Err.Error())

@@ -743,3 +743,45 @@ func TestSpansJoinTheCallersTrace(t *testing.T) {
 		t.Errorf("%d spans of runclaimotel, want 6", ours)
 	}
 }
+
+// TestReplacedRun: a run that a claim with Replace asked to stop ends its
+// span with runclaim.run.status replaced and no error status, whatever its
+// function returned on the cancellation.
+func TestReplacedRun(t *testing.T) {
+	b := setup(t)
+	store := runclaim.NewMemoryStore()
+	holder := b.claimer(t, store, "holder")
+	replacer := b.claimer(t, store, "replacer")
+	ctx := t.Context()
+	run, err := holder.Claim(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan error, 1)
+	go func() {
+		r, err := replacer.Claim(ctx, "job", runclaim.Replace())
+		if err == nil {
+			err = r.Finish(ctx, nil)
+		}
+		won <- err
+	}()
+	for run.Heartbeat(ctx) == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := run.Finish(ctx, context.Canceled); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range b.spans.Ended() {
+		if attrs(s.Attributes())["runclaim.run.owner"] != "holder" {
+			continue
+		}
+		if got := attrs(s.Attributes())["runclaim.run.status"]; got != runclaimotel.StatusReplaced || s.Status().Code == codes.Error {
+			t.Errorf("the replaced run's span: status %q, span status %v; want %q and no error", got, s.Status().Code, runclaimotel.StatusReplaced)
+		}
+		return
+	}
+	t.Error("no span of the replaced run")
+}
