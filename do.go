@@ -354,23 +354,3 @@ func (r *Run) startKeepAlive(ctx context.Context) (runCtx context.Context, cance
 		unwatch()
 	}
 }
-
-// watchReplaced cancels the run's context with cause ErrReplaced once a
-// heartbeat learns that a claim with Replace asked the run to stop. stop
-// ends the watch and waits for it.
-func (r *Run) watchReplaced(cancel context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-r.replacedCh:
-			cancel(fmt.Errorf("runclaim: run %d of %s: %w", r.ID, quoteForError(r.Source), ErrReplaced))
-		case <-done:
-		}
-	}()
-	return func() {
-		close(done)
-		<-stopped
-	}
-}

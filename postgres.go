@@ -371,22 +371,6 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, req HeartbeatRequest) (ti
 	return until.Time, nil
 }
 
-// withStop sends a holder's statement in the form of schema version 13,
-// which reads a stop request (Replace), or, on a table at the version
-// before, which has no such column, in that version's form: send is
-// called with true first, unless the store knows the table is at the
-// version before, and again with false if the table lacks the column.
-func (s *PostgresStore) withStop(send func(withStop bool) error) error {
-	if s.schemaVer.previous() {
-		return send(false)
-	}
-	err := send(true)
-	if pgCode(err) == "42703" && strings.Contains(err.Error(), "stop_requested_at") {
-		return send(false)
-	}
-	return err
-}
-
 // Finish implements Store in one statement; two when it raced another
 // Finish of the same run (see below).
 func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
@@ -622,4 +606,20 @@ func withStopColumn(q, ret string) string {
 		col = "r." + col
 	}
 	return strings.Replace(q, ret, ret+", "+col+" IS NOT NULL", 1)
+}
+
+// withStop sends a holder's statement in the form of schema version 13,
+// which reads a stop request (Replace), or, on a table at the version
+// before, which has no such column, in that version's form: send is
+// called with true first, unless the store knows the table is at the
+// version before, and again with false if the table lacks the column.
+func (s *PostgresStore) withStop(send func(withStop bool) error) error {
+	if s.schemaVer.previous() {
+		return send(false)
+	}
+	err := send(true)
+	if pgCode(err) == "42703" && strings.Contains(err.Error(), "stop_requested_at") {
+		return send(false)
+	}
+	return err
 }

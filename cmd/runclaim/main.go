@@ -477,44 +477,39 @@ var hints = map[string]string{
 var deniedObject = regexp.MustCompile(`^permission denied for (table|schema|function|sequence|relation|database|view) (.+)$`)
 
 // privilegeHint says which grant the server refused, from its message:
-// what to grant on which object, and where the full list is.
-func privilegeHint(msg string) string {
+// what to grant on which object (the GRANT to run, as the object's owner),
+// and where the full list is. With explained, the error's text names the
+// missing grant already (the library's message does), and the hint gives
+// the statement and the list only.
+func privilegeHint(msg string, explained bool) string {
 	const list = "docs/least-privilege.md lists what each command needs"
 	m := deniedObject.FindStringSubmatch(msg)
 	if m == nil {
+		if explained {
+			return list
+		}
 		return "the role connected as lacks a privilege; " + list
 	}
 	kind, name := m[1], m[2]
+	why, grant := "", ""
 	switch kind {
 	case "schema":
-		return fmt.Sprintf("the role connected as may not use schema %s: migrate needs CREATE on it, every command USAGE "+
-			"(GRANT CREATE, USAGE ON SCHEMA %s TO <role>), or name a schema it may use with --table; %s", name, name, list)
+		why = fmt.Sprintf("the role connected as may not use schema %s: migrate needs CREATE on it, every command USAGE", name)
+		grant = fmt.Sprintf("GRANT CREATE, USAGE ON SCHEMA %s TO <role>; or name a schema the role may use with --table", name)
 	case "function":
-		return fmt.Sprintf("the role connected as lacks EXECUTE on function %s (GRANT EXECUTE ON FUNCTION ... TO <role>); %s", name, list)
+		why = fmt.Sprintf("the role connected as lacks EXECUTE on function %s", name)
+		grant = fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO <role>", name)
 	case "sequence":
-		return fmt.Sprintf("the role connected as lacks USAGE on sequence %s; %s", name, list)
+		why = fmt.Sprintf("the role connected as lacks USAGE on sequence %s", name)
+		grant = fmt.Sprintf("GRANT USAGE ON SEQUENCE %s TO <role>", name)
+	default:
+		why = fmt.Sprintf("the role connected as lacks a privilege on %s %s: this command reads or writes it", kind, name)
+		grant = fmt.Sprintf("GRANT the privilege on %s %s TO <role>", kind, name)
 	}
-	return fmt.Sprintf("the role connected as lacks a privilege on %s %s: this command reads or writes it; %s", kind, name, list)
-}
-
-// grantHint is privilegeHint for an error whose text already says which
-// grant the role lacks: the statement that gives it, and the list.
-func grantHint(msg string) string {
-	const list = "docs/least-privilege.md lists what each command needs"
-	m := deniedObject.FindStringSubmatch(msg)
-	if m == nil {
-		return list
+	if explained {
+		return "as its owner, " + grant + "; " + list
 	}
-	kind, name := m[1], m[2]
-	switch kind {
-	case "schema":
-		return fmt.Sprintf("as its owner, GRANT CREATE, USAGE ON SCHEMA %s TO <role>; or name a schema the role may use with --table; %s", name, list)
-	case "function":
-		return fmt.Sprintf("as its owner, GRANT EXECUTE ON FUNCTION %s TO <role>; %s", name, list)
-	case "sequence":
-		return fmt.Sprintf("as its owner, GRANT USAGE ON SEQUENCE %s TO <role>; %s", name, list)
-	}
-	return fmt.Sprintf("as its owner, GRANT the privilege on %s %s TO <role>; %s", kind, name, list)
+	return why + " (as its owner, " + grant + "); " + list
 }
 
 // hint is a line of advice for the mistakes operators make, or "".
@@ -524,9 +519,9 @@ func hint(err error) string {
 		if said := err.Error(); strings.Contains(said, "the role needs") || strings.Contains(said, "the role lacks") {
 			// The library's message named the grant already: the
 			// statement to run, and the list, are what is left to say.
-			return "\n(hint: " + grantHint(pgErr.Message) + ")"
+			return "\n(hint: " + privilegeHint(pgErr.Message, true) + ")"
 		}
-		return "\n(hint: " + privilegeHint(pgErr.Message) + ")"
+		return "\n(hint: " + privilegeHint(pgErr.Message, false) + ")"
 	}
 	if errors.As(err, &pgErr) && hints[pgErr.Code] != "" {
 		return "\n(hint: " + hints[pgErr.Code] + ")"

@@ -22,7 +22,7 @@ func TestPrivilegeHint(t *testing.T) {
 		"permission denied for sequence runclaim_runs_id_seq":  {"USAGE on sequence runclaim_runs_id_seq"},
 		"must be owner of table runclaim_runs":                 {"lacks a privilege", "docs/least-privilege.md"},
 	} {
-		got := privilegeHint(msg)
+		got := privilegeHint(msg, false)
 		for _, w := range want {
 			if !strings.Contains(got, w) {
 				t.Errorf("privilegeHint(%q) = %q; want it to say %q", msg, got, w)
