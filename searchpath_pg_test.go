@@ -129,6 +129,18 @@ func TestNoSearchPathHijack(t *testing.T) {
 			t.Errorf("Claim with Replace: %v", err)
 		}
 		check("a claim with Replace")
+		// An operator's request to stop (runclaim replace).
+		asked, err := c.Claim(ctx, "request-stop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.RequestStop(ctx, "request-stop"); err != nil {
+			t.Errorf("RequestStop: %v", err)
+		}
+		if err := asked.Finish(ctx, nil); err != nil {
+			t.Error(err)
+		}
+		check("an operator's request to stop")
 	}
 
 	// The operator statements of tables before ticks (a store that takes
