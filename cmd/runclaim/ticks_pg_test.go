@@ -49,15 +49,20 @@ func TestTicksCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs = decodeObjects(t, mustRun(t, db, exitOK, "ticks", source, "--schedule", "@every 1m", "--since", "5m", "--json").stdout, fields...)
+	// A longer range: the ticks claimed stay in it if a minute turns
+	// meanwhile.
+	objs = decodeObjects(t, mustRun(t, db, exitOK, "ticks", source, "--schedule", "@every 1m", "--since", "10m", "--json").stdout, fields...)
+	seen := 0
 	for i, o := range objs {
 		tick := tickAt(i)
 		switch {
 		case tick.Equal(done.Tick):
+			seen++
 			if o["outcome"] != tickRan || o["status"] != "succeeded" || fmt.Sprint(o["run_id"]) != fmt.Sprint(done.ID) {
 				t.Errorf("tick %v, served by run %d: %v", tick, done.ID, o)
 			}
 		case tick.Equal(running.Tick):
+			seen++
 			if o["outcome"] != tickRan || o["status"] != "running" || o["late_seconds"] == nil {
 				t.Errorf("tick %v, served by the running run %d: %v", tick, running.ID, o)
 			}
@@ -65,7 +70,10 @@ func TestTicksCommand(t *testing.T) {
 			t.Errorf("tick %v: %v, want not run", tick, o)
 		}
 	}
-	r := mustRun(t, db, exitOK, "ticks", source, "--schedule", "@every 1m", "--since", "5m")
+	if seen != 2 {
+		t.Errorf("ticks listed %d of the two ticks claimed: %v", seen, objs)
+	}
+	r := mustRun(t, db, exitOK, "ticks", source, "--schedule", "@every 1m", "--since", "10m")
 	if !strings.HasPrefix(r.stdout, "TICK") || !strings.Contains(r.stdout, "succeeded") || !strings.Contains(r.stdout, tickNotRun) {
 		t.Errorf("ticks:\n%s", r.stdout)
 	}
