@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -178,27 +179,37 @@ func describeTicks(sched runclaim.Schedule, ticks []time.Time, runs []runclaim.R
 			serve(i, r)
 		}
 	}
+	// The ticks are consecutive ticks of the schedule, so a run started
+	// between a tick and the next one is found by a search, as is, for a
+	// tick no run served, the latest run started before it: the only one
+	// that can have held the source then, a source having one running run
+	// at a time.
+	byStart := make([]*runclaim.RunRecord, len(runs))
 	for j := range runs {
-		r := &runs[j]
+		byStart[j] = &runs[j]
+	}
+	slices.SortFunc(byStart, func(a, b *runclaim.RunRecord) int { return a.StartedAt.Compare(b.StartedAt) })
+	for _, r := range byStart {
 		if _, ok := at[r.Tick.UTC()]; ok && !r.Tick.IsZero() {
 			continue
 		}
-		for i, t := range ticks {
-			if !r.StartedAt.Before(t) && r.StartedAt.Before(sched.Next(t)) && out[i].Run == nil {
-				serve(i, r)
-				break
-			}
+		// The latest tick at or before the start.
+		i, found := slices.BinarySearchFunc(ticks, r.StartedAt, time.Time.Compare)
+		if !found {
+			i--
+		}
+		if i >= 0 && r.StartedAt.Before(sched.Next(ticks[i])) && out[i].Run == nil {
+			serve(i, r)
 		}
 	}
 	for i, t := range ticks {
 		if out[i].Outcome == tickRan {
 			continue
 		}
-		for j := range runs {
-			if r := &runs[j]; r.StartedAt.Before(t) && heldUntil(*r, now).After(t) {
-				out[i].Outcome, out[i].OverlappedBy, out[i].Run = tickOverlapped, r.ID, r
-				break
-			}
+		// The latest run started before the tick.
+		j, _ := slices.BinarySearchFunc(byStart, t, func(r *runclaim.RunRecord, t time.Time) int { return r.StartedAt.Compare(t) })
+		if j--; j >= 0 && heldUntil(*byStart[j], now).After(t) {
+			out[i].Outcome, out[i].OverlappedBy, out[i].Run = tickOverlapped, byStart[j].ID, byStart[j]
 		}
 		if out[i].Outcome == tickNotRun && ctl != nil && !ctl.PausedAt.IsZero() && !ctl.PausedAt.After(t) &&
 			(ctl.PausedUntil.IsZero() || ctl.PausedUntil.After(t)) {
