@@ -145,7 +145,7 @@ func TestClaimTakesTheAdvisoryKey(t *testing.T) {
 // The wins, not the time, size what a test checks: each is a handover
 // that a double run would show in.
 const (
-	contentionTime    = 2 * time.Second
+	contentionTime    = time.Second
 	contentionMaxTime = 60 * time.Second
 	contentionWins    = 80
 )
