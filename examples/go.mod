@@ -10,6 +10,7 @@ require (
 	github.com/runclaim/runclaim v0.0.0
 	github.com/runclaim/runclaim/cronlock v0.0.0
 	github.com/runclaim/runclaim/gocronlock v0.0.0
+	github.com/runclaim/runclaim/runclaimui v0.0.0
 )
 
 require (
@@ -76,3 +77,5 @@ replace github.com/runclaim/runclaim => ../
 replace github.com/runclaim/runclaim/gocronlock => ../gocronlock
 
 replace github.com/runclaim/runclaim/cronlock => ../cronlock
+
+replace github.com/runclaim/runclaim/runclaimui => ../runclaimui

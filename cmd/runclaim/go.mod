@@ -6,6 +6,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/robfig/cron/v3 v3.0.1
 	github.com/runclaim/runclaim v0.0.0
+	github.com/runclaim/runclaim/runclaimui v0.0.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	golang.org/x/sys v0.49.0
@@ -72,3 +73,5 @@ require (
 )
 
 replace github.com/runclaim/runclaim => ../../
+
+replace github.com/runclaim/runclaim/runclaimui => ../../runclaimui

@@ -75,6 +75,7 @@ var commands = []func(*cli) *cobra.Command{
 	newLimitsCommand,
 	newCooldownCommand,
 	newStateCommand,
+	newUICommand,
 }
 
 // The annotations of a command (cobra.Command.Annotations).

@@ -29,10 +29,15 @@ var surface = map[string][]string{
 	"limits":   {},
 	"cooldown": {"for", "note", "end"},
 	"state":    {"set-file", "clear", "force"},
+	"ui":       {"addr", "actions", "identity", "max-age"},
 }
 
 // writers are the commands that take --synchronous-commit.
-var writers = []string{"exec", "release", "prune", "pause", "resume", "trigger", "limit", "cooldown"}
+var writers = []string{"exec", "release", "prune", "pause", "resume", "trigger", "limit", "cooldown", "ui"}
+
+// noJSON are the commands whose output is not the tool's: they refuse
+// --json.
+var noJSON = []string{"exec", "ui"}
 
 // TestSurface pins the commands and their flags: each command's help
 // lists every flag it takes, and every flag is accepted (a flag the
@@ -48,7 +53,7 @@ func TestSurface(t *testing.T) {
 			t.Fatalf("%s --help: %+v", name, help)
 		}
 		global := []string{"table", "namespace"}
-		if name != "exec" {
+		if !slices.Contains(noJSON, name) {
 			global = append(global, "json")
 		}
 		if slices.Contains(writers, name) {

@@ -43,7 +43,7 @@ func TestUsage(t *testing.T) {
 			}
 		})
 	}
-	names := []string{"migrate", "status", "history", "ticks", "release", "replace", "pause", "resume", "trigger", "prune", "exec", "check", "limit", "limits", "cooldown", "state"}
+	names := []string{"migrate", "status", "history", "ticks", "release", "replace", "pause", "resume", "trigger", "prune", "exec", "check", "limit", "limits", "cooldown", "state", "ui"}
 	if len(commands) != len(names) {
 		t.Errorf("%d commands, want %v", len(commands), names)
 	}
