@@ -121,6 +121,24 @@ SELECT 'buried', 'failed', 'o', t, t, t, t, 'x' FROM (SELECT pg_catalog.clock_ti
 	if got := strings.Join(names, ","); got != "buried,fresh,never,stale" {
 		t.Errorf("SourceStates sources = %s", got)
 	}
+	// SourceStates reads every source with a query of its own
+	// (sql/source_state_all.sql): it must see each run as Check does.
+	id := func(r *runclaim.RunRecord) int64 {
+		if r == nil {
+			return 0
+		}
+		return r.ID
+	}
+	for _, s := range states {
+		c, err := store.Check(ctx, s.Source, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id(s.Latest) != id(c.Latest) || id(s.LastFinished) != id(c.LastFinished) || id(s.LastSuccess) != id(c.LastSuccess) || s.SuccessUnread != c.SuccessUnread {
+			t.Errorf("%s: SourceStates has latest %d, finished %d, success %d, unread %v; Check has %d, %d, %d, %v", s.Source,
+				id(s.Latest), id(s.LastFinished), id(s.LastSuccess), s.SuccessUnread, id(c.Latest), id(c.LastFinished), id(c.LastSuccess), c.SuccessUnread)
+		}
+	}
 	for _, s := range states {
 		if want := s.Source == "stale" || s.Source == "never" || s.Source == "buried"; s.Overdue(time.Hour) != want {
 			t.Errorf("%s: Overdue(1h) = %v, want %v", s.Source, s.Overdue(time.Hour), want)

@@ -219,7 +219,7 @@ func NewPostgresStore(db Querier, opts ...PostgresOption) (*PostgresStore, error
 	s.sql.setState = s.statement("set_state")
 	s.sql.clearState = s.statement("clear_state")
 	s.sql.sourceStateOne = fmt.Sprintf(sourceStateSQL, s.Table(), sourceStateOneSQL)
-	s.sql.sourceStateAll = fmt.Sprintf(sourceStateSQL, s.Table(), fmt.Sprintf(sourceStateAllSQL, s.Table()))
+	s.sql.sourceStateAll = fmt.Sprintf(sourceStateAllSQL, s.Table())
 	return s, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -471,15 +472,20 @@ func (s *PostgresStore) sourceStates(ctx context.Context, q string, first any) (
 		if errText != nil {
 			r.Error = *errText
 		}
-		switch *kind {
-		case "latest":
-			st.Latest = r
-		case "finished":
-			st.LastFinished = r
-		case "succeeded":
-			st.LastSuccess = r
-		case "unread":
-			st.SuccessUnread = true
+		// A kind may name several (sql/source_state_all.sql): one run
+		// that is the newest, the newest finished and the newest
+		// succeeded is sent once.
+		for k := range strings.SplitSeq(*kind, ",") {
+			switch k {
+			case "latest":
+				st.Latest = r
+			case "finished":
+				st.LastFinished = r
+			case "succeeded":
+				st.LastSuccess = r
+			case "unread":
+				st.SuccessUnread = true
+			}
 		}
 	}
 	return out, rows.Err()

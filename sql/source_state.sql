@@ -1,10 +1,11 @@
--- The state of each source, for Check and SourceStates: its newest run, its
--- newest finished run and its newest succeeded run, each found by a walk
--- down the history index, (source, started_at DESC), from the newest run,
--- that stops after a bounded number of rows. The Go code fills in the runs
--- table and the body of the sources CTE (sql/source_state_one.sql or
--- sql/source_state_all.sql). $2 is how many of a source's newest runs are
--- read at most to find its newest success.
+-- The state of one source, for Check: its newest run, its newest finished
+-- run and its newest succeeded run, each found by a walk down the history
+-- index, (source, started_at DESC), from the newest run, that stops after
+-- a bounded number of rows. The Go code fills in the runs table and the
+-- body of the sources CTE (sql/source_state_one.sql). $2 is how many of a
+-- source's newest runs are read at most to find its newest success.
+-- SourceStates reads every source with sql/source_state_all.sql, which
+-- sends the same rows.
 WITH RECURSIVE sources(source, n) AS (%[2]s)
 SELECT
 	(SELECT pg_catalog.clock_timestamp()), -- once per statement: the database's time of the read
