@@ -54,6 +54,14 @@ var (
 	// the cause (see context.Cause).
 	ErrLeaseLost = errors.New("runclaim: lease lost")
 
+	// ErrNoLockExclusion means the database's advisory locks do not
+	// exclude across sessions, which every claim relies on: an engine that
+	// stubs pg_advisory_xact_lock, makes it a no-op, or sends sessions to
+	// different shards. A store that finds it (see
+	// PostgresStore.ProveExclusion) refuses Migrate and every claim, and
+	// writes nothing; its error names the engine.
+	ErrNoLockExclusion = errors.New("runclaim: the database's advisory locks do not exclude across sessions")
+
 	// ErrReplaced means a claim with Replace asked the run to stop: its
 	// holder still holds the source until it finishes (the lease is
 	// extended as before), and the claim that asked wins once it has.

@@ -328,6 +328,13 @@ func TestPostgresHungHeartbeatConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The store's probe of the advisory locks holds two sessions; made
+	// first and its connections closed, so that the claim's is the one
+	// connection to hang.
+	if ok, err := store.ProveExclusion(t.Context()); !ok || err != nil {
+		t.Fatalf("ProveExclusion = %v, %v", ok, err)
+	}
+	pool.Reset()
 	// The heartbeat after the hung one must dial a new connection (TCP,
 	// authentication, the statement) within one attempt, about a fifth of
 	// the lease. Dialling is measured here, on this machine at this

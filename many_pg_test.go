@@ -144,6 +144,11 @@ func TestClaimManyOneTransaction(t *testing.T) {
 	}
 	c := newClaimer(t, traced)
 	sources := []string{"e", "a", "d", "b", "c"}
+	// The store's one probe of the advisory locks, which its first claim
+	// would make, made first.
+	if ok, err := traced.ProveExclusion(ctx); !ok || err != nil {
+		t.Fatalf("ProveExclusion = %v, %v", ok, err)
+	}
 	rec.take()
 	runs, err := c.ClaimMany(ctx, sources)
 	if err != nil {

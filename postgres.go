@@ -133,6 +133,9 @@ type PostgresStore struct {
 	// is not READ COMMITTED; from then on claims, heartbeats and finishes
 	// use the explicit BEGIN ISOLATION LEVEL READ COMMITTED form.
 	explicit atomic.Bool
+	// probed is the proof that the database's advisory locks exclude
+	// (postgres_probe.go), made once.
+	probed probeState
 }
 
 var _ Store = (*PostgresStore)(nil)
@@ -236,6 +239,9 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 		return RunInfo{}, err
 	}
 	if err := ctx.Err(); err != nil {
+		return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w", quoteForError(req.Source), err)
+	}
+	if err := s.exclusive(ctx); err != nil {
 		return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w", quoteForError(req.Source), err)
 	}
 	// Once sent, a claim commits at the server whether or not its answer is

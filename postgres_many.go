@@ -49,6 +49,9 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("runclaim: %s: %w", what, err)
 	}
+	if err := s.exclusive(ctx); err != nil {
+		return nil, fmt.Errorf("runclaim: %s: %w", what, err)
+	}
 	// As Claim does: a statement sent commits whether or not its answer is
 	// read, so it runs on past ctx's end for claimGrace, and the runs won
 	// after ctx ended are deleted again.

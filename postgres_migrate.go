@@ -465,6 +465,11 @@ func (s *PostgresStore) MigrateApplied(ctx context.Context) (applied []int, err 
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
+	// A database whose advisory locks do not exclude gets no table:
+	// nothing is written.
+	if err := s.exclusive(ctx); err != nil {
+		return nil, fmt.Errorf("runclaim: migrate %s: %w", s.Table(), err)
+	}
 	st, err := s.schemaState(ctx)
 	if err != nil {
 		return nil, s.wrap(ctx, "migrate", err)

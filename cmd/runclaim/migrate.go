@@ -29,11 +29,16 @@ to run again, and from several hosts at once. On a current schema it only
 reads the catalogs: it takes no lock on the table and needs no privilege
 beyond reading it. A step's DDL waits at most 500 ms for a lock on the
 table (claims queue behind it no longer), and is tried three times; if the
-table stays locked, migrate fails with an error that says so.
+table stays locked, migrate fails with an error that says so. It first
+proves that the database's advisory locks exclude across sessions, which
+every claim relies on, and refuses an engine whose locks do not
+(docs/engines.md).
 
   --status   print the table's schema version and the one this release needs,
-             and the steps missing; exit 0 when the table is current (or
-             newer), 3 when it is older, 1 on a database error
+             the steps missing, and whether the database's advisory locks
+             exclude across sessions (proven on two sessions, or cannot
+             tell); exit 0 when the table is current (or newer), 3 when it
+             is older, 1 on a database error or locks that do not exclude
   --print    print the SQL of every step, with a header naming its version,
              without connecting: for goose, atlas or golang-migrate, one file
              per step. With --down, the SQL that undoes each step, newest first
@@ -63,7 +68,8 @@ JSON output: {"table": "\"public\".\"runclaim_runs\"", "migrated": true,
 run applied a step (of several migrates at once, one applies them and says
 true; the others wait for it, and say false), version is the table's and
 latest this release's; with --status, {"table": ..., "version": 1,
-"latest": 13, "current": false, "missing": [{"version": 2, "name": "..."}, ...]}; with --print,
+"latest": 13, "current": false, "missing": [{"version": 2, "name": "..."}, ...],
+"advisory_locks": "proven"} ("cannot tell", "refused"); with --print,
 {"table": ..., "steps": [{"version": 1, "name": "...", "sql": "..."}]}; with
 --sql, {"table": ..., "sql": "CREATE TABLE ..."}. The table is printed
 quoted, as --table accepts it.`,
@@ -115,6 +121,11 @@ func runMigrate(ctx context.Context, c *cli, o *migrateOptions) int {
 	}
 	if o.status {
 		return migrateStatus(ctx, c, store)
+	}
+	// The advisory-lock probe first (Migrate would make it), while the
+	// pool has connections to spare: migrateLock holds one.
+	if _, err := store.ProveExclusion(ctx); err != nil {
+		return c.fail("migrate", err)
 	}
 	// Each step is a transaction of its own: two migrates at once could
 	// each apply some. One at a time, the first applies them all, and
@@ -287,18 +298,32 @@ func migrateStatus(ctx context.Context, c *cli, store *runclaim.PostgresStore) i
 	if have < want {
 		code = exitOutdated
 	}
+	// The advisory-lock probe: "proven", "cannot tell" (no second session),
+	// or "refused" (the engine's locks do not exclude: exit 1).
+	locks, locksLine := "proven", "advisory locks: exclude across sessions (proven on two sessions)"
+	proven, err := store.ProveExclusion(ctx)
+	switch {
+	case errors.Is(err, runclaim.ErrNoLockExclusion):
+		locks, locksLine, code = "refused", "advisory locks: DO NOT EXCLUDE: "+err.Error(), exitError
+	case err != nil:
+		return c.fail("migrate", err)
+	case !proven:
+		locks, locksLine = "cannot tell", "advisory locks: cannot tell (the pool gave no second session; claims go on without the proof)"
+	}
 	if c.json {
 		if err := writeJSON(c.stdout, struct {
-			Table   string     `json:"table"`
-			Version int        `json:"version"`
-			Latest  int        `json:"latest"`
-			Current bool       `json:"current"`
-			Missing []stepJSON `json:"missing"`
-		}{store.Table(), have, want, have >= want, missing}); err != nil {
+			Table         string     `json:"table"`
+			Version       int        `json:"version"`
+			Latest        int        `json:"latest"`
+			Current       bool       `json:"current"`
+			Missing       []stepJSON `json:"missing"`
+			AdvisoryLocks string     `json:"advisory_locks"`
+		}{store.Table(), have, want, have >= want, missing, locks}); err != nil {
 			return c.fail("migrate", err)
 		}
 		return code
 	}
+	defer fmt.Fprintln(c.stdout, locksLine)
 	switch {
 	case have == 0:
 		fmt.Fprintf(c.stdout, "%s does not exist; this release needs schema version %d\n", store.Table(), want)

@@ -163,7 +163,10 @@ func TestMigrateStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = mustRun(t, db, exitOutdated, "migrate", "--status", "--json")
-	obj := decodeObject(t, r.stdout, "table", "version", "latest", "current", "missing")
+	obj := decodeObject(t, r.stdout, "table", "version", "latest", "current", "missing", "advisory_locks")
+	if obj["advisory_locks"] != "proven" {
+		t.Errorf("status --json: advisory_locks %v, want proven", obj["advisory_locks"])
+	}
 	missing, _ := obj["missing"].([]any)
 	if num(t, obj["version"]) != 1 || num(t, obj["latest"]) != float64(want) || obj["current"] != false || len(missing) != want-1 {
 		t.Errorf("status of a version 1 table: %v", obj)
@@ -176,12 +179,13 @@ func TestMigrateStatus(t *testing.T) {
 		t.Errorf("migrate of a version 1 table: %q, want %q", r.stdout, w)
 	}
 	r = mustRun(t, db, exitOK, "migrate", "--status")
-	if !strings.Contains(r.stdout, fmt.Sprintf("schema version %d: current", want)) || strings.Contains(r.stdout, "missing") {
+	if !strings.Contains(r.stdout, fmt.Sprintf("schema version %d: current", want)) || strings.Contains(r.stdout, "missing") ||
+		!strings.Contains(r.stdout, "advisory locks: exclude across sessions (proven") {
 		t.Errorf("status after migrate: %q", r.stdout)
 	}
 	// Nothing missing: an empty list, not null.
 	r = mustRun(t, db, exitOK, "migrate", "--status", "--json")
-	if obj := decodeObject(t, r.stdout, "table", "version", "latest", "current", "missing"); !strings.Contains(r.stdout, `"missing": []`) || obj["current"] != true {
+	if obj := decodeObject(t, r.stdout, "table", "version", "latest", "current", "missing", "advisory_locks"); !strings.Contains(r.stdout, `"missing": []`) || obj["current"] != true {
 		t.Errorf("status --json of a current table: %s, want \"missing\": []", r.stdout)
 	}
 }

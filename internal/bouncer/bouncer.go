@@ -84,7 +84,14 @@ func Binary() (string, error) {
 
 // Start starts PgBouncer in front of the server that upstreamDSN connects
 // to, with that DSN's user and password, and stops it when the test ends.
+// Its pools have PoolSize server connections.
 func Start(t testing.TB, upstreamDSN string) *Bouncer {
+	t.Helper()
+	return StartPool(t, upstreamDSN, PoolSize)
+}
+
+// StartPool is Start with pools of poolSize server connections.
+func StartPool(t testing.TB, upstreamDSN string, poolSize int) *Bouncer {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
@@ -104,7 +111,7 @@ func Start(t testing.TB, upstreamDSN string) *Bouncer {
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		b, err := start(t, bin, dir, up, version)
+		b, err := start(t, bin, dir, up, version, poolSize)
 		if err == nil {
 			return b
 		}
@@ -145,7 +152,7 @@ func (b *Bouncer) AtLeast(major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
-func start(t testing.TB, bin, dir string, up *pgx.ConnConfig, version string) (*Bouncer, error) {
+func start(t testing.TB, bin, dir string, up *pgx.ConnConfig, version string, poolSize int) (*Bouncer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -179,7 +186,7 @@ server_check_delay = 0
 ignore_startup_parameters = extra_float_digits
 log_connections = 0
 log_disconnections = 0
-`, iniValue(up.Host), up.Port, port, authType, userlist, iniValue(up.User), PoolSize, MaxClientConn, PoolSize)
+`, iniValue(up.Host), up.Port, port, authType, userlist, iniValue(up.User), poolSize, MaxClientConn, poolSize)
 	if b.AtLeast(1, 21) {
 		// 1.21 can track protocol-level prepared statements in transaction
 		// mode; keep it off, as in 1.18, which cannot.
