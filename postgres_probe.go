@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -150,6 +151,14 @@ func (s *PostgresStore) probe(ctx context.Context) (probeVerdict, error) {
 	var version string
 	var took bool
 	if err := a.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_xact_lock($1), pg_catalog.version()", key).Scan(&took, &version); err != nil {
+		// An engine without advisory locks (Aurora DSQL, Spanner's
+		// PostgreSQL interface): undefined_function or
+		// feature_not_supported.
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "0A000") {
+			return probeRefused, fmt.Errorf("%w: the engine has no pg_try_advisory_xact_lock (SQLSTATE %s: %s); runclaim cannot keep a source to one run there (see docs/engines.md)",
+				ErrNoLockExclusion, pgErr.Code, pgErr.Message)
+		}
 		return probeUnknown, err
 	}
 	refuse := func(what string) (probeVerdict, error) {

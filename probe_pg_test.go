@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runclaim/runclaim"
@@ -168,4 +170,47 @@ func TestProbeBadInput(t *testing.T) {
 	if _, err := store.ProveExclusion(ctx); err == nil {
 		t.Error("ProveExclusion with an ended context: no error")
 	}
+}
+
+// TestProbeRefusesNoAdvisoryLocks: an engine that has no advisory-lock
+// functions at all (Aurora DSQL, Spanner's PostgreSQL interface) is
+// refused, with what it answered, not retried as a passing fault. The
+// stand-in: a pool whose transactions answer the probe's statement as
+// such an engine does, undefined_function.
+func TestProbeRefusesNoAdvisoryLocks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	migratedStore(t, db.Pool)
+	store, err := runclaim.NewPostgresStore(noLocksPool{db.Pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := store.ProveExclusion(t.Context())
+	if ok || !errors.Is(err, runclaim.ErrNoLockExclusion) || !strings.Contains(err.Error(), "42883") {
+		t.Fatalf("ProveExclusion on an engine without advisory locks = %v, %v; want ErrNoLockExclusion with its SQLSTATE", ok, err)
+	}
+	if _, err := newClaimer(t, store).Claim(t.Context(), "x"); !errors.Is(err, runclaim.ErrNoLockExclusion) {
+		t.Errorf("Claim: %v, want ErrNoLockExclusion", err)
+	}
+}
+
+// noLocksPool is a pool whose transactions have no advisory-lock
+// functions.
+type noLocksPool struct{ *pgxpool.Pool }
+
+func (p noLocksPool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	tx, err := p.Pool.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return noLocksTx{tx}, nil
+}
+
+type noLocksTx struct{ pgx.Tx }
+
+func (tx noLocksTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if strings.Contains(sql, "advisory") {
+		return errRow{&pgconn.PgError{Code: "42883", Message: "function pg_try_advisory_xact_lock(bigint) does not exist"}}
+	}
+	return tx.Tx.QueryRow(ctx, sql, args...)
 }

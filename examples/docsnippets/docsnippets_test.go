@@ -56,6 +56,7 @@ var imports = map[string]string{
 	"gocronlock":   "github.com/runclaim/runclaim/gocronlock",
 	"runclaimotel": "github.com/runclaim/runclaim/runclaimotel",
 	"runclaimprom": "github.com/runclaim/runclaim/runclaimprom",
+	"runclaimui":   "github.com/runclaim/runclaim/runclaimui",
 }
 
 type block struct {
@@ -183,7 +184,7 @@ var anyName = map[string]string{
 	"context": "Background", "errors": "New", "fmt": "Sprint", "http": "Error", "log": "Print",
 	"os": "Getenv", "slog": "Info", "time": "Now", "pgx": "Identifier{}", "pgxpool": "New",
 	"cron": "New", "gocron": "NewScheduler", "prometheus": "NewRegistry", "runclaim": "New",
-	"cronlock": "Job", "gocronlock": "New", "runclaimotel": "New", "runclaimprom": "New",
+	"cronlock": "Job", "gocronlock": "New", "runclaimotel": "New", "runclaimprom": "New", "runclaimui": "New",
 	"strings": "Cut", "uuid": "New",
 }
 
