@@ -115,6 +115,17 @@ func (c *console) sourcesPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, "./", err)
 		return
 	}
+	// The running runs with their ticks, which SourceStates does not read.
+	ticks := map[int64]time.Time{}
+	if _, err := c.store.RunningFunc(ctx, "", func(run runclaim.RunRecord, _ time.Time) error {
+		if !run.Tick.IsZero() {
+			ticks[run.ID] = run.Tick
+		}
+		return nil
+	}); err != nil {
+		c.fail(w, r, http.StatusInternalServerError, "./", err)
+		return
+	}
 	p.Now = now
 	q := r.URL.Query()
 	d := &sourcesData{Query: q.Get("q"), Show: q.Get("show"), MaxAge: c.cfg.maxAge, Filters: showFilters}
@@ -149,6 +160,11 @@ func (c *console) sourcesPage(w http.ResponseWriter, r *http.Request) {
 		}
 		if row.Running != nil {
 			row.LeaseIn = row.Running.LeaseUntil.Sub(s.CheckedAt)
+			if tick, ok := ticks[row.Running.ID]; ok {
+				run := *row.Running
+				run.Tick = tick
+				row.Running = &run
+			}
 		}
 		if c.cfg.maxAge > 0 && s.Latest != nil {
 			row.Overdue = s.Overdue(c.cfg.maxAge)

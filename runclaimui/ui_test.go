@@ -64,7 +64,7 @@ func newFixture(t testing.TB) *fixture {
 	finish("nightly-billing", nil)
 	finish("scraper/avito", errors.New(hostile))
 	finish("ticked", nil, runclaim.ForTick(time.Now().Add(-3*time.Second).Truncate(time.Second)))
-	run, err := c.Claim(ctx, "running", runclaim.WithKeys("api"))
+	run, err := c.Claim(ctx, "running", runclaim.WithKeys("api"), runclaim.ForTick(time.Date(2026, 12, 7, 9, 30, 0, 0, time.UTC)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +241,7 @@ func TestPagesShowTheFleet(t *testing.T) {
 		"Keys cooling down", "429 from upstream \\x1b[1m",
 		"5 sources", "1 running", "1 paused", "1 failing",
 		"schema version 13",
+		"2026-12-07 09:30:00Z", // the running run's tick
 	} {
 		if !strings.Contains(list, want) {
 			t.Errorf("the sources page lacks %q", want)
