@@ -19,6 +19,7 @@ type Claimer struct {
 	sched schedule   // derived from cfg
 	hb    heartbeats // of DoMany's runs
 	yl    yields     // of its waiting claims
+	fin   finishes   // its runs' finishes, batched while one is sent
 }
 
 // New returns a Claimer that claims sources in store. It returns an error,
@@ -468,7 +469,7 @@ func (r *Run) Finish(ctx context.Context, jobErr error) error {
 	r.mu.Lock()
 	r.finishing = true
 	r.mu.Unlock()
-	err := r.claimer.store.Finish(fctx, req)
+	err := r.claimer.finish(fctx, req)
 	r.mu.Lock()
 	if err == nil {
 		r.finished = &req

@@ -467,6 +467,27 @@ func (s *MemoryStore) heartbeatLocked(req HeartbeatRequest) (time.Time, error) {
 	return r.info.LeaseUntil, nil
 }
 
+// FinishMany implements PostgresStore.FinishMany's contract: each
+// request as Finish would decide it, in order.
+func (s *MemoryStore) FinishMany(ctx context.Context, reqs []FinishRequest) ([]error, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	if len(reqs) > MaxClaimMany {
+		return nil, fmt.Errorf("runclaim: finish %d runs: more than MaxClaimMany (%d)", len(reqs), MaxClaimMany)
+	}
+	for _, req := range reqs {
+		if err := checkRequest(ctx, req); err != nil {
+			return nil, err
+		}
+	}
+	errs := make([]error, len(reqs))
+	for i, req := range reqs {
+		errs[i] = s.Finish(ctx, req)
+	}
+	return errs, nil
+}
+
 // Finish implements Store.
 func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	if err := checkRequest(ctx, req); err != nil {

@@ -403,6 +403,16 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 	if err != nil {
 		return s.wrap(ctx, what, err)
 	}
+	return s.finishAnswer(ctx, req, what, r.newStatus, r.oldStatus, r.oldError)
+}
+
+// finishAnswer is what a Finish's row says: the outcome recorded, or why
+// not.
+func (s *PostgresStore) finishAnswer(ctx context.Context, req FinishRequest, what string, newStatus, oldStatus, oldError pgtype.Text) error {
+	var r struct {
+		newStatus, oldStatus, oldError pgtype.Text
+	}
+	r.newStatus, r.oldStatus, r.oldError = newStatus, oldStatus, oldError
 	switch {
 	case r.newStatus.Valid && Status(r.newStatus.String) == StatusExpired:
 		return fmt.Errorf("runclaim: %s: %w: its lease had ended by the database clock; recorded as expired", what, ErrLeaseLost)

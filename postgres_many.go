@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -435,3 +436,57 @@ func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatReque
 // readOnlyClaim is what the claim function says on a server that cannot
 // write, and what a batch the server refused for it says too.
 const readOnlyClaim = "cannot claim on a server that cannot write (a standby, or default_transaction_read_only): its answer could come from stale data"
+
+// FinishMany does what Finish does for each request, in one round trip and
+// one transaction: the statements of Finish, one per request, inside BEGIN
+// ISOLATION LEVEL READ COMMITTED ... COMMIT, sent as one batch. The errors
+// are in the order of reqs, each nil or what Finish would have returned for
+// that run alone. An error of the whole call (the batch failed, and rolled
+// back) records no outcome: the caller finishes those runs one by one.
+// It refuses more than MaxClaimMany requests, and an invalid one, before
+// it sends anything.
+//
+// A Claimer uses it, when its store has it, for the finishes of its runs
+// that come while another is being recorded (DoMany's, mostly): they go
+// together in the next call.
+func (s *PostgresStore) FinishMany(ctx context.Context, reqs []FinishRequest) ([]error, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	if len(reqs) > MaxClaimMany {
+		return nil, fmt.Errorf("runclaim: finish %d runs: more than MaxClaimMany (%d)", len(reqs), MaxClaimMany)
+	}
+	for _, req := range reqs {
+		if err := checkRequest(ctx, req); err != nil {
+			return nil, err
+		}
+	}
+	type row struct{ newStatus, oldStatus, oldError pgtype.Text }
+	rows := make([]row, len(reqs))
+	err := s.withStop(func(withStop bool) error {
+		q := s.sql.finish
+		if withStop {
+			q = s.sql.finishStop
+		}
+		return s.sendBatch(ctx, true, func(b *pgx.Batch) {
+			for i, req := range reqs {
+				var errText *string
+				if req.Status == StatusFailed {
+					errText = &req.Error
+				}
+				b.Queue(q, req.ID, req.Source, string(req.Status), errText, req.StartedAt).QueryRow(func(r pgx.Row) error {
+					return r.Scan(&rows[i].newStatus, &rows[i].oldStatus, &rows[i].oldError)
+				})
+			}
+		})
+	})
+	if err != nil {
+		return nil, s.wrap(ctx, fmt.Sprintf("finish %d runs", len(reqs)), err)
+	}
+	errs := make([]error, len(reqs))
+	for i, req := range reqs {
+		r := rows[i]
+		errs[i] = s.finishAnswer(ctx, req, "finish run "+strconv.FormatInt(req.ID, 10), r.newStatus, r.oldStatus, r.oldError)
+	}
+	return errs, nil
+}

@@ -158,3 +158,61 @@ func (s *loseFirstFinish) Finish(ctx context.Context, req runclaim.FinishRequest
 	}
 	return errAnswerLost
 }
+
+// finishManyStore is a store that records many outcomes in one call, as
+// runclaim.PostgresStore.FinishMany does.
+type finishManyStore interface {
+	FinishMany(ctx context.Context, reqs []runclaim.FinishRequest) ([]error, error)
+}
+
+// testFinishMany checks that FinishMany answers each request as Finish
+// would, and records what it answers: a live run succeeded, another
+// failed with its text, a run finished before with the same outcome (nil)
+// and with another (ErrFinished), and a run whose lease has ended
+// (ErrLeaseLost, recorded expired). The sources of the runs it recorded
+// are free again; the others' are not.
+func testFinishMany(t *testing.T, s runclaim.Store) {
+	fm, ok := s.(finishManyStore)
+	if !ok {
+		t.Skipf("storetest: %T has no FinishMany", s)
+	}
+	ctx, prefix := setup(t)
+	const lease = 150 * time.Millisecond
+	clock := newStoreClock(t, ctx, s, prefix+"/clock")
+	lapsed := mustClaim(t, ctx, s, claimReq(prefix+"/lapsed", "owner", lease))
+	live := mustClaim(t, ctx, s, claimReq(prefix+"/live", "owner", longLease))
+	fails := mustClaim(t, ctx, s, claimReq(prefix+"/fails", "owner", longLease))
+	again := mustClaim(t, ctx, s, claimReq(prefix+"/again", "owner", longLease))
+	other := mustClaim(t, ctx, s, claimReq(prefix+"/other", "owner", longLease))
+	mustFinish(t, ctx, s, succeeded(again))
+	mustFinish(t, ctx, s, succeeded(other))
+	clock.waitPast(t, ctx, lapsed.LeaseUntil, 20*time.Second)
+	reqs := []runclaim.FinishRequest{succeeded(live), failed(fails, "boom"), succeeded(again), failed(other, "late"), succeeded(lapsed)}
+	errs, err := fm.FinishMany(ctx, reqs)
+	if err != nil {
+		t.Fatalf("FinishMany: %v", err)
+	}
+	if len(errs) != len(reqs) {
+		t.Fatalf("FinishMany of %d requests: %d answers", len(reqs), len(errs))
+	}
+	for i, want := range []error{nil, nil, nil, runclaim.ErrFinished, runclaim.ErrLeaseLost} {
+		if want == nil && errs[i] != nil || want != nil && !errors.Is(errs[i], want) {
+			t.Errorf("FinishMany answer %d (run %d): %v, want %v", i, reqs[i].ID, errs[i], want)
+		}
+	}
+	// What it answered is what it recorded: the same requests again, one
+	// by one, say the same (a repeated outcome is nil, another ErrFinished).
+	if err := s.Finish(ctx, succeeded(live)); err != nil {
+		t.Errorf("Finish(succeeded) of run %d after FinishMany recorded it: %v, want nil", live.ID, err)
+	}
+	if err := s.Finish(ctx, succeeded(fails)); !errors.Is(err, runclaim.ErrFinished) {
+		t.Errorf("Finish(succeeded) of run %d, which FinishMany recorded failed: %v, want ErrFinished", fails.ID, err)
+	}
+	for _, r := range []runclaim.RunInfo{live, fails, lapsed} {
+		b := mustClaim(t, ctx, s, claimReq(r.Source, "owner-b", longLease))
+		mustFinish(t, ctx, s, succeeded(b))
+	}
+	if errs, err := fm.FinishMany(ctx, nil); err != nil || len(errs) != 0 {
+		t.Errorf("FinishMany(nil) = %v, %v; want no answers, no error", errs, err)
+	}
+}

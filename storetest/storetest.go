@@ -44,6 +44,7 @@ var cases = []suiteCase{
 	{name: "LapsedLeaseIsLost", store: testLapsedLease},
 	{name: "TooSoonOverLapsedRun", store: testTooSoonOverLapsedRun},
 	{name: "FinishRace", replicas: testFinishRace},
+	{name: "FinishMany", store: testFinishMany},
 	{name: "SourceMustMatch", store: testSourceMustMatch},
 	{name: "StartMustMatch", store: testStartMustMatch},
 	{name: "LostClaimAnswer", store: testLostClaimAnswer},

@@ -1121,4 +1121,36 @@ var wrongStores = []wrongStore{
 		"LostClaimAnswer", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return reentrant{m} })},
 	{"skip-waits", "a skip that waits for the holder before it answers",
 		"SkipDoesNotWait", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return skipWaits{m} })},
+	{"finish-many-all-ok", "FinishMany records each outcome but answers nil for every request",
+		"FinishMany", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return finishManyAllOK{m} })},
+	{"finish-many-unrecorded", "FinishMany answers nil for every request, and records nothing",
+		"FinishMany", wrapBackend(func(m *runclaim.MemoryStore) runclaim.Store { return finishManyUnrecorded{m} })},
+}
+
+// finishManyAllOK records each outcome, and hides every refusal.
+type finishManyAllOK struct{ *runclaim.MemoryStore }
+
+func (s finishManyAllOK) FinishMany(ctx context.Context, reqs []runclaim.FinishRequest) ([]error, error) {
+	errs, err := s.MemoryStore.FinishMany(ctx, reqs)
+	for i := range errs {
+		errs[i] = nil
+	}
+	return errs, err
+}
+
+// finishManyUnrecorded answers nil for every request, and records
+// nothing.
+type finishManyUnrecorded struct{ *runclaim.MemoryStore }
+
+func (s finishManyUnrecorded) FinishMany(_ context.Context, reqs []runclaim.FinishRequest) ([]error, error) {
+	return make([]error, len(reqs)), nil
+}
+
+// FinishMany is Finish for each request, in order.
+func (s *copyStore) FinishMany(ctx context.Context, reqs []runclaim.FinishRequest) ([]error, error) {
+	errs := make([]error, len(reqs))
+	for i, req := range reqs {
+		errs[i] = s.Finish(ctx, req)
+	}
+	return errs, nil
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,7 +82,7 @@ func BenchmarkFleet(b *testing.B) {
 		}
 		var out testBuffer
 		rep.Print(&out)
-		b.Log("\n" + string(out))
+		keep(b, string(out))
 		if !rep.OK() {
 			b.Fatal("the fleet did not run each source exactly once per tick")
 		}
@@ -121,6 +123,26 @@ func containerCgroup(t testing.TB) string {
 	return ""
 }
 
+// keep writes a report's text into the benchmark's artifacts and, if
+// $FLEET_OUT names a file, appends it there: a benchmark's log is cut to
+// ten lines.
+func keep(b *testing.B, text string) {
+	b.Helper()
+	if err := os.WriteFile(filepath.Join(b.ArtifactDir(), "fleet.txt"), []byte(text), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if path := os.Getenv("FLEET_OUT"); path != "" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(text + "\n"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // testWriter sends the fleet's progress to the test's log.
 type testWriter struct{ t testing.TB }
 
@@ -134,4 +156,95 @@ type testBuffer []byte
 func (b *testBuffer) Write(p []byte) (int, error) {
 	*b = append(*b, p...)
 	return len(p), nil
+}
+
+// BenchmarkFleetSweep runs the fleet over a range of scenes and reports
+// how the database's cost per tick grows with the sources S (two
+// replicas) and with the replicas N (1,000 sources), each beside its
+// floor; it writes the plots as SVG into $FLEET_SVG_DIR, if set, and its
+// artifacts. Several minutes:
+//
+//	FLEET_SVG_DIR=$PWD/docs/images go test -run '^$' -bench BenchmarkFleetSweep -benchtime 1x -timeout 60m ./bench/fleet
+func BenchmarkFleetSweep(b *testing.B) {
+	type scene struct {
+		replicas, sources int
+		tick              time.Duration
+	}
+	bySources := []scene{{2, 1000, 3 * time.Second}, {2, 10_000, 15 * time.Second}, {2, 100_000, 120 * time.Second}}
+	byReplicas := []scene{{1, 1000, 5 * time.Second}, {2, 1000, 5 * time.Second}, {5, 1000, 5 * time.Second}, {10, 1000, 5 * time.Second}, {20, 1000, 5 * time.Second}}
+	for b.Loop() {
+		run := func(sc scene) *Report {
+			db := pgtest.New(b)
+			ticks := 3
+			if sc.sources >= 100_000 {
+				ticks = 2
+			}
+			rep, err := Run(context.Background(), Config{DSN: db.DSN, Cgroup: containerCgroup(b), Replicas: sc.replicas, Sources: sc.sources,
+				Tick: sc.tick, Ticks: ticks, Warmup: 1}, io.Discard)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var out testBuffer
+			rep.Print(&out)
+			keep(b, string(out))
+			if !rep.OK() {
+				b.Fatalf("%d replicas, %d sources: the fleet did not run each source exactly once per tick", sc.replicas, sc.sources)
+			}
+			return rep
+		}
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		var fleetS, floorS, fleetN, floorN Series
+		fleetS.Name, floorS.Name, fleetN.Name, floorN.Name = "fleet, 2 replicas", "floor", "fleet, 1,000 sources", "floor"
+		var base *Report
+		for _, sc := range bySources {
+			rep := run(sc)
+			m := rep.Mean()
+			fleetS.X, fleetS.Y = append(fleetS.X, float64(sc.sources)), append(fleetS.Y, ms(m.DBCPU))
+			floorS.X, floorS.Y = append(floorS.X, float64(sc.sources)), append(floorS.Y, ms(rep.Floor.DBCPU))
+			if base == nil {
+				base = rep
+			}
+			perSource := float64(m.DBCPU) / float64(sc.sources)
+			basePer := float64(base.Mean().DBCPU) / float64(base.Config.Sources)
+			keep(b, fmt.Sprintf("S=%d: %.1f µs db-cpu per source per tick, %.2fx that at S=%d; fleet/floor %.2fx",
+				sc.sources, perSource/1000, perSource/basePer, base.Config.Sources, float64(m.DBCPU)/float64(rep.Floor.DBCPU)))
+			b.ReportMetric(perSource/basePer, fmt.Sprintf("per-source-S%d/S%d", sc.sources, base.Config.Sources))
+		}
+		var p99One time.Duration
+		for _, sc := range byReplicas {
+			rep := run(sc)
+			m := rep.Mean()
+			if p99One == 0 {
+				p99One = m.ClaimP99
+			}
+			fleetN.X, fleetN.Y = append(fleetN.X, float64(sc.replicas)), append(fleetN.Y, ms(m.DBCPU))
+			floorN.X, floorN.Y = append(floorN.X, float64(sc.replicas)), append(floorN.Y, ms(rep.Floor.DBCPU))
+			attempts := float64(sc.replicas * sc.sources)
+			keep(b, fmt.Sprintf("N=%d: %.0f attempts per second of database CPU; until the last start %.0f attempts/s; claim p99 %v (%.2fx that of N=1); fleet/floor %.2fx",
+				sc.replicas, attempts/m.DBCPU.Seconds(), attempts/m.LastStarted.Seconds(), m.ClaimP99.Round(time.Millisecond),
+				float64(m.ClaimP99)/float64(p99One), float64(m.DBCPU)/float64(rep.Floor.DBCPU)))
+		}
+		dirs := []string{b.ArtifactDir()}
+		if d := os.Getenv("FLEET_SVG_DIR"); d != "" {
+			dirs = append(dirs, d)
+		}
+		for _, dir := range dirs {
+			for name, plot := range map[string][]Series{"fleet-by-sources.svg": {fleetS, floorS}, "fleet-by-replicas.svg": {fleetN, floorN}} {
+				f, err := os.Create(filepath.Join(dir, name))
+				if err != nil {
+					b.Fatal(err)
+				}
+				x := "sources claimed by each replica per tick"
+				if name == "fleet-by-replicas.svg" {
+					x = "replicas"
+				}
+				err = WriteSVG(f, "Database CPU per tick", x, "ms of database CPU per tick", plot)
+				f.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
 }

@@ -80,6 +80,19 @@ func replica(ctx context.Context, cfg Config) error {
 		line    replicaLine
 		counted map[int]bool // the chunks whose claim duration is counted
 	)
+	// One claim call in flight per replica: a call holds one advisory lock
+	// per source until it commits, and the replicas' calls share the
+	// server's lock table (docs/many.md, "The lock budget"). A chunk's
+	// call has been answered once its first claim event comes; its jobs
+	// then run while the next call goes.
+	inFlight := make(chan struct{}, 1)
+	answered := func(e runclaim.Event) {
+		if n, ok := e.Context.Value(chunkKey{}).(int); ok && !counted[n] {
+			counted[n] = true
+			line.Claims = append(line.Claims, e.Duration)
+			<-inFlight
+		}
+	}
 	record := func(e runclaim.Event, won bool) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -88,10 +101,7 @@ func replica(ctx context.Context, cfg Config) error {
 		} else {
 			line.Skipped++
 		}
-		if n, ok := e.Context.Value(chunkKey{}).(int); ok && !counted[n] {
-			counted[n] = true
-			line.Claims = append(line.Claims, e.Duration)
-		}
+		answered(e)
 	}
 	opts := []runclaim.Option{
 		runclaim.WithOwner(fmt.Sprintf("replica-%d", cfg.Index)),
@@ -103,6 +113,7 @@ func replica(ctx context.Context, cfg Config) error {
 			ClaimFailed: func(e runclaim.Event) {
 				mu.Lock()
 				line.Failed++
+				answered(e)
 				mu.Unlock()
 			},
 		}),
@@ -146,12 +157,18 @@ func replica(ctx context.Context, cfg Config) error {
 		for n, i := 0, 0; i < len(sources); n, i = n+1, i+chunk {
 			part := sources[i:min(i+chunk, len(sources))]
 			cctx := context.WithValue(ctx, chunkKey{}, n)
+			inFlight <- struct{}{}
 			wg.Go(func() {
-				if err := claimer.DoMany(cctx, part, job, runclaim.ForTick(tick)); err != nil && !errors.Is(err, runclaim.ErrNotClaimed) {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
+				err := claimer.DoMany(cctx, part, job, runclaim.ForTick(tick))
+				mu.Lock()
+				if !counted[n] { // no claim event came: the call failed before the store
+					counted[n] = true
+					<-inFlight
 				}
+				if err != nil && !errors.Is(err, runclaim.ErrNotClaimed) {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
 			})
 		}
 		wg.Wait()
