@@ -198,7 +198,12 @@ func sourceNames(cfg Config) (sources []string, keysOf func(string) []string) {
 	if cfg.Keys == 0 {
 		return sources, nil
 	}
-	return sources, func(s string) []string { return []string{keyOf[s]} }
+	return sources, func(s string) []string {
+		if k, ok := keyOf[s]; ok {
+			return []string{k}
+		}
+		return nil // the replica's warm-up source names no key
+	}
 }
 
 // Run runs the fleet as cfg says, and reports. Progress goes to log.
