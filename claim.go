@@ -556,3 +556,94 @@ func replaceToken() string {
 	_, _ = cryptorand.Read(b[:])
 	return "replace-" + hex.EncodeToString(b[:])
 }
+
+// finishManyStore is a Store that records many outcomes in one call
+// (PostgresStore, MemoryStore): see PostgresStore.FinishMany.
+type finishManyStore interface {
+	FinishMany(ctx context.Context, reqs []FinishRequest) ([]error, error)
+}
+
+// finishes batches a Claimer's Finishes, as a database batches commits: a
+// Finish that comes while none is being sent goes at once, alone; those
+// that come while one is in flight wait for it, and go together in the
+// next call (up to MaxClaimMany). A DoMany whose runs end together so
+// records their outcomes in a few statements instead of one each, and a
+// lone Finish waits for nothing.
+type finishes struct {
+	mu      sync.Mutex
+	queue   []*finishCall
+	sending bool // a goroutine is sending the queue
+}
+
+// finishCall is one Finish waiting for its answer.
+type finishCall struct {
+	ctx  context.Context // finishContext's: no cancellation, a deadline
+	req  FinishRequest
+	err  error
+	done chan struct{}
+}
+
+// finish records req's outcome through the store: batched with the
+// others that wait when the store has FinishMany.
+func (c *Claimer) finish(ctx context.Context, req FinishRequest) error {
+	fm, ok := c.store.(finishManyStore)
+	if !ok {
+		return c.store.Finish(ctx, req)
+	}
+	call := &finishCall{ctx: ctx, req: req, done: make(chan struct{})}
+	f := &c.fin
+	f.mu.Lock()
+	f.queue = append(f.queue, call)
+	start := !f.sending
+	f.sending = true
+	f.mu.Unlock()
+	if start {
+		go c.sendFinishes(fm)
+	}
+	<-call.done
+	return call.err
+}
+
+// sendFinishes sends the queued finishes until none is left: one alone
+// with Finish, more with FinishMany, whose whole-call error sends them one
+// by one.
+func (c *Claimer) sendFinishes(fm finishManyStore) {
+	f := &c.fin
+	for {
+		f.mu.Lock()
+		n := min(len(f.queue), MaxClaimMany)
+		if n == 0 {
+			f.sending = false
+			f.mu.Unlock()
+			return
+		}
+		batch := slices.Clone(f.queue[:n])
+		f.queue = f.queue[n:]
+		f.mu.Unlock()
+		if len(batch) == 1 {
+			batch[0].err = c.store.Finish(batch[0].ctx, batch[0].req)
+			close(batch[0].done)
+			continue
+		}
+		// The batch's deadline is the latest of its calls'.
+		deadline := time.Now().Add(FinishTimeout)
+		reqs := make([]FinishRequest, len(batch))
+		for i, call := range batch {
+			reqs[i] = call.req
+			if d, ok := call.ctx.Deadline(); ok && d.After(deadline) {
+				deadline = d
+			}
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		errs, err := fm.FinishMany(ctx, reqs)
+		cancel()
+		for i, call := range batch {
+			if err != nil {
+				call.err = c.store.Finish(call.ctx, call.req)
+			} else {
+				call.err = errs[i]
+			}
+			close(call.done)
+		}
+	}
+}
