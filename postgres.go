@@ -134,7 +134,7 @@ type PostgresStore struct {
 	// use the explicit BEGIN ISOLATION LEVEL READ COMMITTED form.
 	explicit atomic.Bool
 	// probed is the proof that the database's advisory locks exclude
-	// (postgres_probe.go), made once.
+	// (lock.go), made once.
 	probed probeState
 }
 
