@@ -28,8 +28,16 @@ func TestMain(m *testing.M) {
 // tick.
 func TestFleetSmoke(t *testing.T) {
 	db := pgtest.New(t)
-	cfg := Config{DSN: db.DSN, Replicas: 3, Sources: 1000, Tick: 2 * time.Second, Ticks: 3, Warmup: 1,
-		Cgroup: containerCgroup(t)}
+	// The lease is long, whatever the tick: under -race, on a machine that
+	// runs every other package's tests at once, a call of 1,000 sources
+	// took 3 to 5 s, past the 1 s lease a 2 s tick scales to; the runs it
+	// won were then lost at its answer and claimed again, as they should
+	// be. The tick leaves such a call and the job (0.5 s) room to end
+	// before the next tick's claims, which would otherwise find a run
+	// of the last tick still running, and skip. The check is of each
+	// source once per tick, not of the timing.
+	cfg := Config{DSN: db.DSN, Replicas: 3, Sources: 1000, Tick: 8 * time.Second, Ticks: 3, Warmup: 1,
+		Lease: 60 * time.Second, Heartbeat: 5 * time.Second, Job: 500 * time.Millisecond, Cgroup: containerCgroup(t)}
 	rep, err := Run(t.Context(), cfg, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
