@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,11 +15,21 @@ import (
 )
 
 // The fleet the console's cost is measured on: 10,000 sources with 100
-// runs each, 1,000,000 rows.
-const (
-	benchSources = 10_000
-	benchRuns    = 100
-)
+// runs each, 1,000,000 rows. $RUNCLAIMUI_BENCH_SOURCES sets another
+// number of sources: CI's smoke run of the benchmarks, which only keeps
+// them running, loads 1,000.
+const benchRuns = 100
+
+func benchSources(b *testing.B) int {
+	if v := os.Getenv("RUNCLAIMUI_BENCH_SOURCES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("RUNCLAIMUI_BENCH_SOURCES=%q: want a positive number", v)
+		}
+		return n
+	}
+	return 10_000
+}
 
 // BenchmarkPages measures the server time of each page (the handler's
 // ServeHTTP: the database's reads and the rendering) for 10,000 sources
@@ -35,6 +47,7 @@ func BenchmarkPages(b *testing.B) {
 	if err := store.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
+	sources := benchSources(b)
 	start := time.Now()
 	_, err = db.Pool.Exec(ctx, `INSERT INTO `+store.Table()+` (source, status, owner, started_at, lease_until, heartbeat_at, finished_at, error)
 SELECT 'source-' || lpad(s::text, 5, '0'),
@@ -44,14 +57,14 @@ SELECT 'source-' || lpad(s::text, 5, '0'),
 	CASE WHEN r = $2 AND s % 50 = 0 THEN NULL ELSE t + interval '2 seconds' END,
 	CASE WHEN (s + r) % 7 = 0 THEN 'upstream: 503 Service Unavailable' END
 FROM pg_catalog.generate_series(1, $1::int) AS s, pg_catalog.generate_series(1, $2::int) AS r,
-	LATERAL (SELECT pg_catalog.now() - ($2::int - r) * interval '1 hour' - s * interval '1 millisecond' AS t) AS ts`, benchSources, benchRuns)
+	LATERAL (SELECT pg_catalog.now() - ($2::int - r) * interval '1 hour' - s * interval '1 millisecond' AS t) AS ts`, sources, benchRuns)
 	if err != nil {
 		b.Fatalf("load: %v", err)
 	}
 	if _, err := db.Pool.Exec(ctx, "VACUUM ANALYZE "+store.Table()); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("loaded %d rows in %v", benchSources*benchRuns, time.Since(start).Round(time.Millisecond))
+	b.Logf("loaded %d rows in %v", sources*benchRuns, time.Since(start).Round(time.Millisecond))
 	for i := range 20 {
 		if err := store.Pause(ctx, "source-0"+string(rune('1'+i%9))+"000", time.Time{}, "bench"); err != nil {
 			b.Fatal(err)

@@ -61,7 +61,7 @@ func TestFleetSmoke(t *testing.T) {
 
 // BenchmarkFleet runs the fleet once per benchmark run, with the scene the
 // environment gives (defaults: the CI-sized scene, 3 replicas and 1,000
-// sources on a 2 s tick for 2 ticks), and reports the means and ratios.
+// sources on a 2 s tick for 1 tick), and reports the means and ratios.
 // The default scene of BENCHMARKS.md:
 //
 //	FLEET_REPLICAS=10 FLEET_SOURCES=10000 FLEET_TICK=10s FLEET_TICKS=10 \
@@ -80,7 +80,7 @@ func BenchmarkFleet(b *testing.B) {
 		tick = d
 	}
 	cfg := Config{Replicas: env("FLEET_REPLICAS", 3), Sources: env("FLEET_SOURCES", 1000), Tick: tick,
-		Ticks: env("FLEET_TICKS", 2), Warmup: 1, Keys: env("FLEET_KEYS", 0), MaxRunning: 5}
+		Ticks: env("FLEET_TICKS", 1), Warmup: 1, Keys: env("FLEET_KEYS", 0), MaxRunning: 5}
 	for b.Loop() {
 		db := pgtest.New(b)
 		cfg.DSN, cfg.Cgroup = db.DSN, containerCgroup(b)
@@ -193,7 +193,10 @@ func BenchmarkFleetSweep(b *testing.B) {
 		run := func(sc scene) *Report {
 			db := pgtest.New(b)
 			ticks := 3
-			if sc.sources >= 100_000 || os.Getenv("FLEET_SWEEP") != "full" {
+			switch {
+			case os.Getenv("FLEET_SWEEP") != "full":
+				ticks = 1
+			case sc.sources >= 100_000:
 				ticks = 2
 			}
 			rep, err := Run(context.Background(), Config{DSN: db.DSN, Cgroup: containerCgroup(b), Replicas: sc.replicas, Sources: sc.sources,
