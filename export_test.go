@@ -90,4 +90,4 @@ var ValidateClaims = validateClaims
 
 // SkipExclusionProbe makes s claim without proving that the database's
 // advisory locks exclude: what a store without the probe would do.
-func SkipExclusionProbe(s *PostgresStore) { s.probed.skip = true }
+func SkipExclusionProbe(s *PostgresStore) { s.probed.settled.Store(true) }

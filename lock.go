@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -454,7 +455,10 @@ type probeState struct {
 	mu      sync.Mutex
 	verdict probeVerdict
 	err     error // the refusal
-	skip    bool  // tests only: no probe (what a store without one would do)
+	// settled is set once claims go on without asking again (proven, or
+	// cannot tell; or, in tests, no probe at all): a claim then reads one
+	// atomic, not the mutex.
+	settled atomic.Bool
 }
 
 // beginner is what the probe needs of the pool beyond Querier: a
@@ -489,7 +493,7 @@ func (s *PostgresStore) ProveExclusion(ctx context.Context) (bool, error) {
 	verdict, err := s.probe(ctx)
 	s.probed.mu.Lock()
 	if verdict != probeUnknown {
-		s.probed.verdict, s.probed.err = verdict, err
+		s.probed.settle(verdict, err)
 	}
 	s.probed.mu.Unlock()
 	return verdict == probeProven, err
@@ -499,14 +503,14 @@ func (s *PostgresStore) ProveExclusion(ctx context.Context) (bool, error) {
 // exclude, or could not be tested; the refusal if they do not exclude; or
 // the error of a probe that failed, which the next call runs again. The
 // first call probes (see ProveExclusion) and logs a probe that cannot
-// tell, once; the others wait for it, then cost a mutex.
+// tell, once; the others wait for it, then cost an atomic read.
 func (s *PostgresStore) exclusive(ctx context.Context) error {
 	p := &s.probed
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.skip {
+	if p.settled.Load() {
 		return nil
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch p.verdict {
 	case probeProven, probeCannotTell:
 		return nil
@@ -523,8 +527,14 @@ func (s *PostgresStore) exclusive(ctx context.Context) error {
 		slog.Default().Warn("runclaim: cannot tell whether the database's advisory locks exclude across sessions: the pool gave no second session; claims go on without the proof (see docs/engines.md)",
 			"table", s.Table())
 	}
-	p.verdict, p.err = verdict, err
+	p.settle(verdict, err)
 	return err
+}
+
+// settle records a probe's verdict; p.mu is held.
+func (p *probeState) settle(verdict probeVerdict, err error) {
+	p.verdict, p.err = verdict, err
+	p.settled.Store(verdict == probeProven || verdict == probeCannotTell)
 }
 
 // probe runs the probe once.

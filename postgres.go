@@ -409,25 +409,21 @@ func (s *PostgresStore) Finish(ctx context.Context, req FinishRequest) error {
 // finishAnswer is what a Finish's row says: the outcome recorded, or why
 // not.
 func (s *PostgresStore) finishAnswer(ctx context.Context, req FinishRequest, what string, newStatus, oldStatus, oldError pgtype.Text) error {
-	var r struct {
-		newStatus, oldStatus, oldError pgtype.Text
-	}
-	r.newStatus, r.oldStatus, r.oldError = newStatus, oldStatus, oldError
 	switch {
-	case r.newStatus.Valid && Status(r.newStatus.String) == StatusExpired:
+	case newStatus.Valid && Status(newStatus.String) == StatusExpired:
 		return fmt.Errorf("runclaim: %s: %w: its lease had ended by the database clock; recorded as expired", what, ErrLeaseLost)
-	case r.newStatus.Valid:
+	case newStatus.Valid:
 		return nil
-	case r.oldStatus.Valid && Status(r.oldStatus.String) == StatusRunning:
+	case oldStatus.Valid && Status(oldStatus.String) == StatusRunning:
 		// The row was running in the statement's snapshot, yet the UPDATE,
 		// which waited for another transaction's lock on it, found it no
 		// longer running: another Finish (or a takeover, or a release)
 		// committed meanwhile. Read what it committed.
-		if err := s.queryRow(ctx, s.sql.readRun, []any{req.ID, req.Source, req.StartedAt}, &r.oldStatus, &r.oldError); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		if err := s.queryRow(ctx, s.sql.readRun, []any{req.ID, req.Source, req.StartedAt}, &oldStatus, &oldError); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return s.wrap(ctx, what, err)
 		}
 	}
-	return finishConflict(req, textPtr(r.oldStatus), textPtr(r.oldError))
+	return finishConflict(req, textPtr(oldStatus), textPtr(oldError))
 }
 
 // sendBatch sends the statements queue adds as one batch, one

@@ -408,21 +408,16 @@ func measureFloor(ctx context.Context, pool *pgxpool.Pool, cpu *cpuMeter, runs s
 		if err != nil {
 			return sum, err
 		}
-		steps := []struct {
+		type step struct {
 			sql  string
 			args []any
-		}{{`INSERT INTO ` + floor + ` (source, status, owner, started_at, lease_until, heartbeat_at, tick)
+		}
+		steps := []step{{`INSERT INTO ` + floor + ` (source, status, owner, started_at, lease_until, heartbeat_at, tick)
 SELECT s, 'running', 'floor', pg_catalog.now(), pg_catalog.now() + $2::interval, pg_catalog.now(), $3 FROM pg_catalog.unnest($1::text[]) AS s`, []any{sources, cfg.Lease, tick}}}
 		for range beats {
-			steps = append(steps, struct {
-				sql  string
-				args []any
-			}{`UPDATE ` + floor + ` SET lease_until = pg_catalog.now() + $2::interval, heartbeat_at = pg_catalog.now() WHERE source = ANY($1) AND tick = $3`, []any{sources, cfg.Lease, tick}})
+			steps = append(steps, step{`UPDATE ` + floor + ` SET lease_until = pg_catalog.now() + $2::interval, heartbeat_at = pg_catalog.now() WHERE source = ANY($1) AND tick = $3`, []any{sources, cfg.Lease, tick}})
 		}
-		steps = append(steps, struct {
-			sql  string
-			args []any
-		}{`UPDATE ` + floor + ` SET status = 'succeeded', finished_at = pg_catalog.now() WHERE source = ANY($1) AND tick = $2`, []any{sources, tick}})
+		steps = append(steps, step{`UPDATE ` + floor + ` SET status = 'succeeded', finished_at = pg_catalog.now() WHERE source = ANY($1) AND tick = $2`, []any{sources, tick}})
 		for _, st := range steps {
 			if _, err := pool.Exec(ctx, st.sql, st.args...); err != nil {
 				return sum, err

@@ -62,14 +62,11 @@ func (p *Proxy) Close() error {
 	return err
 }
 
-func (p *Proxy) track(c net.Conn) bool {
+// track keeps c, for Close.
+func (p *Proxy) track(c net.Conn) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conns == nil {
-		return false
-	}
 	p.conns[c] = struct{}{}
-	return true
+	p.mu.Unlock()
 }
 
 func (p *Proxy) accept() {
@@ -85,9 +82,7 @@ func (p *Proxy) accept() {
 		go func() {
 			defer p.wg.Done()
 			defer c.Close()
-			if err := p.serve(c, db); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
-				_ = err // the client sees its connection end
-			}
+			_ = p.serve(c, db) // on an error the client sees its connection end
 		}()
 	}
 }
