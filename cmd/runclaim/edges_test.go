@@ -138,12 +138,7 @@ func TestCauseFirst(t *testing.T) {
 // password failure is the first line after the command's, before the
 // refused TLS.
 func TestWrongPasswordCauseFirst(t *testing.T) {
-	db := pgtest.New(t)
-	u, err := url.Parse(db.DSN)
-	if err != nil {
-		t.Fatalf("DSN is not a URL: %v", err)
-	}
-	u.User = url.UserPassword(u.User.Username(), "wrong-password")
+	u := wrongPassword(t, pgtest.New(t))
 	q := u.Query()
 	q.Del("sslmode")
 	u.RawQuery = q.Encode()

@@ -46,12 +46,7 @@ func TestDoubledPrefix(t *testing.T) {
 // of what it prints repeats a prefix, as "runclaim prune: prune: ..." did.
 func TestNoDoubledPrefixes(t *testing.T) {
 	db := pgtest.New(t) // no runs table
-	u, err := url.Parse(db.DSN)
-	if err != nil {
-		t.Fatalf("DSN is not a URL: %v", err)
-	}
-	wrongPassword := *u
-	wrongPassword.User = url.UserPassword(u.User.Username(), "wrong-password")
+	wrongPassword := wrongPassword(t, db)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -107,8 +102,7 @@ func TestServerErrorsExplained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrongPassword, wrongDB := *u, *u
-	wrongPassword.User = url.UserPassword(u.User.Username(), "wrong-password")
+	wrongPassword, wrongDB := wrongPassword(t, db), *u
 	wrongDB.Path = "/no_such_database"
 	for _, tc := range []struct {
 		dsn  string

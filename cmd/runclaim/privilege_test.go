@@ -115,3 +115,19 @@ func createRole(t *testing.T, db *pgtest.DB, prefix, password string, sqls ...st
 	})
 	return role
 }
+
+// wrongPassword returns db's DSN with a login role of its own (see
+// createRole) and a password that is not the role's. It is not the test
+// superuser's DSN with another password: pgtest's container trusts its
+// superuser, as test harnesses do, so only other roles' passwords are
+// checked.
+func wrongPassword(t *testing.T, db *pgtest.DB) url.URL {
+	t.Helper()
+	u, err := url.Parse(db.DSN)
+	if err != nil {
+		t.Fatalf("DSN is not a URL: %v", err)
+	}
+	role := createRole(t, db, "pw_", "the-right-password")
+	u.User = url.UserPassword(role, "wrong-password")
+	return *u
+}
