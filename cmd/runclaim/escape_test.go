@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/inert"
 	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
@@ -56,7 +57,7 @@ func checkPrintable(t *testing.T, what, out string) {
 		t.Errorf("%s: output is not valid UTF-8: %q", what, out)
 	}
 	for i, r := range out {
-		if r != '\n' && needsEscape(r) {
+		if r != '\n' && inert.NeedsEscape(r) {
 			t.Errorf("%s: raw %U at offset %d in output:\n%q", what, r, i, out)
 			return
 		}

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/inert"
 )
 
 // Output: an aligned table for people by default, one JSON document with
@@ -107,73 +107,18 @@ func cell(s string) string {
 	return s
 }
 
-// needsEscape reports whether r must not reach a terminal as it is: a
-// control character (C0, DEL, C1: ESC starts the sequences that recolour
-// text, retitle a window or clear a line), or a character that is invisible
-// or changes how the text around it is shown (Unicode format characters
-// such as bidirectional overrides and zero-width spaces, line and paragraph
-// separators, variation selectors and the other default-ignorable code
-// points), with which two different names could look the same. It is the
-// set runclaim.ValidateSource refuses in sources, plus the controls.
-func needsEscape(r rune) bool {
-	if r < utf8.RuneSelf {
-		return r < 0x20 || r == 0x7f
-	}
-	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp,
-		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
-}
-
-// visible returns s with every character needsEscape reports shown as an
+// visible returns s with every character inert.NeedsEscape reports shown as an
 // escape, as Go writes it: \n, \t, \r, \x1b, \u202e, \U000e0041; a byte that
 // is not valid UTF-8 is shown as \xff. Everything else, backslashes
 // included, is left as it is. The table cells, the messages and the errors
 // the commands print go through it; JSON output escapes the same
 // characters its own way (see writeJSON).
-func visible(s string) string { return escape(s, false) }
+func visible(s string) string { return inert.Escape(s, false) }
 
 // visibleLines is visible, except that it keeps newlines and tabs as they
 // are: for a message that may span lines, such as pgx's error for a
 // connection tried on several addresses.
-func visibleLines(s string) string { return escape(s, true) }
-
-func escape(s string, keepLines bool) string {
-	clean := true
-	for _, r := range s {
-		if (r == utf8.RuneError || needsEscape(r)) && !(keepLines && (r == '\n' || r == '\t')) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case keepLines && (r == '\n' || r == '\t'):
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r < 0x80 && needsEscape(r):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case r <= 0xffff && needsEscape(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		case needsEscape(r):
-			fmt.Fprintf(&b, `\U%08x`, r)
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
+func visibleLines(s string) string { return inert.Escape(s, true) }
 
 // writeJSON writes v as one indented JSON document, escaped as jsonEscape
 // does.
@@ -187,7 +132,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // jsonEscape escapes, as \uXXXX, the characters of encoded JSON that
-// needsEscape reports and encoding/json leaves as they are (DEL, the C1
+// inert.NeedsEscape reports and encoding/json leaves as they are (DEL, the C1
 // controls, format characters, ...), so that JSON printed on a terminal
 // cannot act on it either. The document decodes to the same values. Only
 // string contents change: encoding/json writes no other character outside
@@ -204,7 +149,7 @@ func jsonEscape(b []byte) []byte {
 			continue
 		}
 		r, size := utf8.DecodeRune(b[i:])
-		if !needsEscape(r) {
+		if !inert.NeedsEscape(r) {
 			if out != nil {
 				out = append(out, b[i:i+size]...)
 			}
