@@ -5,35 +5,17 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/runclaim/runclaim/internal/inert"
 )
 
 // clean makes a text from the database inert for display, on top of
 // html/template's escaping: a control character (ANSI's escape among
-// them), a bidirectional override or isolate, and a byte that is not
-// UTF-8 are shown as a visible escape (\x1b, \u202e), so that an error
-// text cannot colour, reorder or hide what the page shows. Newlines and
-// tabs stay.
-func clean(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n' || r == '\t':
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c,
-			r >= 0x200b && r <= 0x200d, r == 0xfeff:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
+// them), a bidirectional override or isolate, another invisible
+// character, and a byte that is not UTF-8 are shown as a visible escape
+// (\x1b, \u202e), so that an error text cannot colour, reorder or hide
+// what the page shows. Newlines and tabs stay. It is the CLI's escaping.
+func clean(s string) string { return inert.Escape(s, true) }
 
 // firstLine is the cleaned first line of s, cut to at most n runes.
 func firstLine(n int, s string) string {
