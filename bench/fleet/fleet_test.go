@@ -27,36 +27,57 @@ func TestMain(m *testing.M) {
 // tick, none is missed, each run succeeds, and every replica reports every
 // tick.
 func TestFleetSmoke(t *testing.T) {
-	db := pgtest.New(t)
 	// The lease is long, whatever the tick: under -race, on a machine that
 	// runs every other package's tests at once, a call of 1,000 sources
 	// took 3 to 5 s, past the 1 s lease a 2 s tick scales to; the runs it
 	// won were then lost at its answer and claimed again, as they should
 	// be. The tick leaves such a call and the job (0.5 s) room to end
 	// before the next tick's claims, which would otherwise find a run
-	// of the last tick still running, and skip. The check is of each
-	// source once per tick, not of the timing.
-	cfg := Config{DSN: db.DSN, Replicas: 3, Sources: 1000, Tick: 8 * time.Second, Ticks: 3, Warmup: 1,
+	// of the last tick still running, and skip: a source missed in a
+	// tick, never run twice. On a machine loaded enough for that (seen
+	// once in CI, with 60 of 1,000 sources missed in one tick), the
+	// fleet runs again with a tick twice as long; a source run twice in
+	// a tick, a run that did not succeed, or an error fails at once.
+	for _, tick := range []time.Duration{8 * time.Second, 16 * time.Second} {
+		missed := fleetSmoke(t, tick)
+		if missed == "" {
+			return
+		}
+		t.Logf("with a tick of %v: %s", tick, missed)
+	}
+	t.Error("the fleet missed sources at every tick length tried")
+}
+
+// fleetSmoke runs TestFleetSmoke's fleet with tick, and returns what it
+// missed (sources not run in a tick), "" if nothing; it fails the test on
+// any other fault.
+func fleetSmoke(t *testing.T, tick time.Duration) (missed string) {
+	db := pgtest.New(t)
+	cfg := Config{DSN: db.DSN, Replicas: 3, Sources: 1000, Tick: tick, Ticks: 3, Warmup: 1,
 		Lease: 60 * time.Second, Heartbeat: 5 * time.Second, Job: 500 * time.Millisecond, Cgroup: containerCgroup(t)}
 	rep, err := Run(t.Context(), cfg, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.OK() {
-		t.Errorf("the fleet did not run each source exactly once per tick: %d runs, %d pairs run more than once, %d missing, %d not succeeded; errors %q",
-			rep.Runs, rep.BadPairs, rep.Missing, rep.NotSuccess, rep.Errors)
-	}
-	if want := int64(cfg.Sources * cfg.Ticks); rep.Runs != want {
-		t.Errorf("%d runs in the measured ticks, want %d", rep.Runs, want)
-	}
-	for _, tk := range rep.Ticks {
-		if tk.Won != cfg.Sources || tk.Won+tk.Skipped != cfg.Sources*cfg.Replicas {
-			t.Errorf("tick %d: %d won and %d skipped; want %d won of %d attempts", tk.Tick, tk.Won, tk.Skipped, cfg.Sources, cfg.Sources*cfg.Replicas)
-		}
-	}
 	var b testBuffer
 	rep.Print(&b)
 	t.Log("\n" + string(b))
+	if rep.BadPairs > 0 || rep.NotSuccess > 0 || len(rep.Errors) > 0 {
+		t.Fatalf("the fleet did not run each source at most once per tick, each successfully: %d runs, %d pairs run more than once, %d missing, %d not succeeded; errors %q",
+			rep.Runs, rep.BadPairs, rep.Missing, rep.NotSuccess, rep.Errors)
+	}
+	for _, tk := range rep.Ticks {
+		if tk.Won+tk.Skipped != cfg.Sources*cfg.Replicas {
+			t.Fatalf("tick %d: %d won and %d skipped; want %d attempts", tk.Tick, tk.Won, tk.Skipped, cfg.Sources*cfg.Replicas)
+		}
+		if tk.Won != cfg.Sources {
+			missed += fmt.Sprintf("tick %d: %d of %d sources won; ", tk.Tick, tk.Won, cfg.Sources)
+		}
+	}
+	if want := int64(cfg.Sources * cfg.Ticks); rep.Missing > 0 || rep.Runs != want || !rep.OK() {
+		missed += fmt.Sprintf("%d runs, want %d; %d missing", rep.Runs, want, rep.Missing)
+	}
+	return missed
 }
 
 // BenchmarkFleet runs the fleet once per benchmark run, with the scene the
