@@ -64,6 +64,18 @@ func advisoryKey(namespace, source string) int64 {
 // so the claim wrote nothing and must be sent in the explicit form.
 var errNeedExplicit = errors.New("runclaim: session isolation is not read committed")
 
+// inClaimForm sends a claim (one source's, or a ClaimMany call's) in the
+// store's form, and once more in the explicit form if the session's
+// isolation needed it, which the store then keeps to.
+func inClaimForm[R, T any](s *PostgresStore, send func(explicit bool) (R, T, error)) (R, T, error) {
+	r, t, err := send(s.useExplicit())
+	if err == errNeedExplicit {
+		s.explicit.Store(true)
+		r, t, err = send(true)
+	}
+	return r, t, err
+}
+
 // The explicit form's transaction control, around the claim's statements
 // and the other one-row statements (see queryRow).
 const (
@@ -584,28 +596,26 @@ func (s *PostgresStore) probe(ctx context.Context) (probeVerdict, error) {
 		}
 		return took, false, err
 	}
-	for i := range probeAttempts {
+	// probeAttempts attempts while A holds the key, which must fail, then
+	// one once A has committed, which must succeed.
+	for i := range probeAttempts + 1 {
+		committed := i == probeAttempts
+		if committed {
+			if err := a.Commit(ctx); err != nil {
+				return probeUnknown, err
+			}
+		}
 		took, cannotTell, err := try()
 		switch {
 		case cannotTell:
 			return probeCannotTell, nil
 		case err != nil:
 			return probeUnknown, err
-		case took:
+		case took && !committed:
 			return refuse(fmt.Sprintf("session B took pg_try_advisory_xact_lock of a key that session A held (attempt %d of %d)", i+1, probeAttempts))
+		case !took && committed:
+			return refuse("session B could not take pg_try_advisory_xact_lock of a key once session A had committed")
 		}
-	}
-	if err := a.Commit(ctx); err != nil {
-		return probeUnknown, err
-	}
-	took, cannotTell, err := try()
-	switch {
-	case cannotTell:
-		return probeCannotTell, nil
-	case err != nil:
-		return probeUnknown, err
-	case !took:
-		return refuse("session B could not take pg_try_advisory_xact_lock of a key once session A had committed")
 	}
 	return probeProven, nil
 }

@@ -139,6 +139,24 @@ func validateHeartbeats(reqs []HeartbeatRequest) error {
 	return nil
 }
 
+// validateFinishes checks a FinishMany call before anything is sent or
+// recorded: ctx, the number of requests, and each request as Finish
+// checks it.
+func validateFinishes(ctx context.Context, reqs []FinishRequest) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if len(reqs) > MaxClaimMany {
+		return fmt.Errorf("runclaim: finish %d runs: more than MaxClaimMany (%d)", len(reqs), MaxClaimMany)
+	}
+	for _, req := range reqs {
+		if err := checkRequest(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ClaimMany claims each of sources as Claim does, in one call to the
 // store: with PostgresStore, one statement, one round trip, one
 // transaction and one commit, however many sources (up to MaxClaimMany).
@@ -315,41 +333,40 @@ func (c *Claimer) manyFailed(ctx context.Context, sources []string, err error, d
 // ClaimMany implements ManyStore: it decides every request under the
 // store's lock, as one step.
 func (s *MemoryStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
-	if err := checkContext(ctx); err != nil {
-		return nil, err
-	}
-	if err := validateClaims(reqs); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("runclaim: claim many: %w", err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]ClaimResult, len(reqs))
-	for i, req := range reqs {
-		out[i].Run, out[i].Err = s.claimLocked(req)
-	}
-	return out, nil
+	return eachLocked(ctx, s, "claim many", validateClaims(reqs), reqs, func(req ClaimRequest) (r ClaimResult) {
+		r.Run, r.Err = s.claimLocked(req)
+		return r
+	})
 }
 
 // HeartbeatMany implements ManyStore: it extends every lease under
 // the store's lock, as one step.
 func (s *MemoryStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error) {
+	return eachLocked(ctx, s, "heartbeat many", validateHeartbeats(reqs), reqs, func(req HeartbeatRequest) (r HeartbeatResult) {
+		r.LeaseUntil, r.Err = s.heartbeatLocked(req)
+		return r
+	})
+}
+
+// eachLocked is the memory store's many-source call (what, for errors):
+// once ctx and the requests are checked (invalid is the requests'
+// check), it decides each request with one under the store's lock, as
+// one step.
+func eachLocked[Q, R any](ctx context.Context, s *MemoryStore, what string, invalid error, reqs []Q, one func(Q) R) ([]R, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	if err := validateHeartbeats(reqs); err != nil {
-		return nil, err
+	if invalid != nil {
+		return nil, invalid
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("runclaim: heartbeat many: %w", err)
+		return nil, fmt.Errorf("runclaim: %s: %w", what, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]HeartbeatResult, len(reqs))
+	out := make([]R, len(reqs))
 	for i, req := range reqs {
-		out[i].LeaseUntil, out[i].Err = s.heartbeatLocked(req)
+		out[i] = one(req)
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package runclaim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -106,10 +107,7 @@ func NewMemoryStore(opts ...ClockOption) *MemoryStore {
 
 // Claim implements Store.
 func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, error) {
-	if err := checkRequest(ctx, req); err != nil {
-		return RunInfo{}, err
-	}
-	unlock, err := s.enter(ctx, "claim", req.Source)
+	unlock, err := s.enter(ctx, checkRequest(ctx, req), "claim", req.Source)
 	if err != nil {
 		return RunInfo{}, err
 	}
@@ -302,65 +300,38 @@ var _ Limiter = (*MemoryStore)(nil)
 
 // SetLimit implements Limiter.
 func (s *MemoryStore) SetLimit(ctx context.Context, key string, l Limit) error {
-	if err := checkKeyCall(ctx, key); err != nil {
-		return err
-	}
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	unlock, err := s.enter(ctx, "set limit", key)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	s.limits[key] = l
-	return nil
+	return s.update(ctx, cmp.Or(checkKeyCall(ctx, key), l.Validate()), "set limit", key, func() error {
+		s.limits[key] = l
+		return nil
+	})
 }
 
 // DeleteLimit implements Limiter.
 func (s *MemoryStore) DeleteLimit(ctx context.Context, key string) error {
-	if err := checkKeyCall(ctx, key); err != nil {
-		return err
-	}
-	unlock, err := s.enter(ctx, "delete limit", key)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	delete(s.limits, key)
-	return nil
+	return s.update(ctx, checkKeyCall(ctx, key), "delete limit", key, func() error {
+		delete(s.limits, key)
+		return nil
+	})
 }
 
 // Cooldown implements Limiter.
 func (s *MemoryStore) Cooldown(ctx context.Context, key string, until time.Time, note string) error {
-	if err := checkCooldown(ctx, key, until, note); err != nil {
-		return err
-	}
-	unlock, err := s.enter(ctx, "cooldown", key)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	now := s.now()
-	if !until.After(now) {
-		return pastCooldown(key, until, now)
-	}
-	s.coolLocked(key, until, note)
-	return nil
+	return s.update(ctx, checkCooldown(ctx, key, until, note), "cooldown", key, func() error {
+		now := s.now()
+		if !until.After(now) {
+			return pastCooldown(key, until, now)
+		}
+		s.coolLocked(key, until, note)
+		return nil
+	})
 }
 
 // cooldownFor is Run.Cooldown's: a cooldown of d from the store's clock.
 func (s *MemoryStore) cooldownFor(ctx context.Context, key string, d time.Duration, note string) error {
-	if err := checkCooldownFor(ctx, key, d, note); err != nil {
-		return err
-	}
-	unlock, err := s.enter(ctx, "cooldown", key)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	s.coolLocked(key, s.now().Add(d), note)
-	return nil
+	return s.update(ctx, checkCooldownFor(ctx, key, d, note), "cooldown", key, func() error {
+		s.coolLocked(key, s.now().Add(d), note)
+		return nil
+	})
 }
 
 // coolLocked records a cooldown of key until until, unless one in force
@@ -374,66 +345,42 @@ func (s *MemoryStore) coolLocked(key string, until time.Time, note string) {
 
 // EndCooldown implements Limiter.
 func (s *MemoryStore) EndCooldown(ctx context.Context, key string) error {
-	if err := checkKeyCall(ctx, key); err != nil {
-		return err
-	}
-	unlock, err := s.enter(ctx, "end cooldown", key)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	delete(s.cools, key)
-	return nil
+	return s.update(ctx, checkKeyCall(ctx, key), "end cooldown", key, func() error {
+		delete(s.cools, key)
+		return nil
+	})
 }
 
 // Pause implements Controller.
 func (s *MemoryStore) Pause(ctx context.Context, source string, until time.Time, note string) error {
-	if err := checkPause(ctx, source, until, note); err != nil {
-		return err
-	}
-	unlock, err := s.enter(ctx, "pause", source)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	now := s.now()
-	if !until.IsZero() && !until.After(now) {
-		return pastUntil(source, until, now)
-	}
-	s.pauses[source] = memPause{at: now, until: until, note: note}
-	return nil
+	return s.update(ctx, checkPause(ctx, source, until, note), "pause", source, func() error {
+		now := s.now()
+		if !until.IsZero() && !until.After(now) {
+			return pastUntil(source, until, now)
+		}
+		s.pauses[source] = memPause{at: now, until: until, note: note}
+		return nil
+	})
 }
 
 // Resume implements Controller.
 func (s *MemoryStore) Resume(ctx context.Context, source string) error {
-	if err := checkSourceCall(ctx, source); err != nil {
-		return err
-	}
-	unlock, err := s.enter(ctx, "resume", source)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	delete(s.pauses, source)
-	s.wakeLocked(source)
-	return nil
+	return s.update(ctx, checkSourceCall(ctx, source), "resume", source, func() error {
+		delete(s.pauses, source)
+		s.wakeLocked(source)
+		return nil
+	})
 }
 
 // Trigger implements Controller.
 func (s *MemoryStore) Trigger(ctx context.Context, source string) error {
-	if err := checkSourceCall(ctx, source); err != nil {
-		return err
-	}
-	unlock, err := s.enter(ctx, "trigger", source)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if _, ok := s.triggers[source]; !ok {
-		s.triggers[source] = s.now()
-		s.wakeLocked(source)
-	}
-	return nil
+	return s.update(ctx, checkSourceCall(ctx, source), "trigger", source, func() error {
+		if _, ok := s.triggers[source]; !ok {
+			s.triggers[source] = s.now()
+			s.wakeLocked(source)
+		}
+		return nil
+	})
 }
 
 // Heartbeat implements Store.
@@ -470,16 +417,8 @@ func (s *MemoryStore) heartbeatLocked(req HeartbeatRequest) (time.Time, error) {
 // FinishMany implements PostgresStore.FinishMany's contract: each
 // request as Finish would decide it, in order.
 func (s *MemoryStore) FinishMany(ctx context.Context, reqs []FinishRequest) ([]error, error) {
-	if err := checkContext(ctx); err != nil {
+	if err := validateFinishes(ctx, reqs); err != nil {
 		return nil, err
-	}
-	if len(reqs) > MaxClaimMany {
-		return nil, fmt.Errorf("runclaim: finish %d runs: more than MaxClaimMany (%d)", len(reqs), MaxClaimMany)
-	}
-	for _, req := range reqs {
-		if err := checkRequest(ctx, req); err != nil {
-			return nil, err
-		}
 	}
 	errs := make([]error, len(reqs))
 	for i, req := range reqs {
@@ -590,13 +529,28 @@ func (s *MemoryStore) State(ctx context.Context, source string) (SavedState, boo
 	return st, ok, nil
 }
 
-// enter is a method's way in, once its arguments are checked: ctx's error,
-// if it has ended, as the error of what on name; else s's lock, which the
-// caller releases with unlock.
-func (s *MemoryStore) enter(ctx context.Context, what, name string) (unlock func(), err error) {
+// enter is a method's way in: invalid, the error of the check of its
+// arguments, if there is one; else ctx's error, if it has ended, as the
+// error of what on name; else s's lock, which the caller releases with
+// unlock.
+func (s *MemoryStore) enter(ctx context.Context, invalid error, what, name string) (unlock func(), err error) {
+	if invalid != nil {
+		return nil, invalid
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("runclaim: %s %s: %w", what, quoteForError(name), err)
 	}
 	s.mu.Lock()
 	return s.mu.Unlock, nil
+}
+
+// update is enter for a method that returns only an error: it runs f
+// under s's lock.
+func (s *MemoryStore) update(ctx context.Context, invalid error, what, name string, f func() error) error {
+	unlock, err := s.enter(ctx, invalid, what, name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return f()
 }

@@ -253,12 +253,9 @@ func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, e
 	cctx, release := graceContext(ctx)
 	defer release()
 
-	explicit := s.useExplicit()
-	info, trigger, err := s.claim(cctx, req, explicit)
-	if err == errNeedExplicit {
-		s.explicit.Store(true)
-		info, trigger, err = s.claim(cctx, req, true)
-	}
+	info, trigger, err := inClaimForm(s, func(explicit bool) (RunInfo, time.Time, error) {
+		return s.claim(cctx, req, explicit)
+	})
 	ctxErr := ctx.Err()
 	if ctxErr == nil {
 		return info, err

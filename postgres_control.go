@@ -82,25 +82,24 @@ func (s *PostgresStore) Pause(ctx context.Context, source string, until time.Tim
 // Resume implements Controller. It needs schema version 5 and, for the
 // role, SELECT and UPDATE on the control table.
 func (s *PostgresStore) Resume(ctx context.Context, source string) error {
-	if err := checkSourceCall(ctx, source); err != nil {
-		return err
-	}
-	var resumed bool
-	if err := s.queryRow(ctx, s.sql.resume, []any{source}, &resumed); err != nil {
-		return s.controlError(ctx, "resume "+quoteForError(source), err)
-	}
-	return nil
+	return s.controlSource(ctx, "resume", s.sql.resume, source)
 }
 
 // Trigger implements Controller. It needs schema version 5 and, for the
 // role, SELECT, INSERT and UPDATE on the control table.
 func (s *PostgresStore) Trigger(ctx context.Context, source string) error {
+	return s.controlSource(ctx, "trigger", s.sql.trigger, source)
+}
+
+// controlSource sends a control statement (Resume's, Trigger's) of one
+// source, whose answer is one boolean, once source is checked.
+func (s *PostgresStore) controlSource(ctx context.Context, what, sql, source string) error {
 	if err := checkSourceCall(ctx, source); err != nil {
 		return err
 	}
-	var made bool
-	if err := s.queryRow(ctx, s.sql.trigger, []any{source}, &made); err != nil {
-		return s.controlError(ctx, "trigger "+quoteForError(source), err)
+	var done bool
+	if err := s.queryRow(ctx, sql, []any{source}, &done); err != nil {
+		return s.controlError(ctx, what+" "+quoteForError(source), err)
 	}
 	return nil
 }

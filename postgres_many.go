@@ -1,6 +1,7 @@
 package runclaim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,14 +38,8 @@ import (
 
 // ClaimMany implements ManyStore in one statement.
 func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
-	if err := checkContext(ctx); err != nil {
+	if err := cmp.Or(checkContext(ctx), validateClaims(reqs)); err != nil || len(reqs) == 0 {
 		return nil, err
-	}
-	if err := validateClaims(reqs); err != nil {
-		return nil, err
-	}
-	if len(reqs) == 0 {
-		return nil, nil
 	}
 	what := fmt.Sprintf("claim %d sources", len(reqs))
 	if err := ctx.Err(); err != nil {
@@ -59,12 +54,9 @@ func (s *PostgresStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]C
 	cctx, release := graceContext(ctx)
 	defer release()
 
-	explicit := s.useExplicit()
-	res, triggers, err := s.claimMany(cctx, reqs, explicit)
-	if err == errNeedExplicit {
-		s.explicit.Store(true)
-		res, triggers, err = s.claimMany(cctx, reqs, true)
-	}
+	res, triggers, err := inClaimForm(s, func(explicit bool) ([]ClaimResult, []time.Time, error) {
+		return s.claimMany(cctx, reqs, explicit)
+	})
 	ctxErr := ctx.Err()
 	switch {
 	case ctxErr == nil:
@@ -360,14 +352,8 @@ func (s *PostgresStore) claimManyError(ctx context.Context, reqs []ClaimRequest,
 
 // HeartbeatMany implements ManyStore in one statement.
 func (s *PostgresStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error) {
-	if err := checkContext(ctx); err != nil {
+	if err := cmp.Or(checkContext(ctx), validateHeartbeats(reqs)); err != nil || len(reqs) == 0 {
 		return nil, err
-	}
-	if err := validateHeartbeats(reqs); err != nil {
-		return nil, err
-	}
-	if len(reqs) == 0 {
-		return nil, nil
 	}
 	what := fmt.Sprintf("heartbeat %d runs", len(reqs))
 	// One lease for the statement: a Claimer's runs share it. Requests
@@ -450,16 +436,8 @@ const readOnlyClaim = "cannot claim on a server that cannot write (a standby, or
 // that come while another is being recorded (DoMany's, mostly): they go
 // together in the next call.
 func (s *PostgresStore) FinishMany(ctx context.Context, reqs []FinishRequest) ([]error, error) {
-	if err := checkContext(ctx); err != nil {
+	if err := validateFinishes(ctx, reqs); err != nil {
 		return nil, err
-	}
-	if len(reqs) > MaxClaimMany {
-		return nil, fmt.Errorf("runclaim: finish %d runs: more than MaxClaimMany (%d)", len(reqs), MaxClaimMany)
-	}
-	for _, req := range reqs {
-		if err := checkRequest(ctx, req); err != nil {
-			return nil, err
-		}
 	}
 	type row struct{ newStatus, oldStatus, oldError pgtype.Text }
 	rows := make([]row, len(reqs))

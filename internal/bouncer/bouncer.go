@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // The pool PgBouncer runs.
@@ -153,7 +154,7 @@ func (b *Bouncer) AtLeast(major, minor int) bool {
 }
 
 func start(t testing.TB, bin, dir string, up *pgx.ConnConfig, version string, poolSize int) (*Bouncer, error) {
-	port, err := freePort()
+	port, err := pgtest.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -390,14 +391,4 @@ func iniValue(s string) string {
 // quotes, with double quotes doubled.
 func userlistQuote(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -78,7 +78,7 @@ func startLocal(major int) (*Server, error) {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("initdb in %s: %v: %s", bin, err, lastLine(string(out))))
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return fail(err)
 	}

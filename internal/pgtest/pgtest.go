@@ -490,7 +490,7 @@ func startContainer() (*Server, error) {
 		hostPort := "0"
 		var hostIP netip.Addr
 		if local {
-			port, err := freePort()
+			port, err := FreePort()
 			if err != nil {
 				return nil, err
 			}
@@ -751,8 +751,8 @@ func setenvIfUnset(key, value string) {
 	}
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
