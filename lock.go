@@ -122,6 +122,76 @@ type claimDecision struct {
 // nothing.
 var errReplaceOld = errors.New("runclaim: Replace needs the current schema version")
 
+// Claim implements Store. It sends the whole claim as one statement, a
+// call of the claim function: one round trip once pgx has prepared it on
+// the connection.
+func (s *PostgresStore) Claim(ctx context.Context, req ClaimRequest) (RunInfo, error) {
+	if err := checkRequest(ctx, req); err != nil {
+		return RunInfo{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w", quoteForError(req.Source), err)
+	}
+	if err := s.exclusive(ctx); err != nil {
+		return RunInfo{}, fmt.Errorf("runclaim: claim %s: %w", quoteForError(req.Source), err)
+	}
+	// Once sent, a claim commits at the server whether or not its answer is
+	// read. Were it abandoned when ctx ends, a run won that way would hold
+	// the source for a whole lease with nobody to run it. So the claim runs
+	// on a context that ctx's end does not cancel until claimGrace later,
+	// and a run won after ctx ended is deleted again: the claim then returns
+	// ctx's error and, as any failed claim, leaves no row (G8).
+	cctx, release := graceContext(ctx)
+	defer release()
+
+	info, trigger, err := inClaimForm(s, func(explicit bool) (RunInfo, time.Time, error) {
+		return s.claim(cctx, req, explicit)
+	})
+	ctxErr := ctx.Err()
+	if ctxErr == nil {
+		return info, err
+	}
+	what := "claim " + quoteForError(req.Source)
+	switch {
+	case err == nil:
+		// The run goes, and the trigger it used up, if any, comes back.
+		sql, args := s.sql.unclaim, []any{info.ID, info.StartedAt, info.Source}
+		if !trigger.IsZero() {
+			sql, args = s.sql.unclaimTrigger, []any{info.ID, info.StartedAt, trigger, info.Source}
+		}
+		var gone int64
+		if derr := s.queryRow(cctx, sql, args, &gone); derr != nil && !errors.Is(derr, pgx.ErrNoRows) {
+			return RunInfo{}, fmt.Errorf("runclaim: %s: %w; and run %d, won meanwhile, could not be deleted: %w", what, ctxErr, info.ID, derr)
+		}
+		if derr := s.unclaimStarts(cctx, []ClaimRequest{req}, []RunInfo{info}); derr != nil {
+			return RunInfo{}, fmt.Errorf("runclaim: %s: %w; and the starts of run %d, won meanwhile, could not be deleted: %w", what, ctxErr, info.ID, derr)
+		}
+		return RunInfo{}, fmt.Errorf("runclaim: %s: %w", what, ctxErr)
+	case errors.Is(err, ctxErr):
+		return info, err
+	default:
+		return RunInfo{}, fmt.Errorf("runclaim: %s: %w (%w)", what, ctxErr, err)
+	}
+}
+
+// graceContext returns the context a claim runs on: ctx, not cancelled
+// by ctx's end until claimGrace later (see Claim). release frees it.
+func graceContext(ctx context.Context) (cctx context.Context, release func()) {
+	if ctx.Done() == nil { // a context that cannot end
+		return ctx, func() {}
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, cancel) })
+	return cctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// claimGrace is how long a claim already under way may go on after its
+// context ends, to learn whether it won (see Claim).
+const claimGrace = 5 * time.Second
+
 // claim runs the claim protocol once, in the implicit form or, with
 // explicit, inside BEGIN ISOLATION LEVEL READ COMMITTED ... COMMIT, as one
 // call of the claim function.

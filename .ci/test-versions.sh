@@ -13,19 +13,23 @@
 #
 # The versions named with -s run only the smoke selection of
 # .ci/version-smoke (the tests of version-specific SQL), and only the
-# packages it names; the others run every database test.
+# packages it names; those named with -r run every test of the root
+# package (the store, its conformance suite, contention and upgrades) and
+# the smoke selection of the others; the others run every database test.
 #
 # For each version it then prints what .ci/testsummary.go makes of the
 # output (every package with the server it ran on, every failure and skip)
 # and a closing line "PostgreSQL MAJOR: N passed, N failed, N skipped ...".
 # It exits non-zero if any version failed.
 #
-# Usage: .ci/test-versions.sh [-j JOBS] [-o DIR] [-s MAJOR,...] MAJOR...
+# Usage: .ci/test-versions.sh [-j JOBS] [-o DIR] [-s MAJOR,...] [-r MAJOR,...] MAJOR...
 #        .ci/test-versions.sh -l
 #   -l       prints the packages with database tests, comma-separated, and exits
 #   -j JOBS  test binaries running at once (default 4)
 #   -s MAJORS  of the versions given, those (comma-separated) that run only
 #            the smoke selection
+#   -r MAJORS  of the versions given, those (comma-separated) that run the
+#            root package whole and the other packages' smoke selection
 #   -o DIR   keep the test binaries, the go test -json output of each run
 #            (DIR/MAJOR/*.json) and the closing lines (DIR/MAJOR.line) in DIR
 #            (default: a temporary directory, removed at the end)
@@ -33,17 +37,19 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-usage() { echo "usage: $0 [-j JOBS] [-o DIR] [-s MAJOR,...] MAJOR... | $0 -l" >&2; exit 2; }
+usage() { echo "usage: $0 [-j JOBS] [-o DIR] [-s MAJOR,...] [-r MAJOR,...] MAJOR... | $0 -l" >&2; exit 2; }
 jobs=4
 out=""
 list=0
 smoke=","
-while getopts 'j:o:ls:' opt; do
+rootonly=","
+while getopts 'j:o:lr:s:' opt; do
 	case $opt in
 	j) jobs=$OPTARG ;;
 	o) out=$OPTARG ;;
 	l) list=1 ;;
 	s) smoke=",$OPTARG," ;;
+	r) rootonly=",$OPTARG," ;;
 	*) usage ;;
 	esac
 done
@@ -128,11 +134,16 @@ smoke_need="$(
 t=$SECONDS
 go build -o "$out/bin/testsummary" .ci/testsummary.go
 # Two at a time: linking is mostly serial, and the machines have two cores.
-for p in "${pkgs[@]}"; do
+# Only the smoke packages when no version runs every package.
+build=("${smoke_pkgs[@]}")
+for v in "${versions[@]}"; do
+	[[ $smoke == *",$v,"* || $rootonly == *",$v,"* ]] || build=("${pkgs[@]}")
+done
+for p in "${build[@]}"; do
 	path=${p%% *}
 	printf '%s\0%s\0' "$out/bin/${path//\//_}.test" "$path"
 done | xargs -0 -n 2 -P 2 go test -c -o
-log "compiled ${#pkgs[@]} test binaries in $((SECONDS - t)) s"
+log "compiled ${#build[@]} test binaries in $((SECONDS - t)) s"
 
 # run_one MAJOR IMPORTPATH DIR [RUN]: one test binary against one
 # version, only the tests RUN matches if given.
@@ -163,11 +174,18 @@ export out test2json
 # package (the root package's), then the other whole runs, then the other
 # smoke runs.
 t=$SECONDS
-full=() smokes=()
+full=() smokes=() roots=()
 for v in "${versions[@]}"; do
 	mkdir -p "$out/$v"
-	if [[ $smoke == *",$v,"* ]]; then smokes+=("$v"); else full+=("$v"); fi
+	if [[ $smoke == *",$v,"* ]]; then
+		smokes+=("$v")
+	elif [[ $rootonly == *",$v,"* ]]; then
+		roots+=("$v")
+	else
+		full+=("$v")
+	fi
 done
+root_pkg="github.com/runclaim/runclaim $root"
 n=${#pkgs[@]}
 half=$(((n + 1) / 2))
 full_rounds() { # full_rounds FROM TO: the whole runs of rounds FROM..TO-1
@@ -185,24 +203,34 @@ smoke_runs_of() { # smoke_runs_of FROM TO: the smoke runs of smoke packages FROM
 	local i v p
 	for ((i = $1; i < $2 && i < ${#smoke_pkgs[@]}; i++)); do
 		p=${smoke_pkgs[$i]}
-		for v in "${smokes[@]}"; do
+		for v in "${smokes[@]}" "${roots[@]}"; do
+			# The -r versions run the root package whole (root_runs).
+			[[ $p == "$root_pkg" && " ${roots[*]} " == *" $v "* ]] && continue
 			printf '%s\0%s\0%s\0%s\0' "$v" "${p%% *}" "${p#* }" "${smoke_runs[$i]}"
 		done
 	done
 }
+root_runs() { # the whole runs of the root package on the -r versions
+	local v
+	for v in "${roots[@]}"; do
+		printf '%s\0%s\0%s\0\0' "$v" "${root_pkg%% *}" "${root_pkg#* }"
+	done
+}
 {
+	root_runs
 	full_rounds 0 3
 	smoke_runs_of 0 1
 	full_rounds 3 "$n"
 	smoke_runs_of 1 "${#smoke_pkgs[@]}"
 } | xargs -0 -n 4 -P "$jobs" bash -c 'run_one "$@"' run_one
-log "ran ${#pkgs[@]} packages on ${#full[@]} versions and ${#smoke_pkgs[@]} packages' smoke selection on ${#smokes[@]}, $jobs at a time, in $((SECONDS - t)) s"
+log "ran ${#pkgs[@]} packages on ${#full[@]} versions, the root package and the others' smoke selection on ${#roots[@]}, and ${#smoke_pkgs[@]} packages' smoke selection on ${#smokes[@]}, $jobs at a time, in $((SECONDS - t)) s"
 
 rc=0
 for v in "${versions[@]}"; do
 	printf '\n=== tests on PostgreSQL %s\n' "$v"
 	what=$need
 	[[ $smoke == *",$v,"* ]] && what=$smoke_need
+	[[ $rootonly == *",$v,"* ]] && what=$smoke_need
 	cat "$out/$v"/*.json | "$out/bin/testsummary" -label "PostgreSQL $v" -major "$v" -need-db "$what" -line "$out/$v.line" || rc=1
 done
 exit "$rc"
