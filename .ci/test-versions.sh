@@ -145,18 +145,22 @@ for p in "${build[@]}"; do
 done | xargs -0 -n 2 -P 2 go test -c -o
 log "compiled ${#build[@]} test binaries in $((SECONDS - t)) s"
 
-# run_one MAJOR IMPORTPATH DIR [RUN]: one test binary against one
-# version, only the tests RUN matches if given.
+# run_one MAJOR IMPORTPATH DIR [RUN [SHARD]]: one test binary against one
+# version, only the tests RUN matches if given; SHARD names a part of a
+# package's tests that runs beside the others (RUN lists its tests).
 run_one() {
-	local v=$1 path=$2 dir=$3 run=${4:-}
-	local bin="$out/bin/${path//\//_}.test" json="$out/$v/${path//\//_}.json"
+	local v=$1 path=$2 dir=$3 run=${4:-} shard=${5:-}
+	local bin="$out/bin/${path//\//_}.test" json="$out/$v/${path//\//_}${shard:+.$shard}.json"
 	local start=$SECONDS rc=0 args=()
 	[[ -n $run ]] && args=(-test.run "$run")
 	(cd "$dir" && PGTEST_IMAGE="runclaim.local/postgres:$v" PGTEST_SERVER_MAJOR="$v" \
 		PGTEST_REQUIRED=1 TESTCONTAINERS_RYUK_DISABLED=true \
 		"$test2json" -t -p "$path" "$bin" -test.v=test2json -test.count=1 -test.parallel=4 \
 		-test.paniconexit0 -test.timeout=10m "${args[@]}") >"$json" 2>&1 || rc=$?
-	printf 'test-versions: PostgreSQL %s %s%s: exit %d after %d s\n' "$v" "$path" "${run:+ (smoke)}" "$rc" "$((SECONDS - start))" >&2
+	local what=""
+	[[ -n $run ]] && what=" (smoke)"
+	[[ -n $shard ]] && what=" ($shard)"
+	printf 'test-versions: PostgreSQL %s %s%s: exit %d after %d s\n' "$v" "$path" "$what" "$rc" "$((SECONDS - start))" >&2
 }
 test2json="$(go tool -n test2json)"
 export -f run_one
@@ -195,7 +199,7 @@ full_rounds() { # full_rounds FROM TO: the whole runs of rounds FROM..TO-1
 			k=$r
 			((r < half)) && k=$(((r + i) % half))
 			p=${pkgs[$k]}
-			printf '%s\0%s\0%s\0\0' "${full[$i]}" "${p%% *}" "${p#* }"
+			printf '%s\0%s\0%s\0\0\0' "${full[$i]}" "${p%% *}" "${p#* }"
 		done
 	done
 }
@@ -206,14 +210,24 @@ smoke_runs_of() { # smoke_runs_of FROM TO: the smoke runs of smoke packages FROM
 		for v in "${smokes[@]}" "${roots[@]}"; do
 			# The -r versions run the root package whole (root_runs).
 			[[ $p == "$root_pkg" && " ${roots[*]} " == *" $v "* ]] && continue
-			printf '%s\0%s\0%s\0%s\0' "$v" "${p%% *}" "${p#* }" "${smoke_runs[$i]}"
+			printf '%s\0%s\0%s\0%s\0\0' "$v" "${p%% *}" "${p#* }" "${smoke_runs[$i]}"
 		done
 	done
 }
 root_runs() { # the whole runs of the root package on the -r versions
-	local v
+	# In two halves at once, each against a server of its own: whole, it
+	# was the step's longest run by far (its serial tests and its waits on
+	# leases), and the last minute of the step had the two cores half idle.
+	local v i names=() halves=("" "") rp=${root_pkg%% *}
+	((${#roots[@]})) || return 0
+	mapfile -t names < <(cd "${root_pkg#* }" && "$out/bin/${rp//\//_}.test" -test.list '.*' | grep -E '^(Test|Fuzz|Example)')
+	for i in "${!names[@]}"; do
+		halves[i % 2]+="${halves[i % 2]:+|}${names[$i]}"
+	done
 	for v in "${roots[@]}"; do
-		printf '%s\0%s\0%s\0\0' "$v" "${root_pkg%% *}" "${root_pkg#* }"
+		for i in 0 1; do
+			printf '%s\0%s\0%s\0%s\0%s\0' "$v" "${root_pkg%% *}" "${root_pkg#* }" "^(${halves[$i]})\$" "half-$((i + 1))-of-2"
+		done
 	done
 }
 {
@@ -222,7 +236,7 @@ root_runs() { # the whole runs of the root package on the -r versions
 	smoke_runs_of 0 1
 	full_rounds 3 "$n"
 	smoke_runs_of 1 "${#smoke_pkgs[@]}"
-} | xargs -0 -n 4 -P "$jobs" bash -c 'run_one "$@"' run_one
+} | xargs -0 -n 5 -P "$jobs" bash -c 'run_one "$@"' run_one
 log "ran ${#pkgs[@]} packages on ${#full[@]} versions, the root package and the others' smoke selection on ${#roots[@]}, and ${#smoke_pkgs[@]} packages' smoke selection on ${#smokes[@]}, $jobs at a time, in $((SECONDS - t)) s"
 
 rc=0
