@@ -40,8 +40,8 @@
 // (http.CrossOriginProtection). An action is confirmed on a page of its
 // own before it is done, and logged with who did it; a pause records who
 // made it in its note. Every text read from the database is escaped by
-// html/template, and control, ANSI and bidirectional-override characters
-// are shown as visible escapes. The pages carry a Content-Security-Policy
+// html/template, and control, ANSI, bidirectional-override and other
+// invisible characters are shown as visible escapes, as the CLI shows them. The pages carry a Content-Security-Policy
 // that allows no script, and may not be framed.
 //
 // See docs/console.md in the runclaim repository.
