@@ -77,6 +77,8 @@ type memRun struct {
 var (
 	_ Controller = (*MemoryStore)(nil)
 	_ StateSaver = (*MemoryStore)(nil)
+	_ ManyStore  = (*MemoryStore)(nil)
+	_ unclaimer  = (*MemoryStore)(nil)
 )
 
 // NewMemoryStore returns an empty in-memory Store. WithClock gives it
@@ -553,4 +555,45 @@ func (s *MemoryStore) update(ctx context.Context, invalid error, what, name stri
 	}
 	defer unlock()
 	return f()
+}
+
+// ClaimMany implements ManyStore: it decides every request under the
+// store's lock, as one step.
+func (s *MemoryStore) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+	return eachLocked(ctx, s, "claim many", validateClaims(reqs), reqs, func(req ClaimRequest) (r ClaimResult) {
+		r.Run, r.Err = s.claimLocked(req)
+		return r
+	})
+}
+
+// HeartbeatMany implements ManyStore: it extends every lease under
+// the store's lock, as one step.
+func (s *MemoryStore) HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error) {
+	return eachLocked(ctx, s, "heartbeat many", validateHeartbeats(reqs), reqs, func(req HeartbeatRequest) (r HeartbeatResult) {
+		r.LeaseUntil, r.Err = s.heartbeatLocked(req)
+		return r
+	})
+}
+
+// eachLocked is the memory store's many-source call (what, for errors):
+// once ctx and the requests are checked (invalid is the requests'
+// check), it decides each request with one under the store's lock, as
+// one step.
+func eachLocked[Q, R any](ctx context.Context, s *MemoryStore, what string, invalid error, reqs []Q, one func(Q) R) ([]R, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	if invalid != nil {
+		return nil, invalid
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("runclaim: %s: %w", what, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]R, len(reqs))
+	for i, req := range reqs {
+		out[i] = one(req)
+	}
+	return out, nil
 }

@@ -138,7 +138,11 @@ type PostgresStore struct {
 	probed probeState
 }
 
-var _ Store = (*PostgresStore)(nil)
+var (
+	_ Store     = (*PostgresStore)(nil)
+	_ ManyStore = (*PostgresStore)(nil)
+	_ unclaimer = (*PostgresStore)(nil)
+)
 
 // NewPostgresStore returns a Store that keeps runs in a Postgres table,
 // through db (usually a *pgxpool.Pool, which stays the caller's to close).

@@ -300,3 +300,153 @@ func (l Limit) Validate() error {
 	}
 	return nil
 }
+
+// A ManyStore is a Store that decides many claims, and extends many
+// leases, in one step each. Claimer's ClaimMany and DoMany use it when
+// their Store implements it; otherwise they ask one source at a time with
+// Store.Claim, and each run heartbeats on its own, as under Do.
+// PostgresStore implements it with one statement per call; MemoryStore
+// under one lock.
+//
+// A Store that is not a ManyStore may still have a method
+//
+//	Unclaim(ctx context.Context, run RunInfo) error
+//
+// which takes back a run that a claim has just won, as if the claim had
+// never been made: no row or record of it is left, so it serves no tick,
+// counts for no minimum interval and no key, and its source is free. It
+// returns an error matching ErrLeaseLost if the run is not running
+// (finished, expired, released, taken back already, or another run),
+// named by its ID, source and StartedAt as a HeartbeatRequest names it.
+// ClaimMany, asking such a Store one source at a time, takes back with it
+// the runs won before a claim that failed. PostgresStore and MemoryStore
+// have it too; a trigger that the claim used up is given back by
+// MemoryStore, not by PostgresStore (a run's row does not record it).
+type ManyStore interface {
+	Store
+
+	// ClaimMany decides every request as Store.Claim would, as one
+	// atomic step: the results are in the order of reqs, each either the
+	// run started or the skip (a *NotClaimedError). An error that is not
+	// a skip claims nothing, and leaves no row: the store either decided
+	// every request or none. Before it writes anything it refuses more
+	// than MaxClaimMany requests, an invalid one (ClaimRequest.Validate),
+	// two for one source, and more than MaxClaimManyKeys distinct keys in
+	// all; it returns ctx's error, wrapped, when ctx ends first (as Claim
+	// does, a run won after ctx ended is deleted again).
+	ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
+
+	// HeartbeatMany does what Store.Heartbeat does for each request, in
+	// one step: the results are in the order of reqs, each either the new
+	// end of the lease or an error matching ErrLeaseLost for that run
+	// alone. An error of the whole call extends no lease that the caller
+	// can count on. It refuses an invalid request, and two requests for
+	// one run (the same ID, source and start), before it writes anything.
+	// Two requests that share an ID but name other sources or starts are
+	// two runs: after an asynchronous failover an ID can be handed out
+	// again (G14), and only the request that names the row's run extends
+	// it; the other is lost.
+	HeartbeatMany(ctx context.Context, reqs []HeartbeatRequest) ([]HeartbeatResult, error)
+}
+
+// unclaimer is a Store with the Unclaim method that ManyStore's doc
+// describes.
+type unclaimer interface {
+	Unclaim(ctx context.Context, run RunInfo) error
+}
+
+// ClaimResult is the answer to one request of a ManyStore's ClaimMany.
+type ClaimResult struct {
+	Run RunInfo // the run started, when Err is nil
+	Err error   // nil, or why the source was skipped: a *NotClaimedError
+}
+
+// HeartbeatResult is the answer to one request of a ManyStore's
+// HeartbeatMany.
+type HeartbeatResult struct {
+	LeaseUntil time.Time // the new end of the lease, when Err is nil
+	Err        error     // nil, or an error matching ErrLeaseLost
+}
+
+// validateClaims returns an error if reqs cannot be claimed together: more
+// than MaxClaimMany requests, an invalid request (see
+// ClaimRequest.Validate), two requests for one source, or more than
+// MaxClaimManyKeys distinct keys in all. A store checks it before it sends
+// anything.
+func validateClaims(reqs []ClaimRequest) error {
+	if len(reqs) > MaxClaimMany {
+		return fmt.Errorf("runclaim: claim many: %d sources, more than MaxClaimMany (%d); claim them in slices of at most %d", len(reqs), MaxClaimMany, MaxClaimMany)
+	}
+	seen := make(map[string]int, len(reqs))
+	var keys map[string]struct{}
+	for i, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("runclaim: claim many: source %d: %w", i, err)
+		}
+		if j, dup := seen[r.Source]; dup {
+			return fmt.Errorf("runclaim: claim many: source %s is listed twice, at %d and %d", quoteForError(r.Source), j, i)
+		}
+		seen[r.Source] = i
+		for _, k := range r.Keys {
+			if keys == nil {
+				keys = make(map[string]struct{})
+			}
+			keys[k] = struct{}{}
+		}
+	}
+	if len(keys) > MaxClaimManyKeys {
+		return fmt.Errorf("runclaim: claim many: the sources name %d distinct keys, more than MaxClaimManyKeys (%d): the call would hold a lock per source and per key until it commits, in the database server's shared lock table; claim the sources of fewer keys at once",
+			len(keys), MaxClaimManyKeys)
+	}
+	return nil
+}
+
+// runRef names a run as a heartbeat does: by its ID, source and start.
+// After an asynchronous failover the new primary can hand an ID out
+// again, to another source's run (G14), so two requests of one batch may
+// share an ID and still name two runs.
+type runRef struct {
+	id     int64
+	source string
+	start  int64 // StartedAt in microseconds, the store's precision
+}
+
+// refOf returns the run a heartbeat request names.
+func refOf(r HeartbeatRequest) runRef {
+	return runRef{r.ID, r.Source, r.StartedAt.UnixMicro()}
+}
+
+// validateHeartbeats returns an error for an invalid request or two
+// requests for one run (the same ID, source and start).
+func validateHeartbeats(reqs []HeartbeatRequest) error {
+	seen := make(map[runRef]struct{}, len(reqs))
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+		if _, dup := seen[refOf(r)]; dup {
+			return fmt.Errorf("runclaim: heartbeat many: run %d of %s, started at %s, is listed twice",
+				r.ID, quoteForError(r.Source), r.StartedAt.UTC().Format(time.RFC3339Nano))
+		}
+		seen[refOf(r)] = struct{}{}
+	}
+	return nil
+}
+
+// validateFinishes checks a FinishMany call before anything is sent or
+// recorded: ctx, the number of requests, and each request as Finish
+// checks it.
+func validateFinishes(ctx context.Context, reqs []FinishRequest) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if len(reqs) > MaxClaimMany {
+		return fmt.Errorf("runclaim: finish %d runs: more than MaxClaimMany (%d)", len(reqs), MaxClaimMany)
+	}
+	for _, req := range reqs {
+		if err := checkRequest(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
