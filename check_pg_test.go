@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // insertCheckRun writes a run of source that started ago before the database's
@@ -35,8 +34,8 @@ RETURNING id`, source, string(status), ago.Microseconds(), errText).Scan(&id)
 // what its line says about a running run and a failing source.
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 
 	okID := insertCheckRun(t, db.Pool, store, "fresh", runclaim.StatusSucceeded, 10*time.Minute, "")
@@ -150,8 +149,8 @@ SELECT 'buried', 'failed', 'o', t, t, t, t, 'x' FROM (SELECT pg_catalog.clock_ti
 // table is an error (the check cannot tell), not an unhealthy answer.
 func TestCheckBadInput(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	for _, tc := range []struct {
 		source string

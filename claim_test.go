@@ -25,8 +25,8 @@ import (
 func TestLeaseExpiry(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	// A lease under a second: the test waits it out in real time, and
 	// asserts orderings by the database clock (no takeover before the
 	// lease's end, one after it), which a slow machine cannot change.
@@ -96,8 +96,8 @@ func TestLeaseExpiry(t *testing.T) {
 // the lease fails the test at once.
 func TestHeartbeatKeepsLease(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	for lease := time.Second; ; lease *= 2 {
 		if heartbeatsKeepLease(t, db, store, lease) {
 			return
@@ -183,8 +183,8 @@ func aboutLease(got, lease time.Duration) bool {
 func TestMinInterval(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	const interval = time.Second
 	c := newClaimer(t, store, runclaim.WithMinInterval(interval))
 	first, err := c.Claim(ctx, "src")
@@ -242,8 +242,8 @@ func TestMinInterval(t *testing.T) {
 func TestAlreadyRunningDetails(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	a := newClaimer(t, store, runclaim.WithOwner("pod-7"))
 	b := newClaimer(t, store, runclaim.WithOwner("pod-8"))
 	run, err := a.Claim(ctx, "avito")
@@ -283,8 +283,7 @@ func TestAlreadyRunningDetails(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool, wire := countingPool(t, db, 4)
 	store, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
@@ -428,8 +427,7 @@ func TestBadInput(t *testing.T) {
 func TestRunFinishIdempotent(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool, wire := countingPool(t, db, 2)
 	store, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
@@ -484,8 +482,8 @@ func TestRunFinishIdempotent(t *testing.T) {
 func TestDoCancelsOnReleasedRun(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	c := newClaimer(t, store, runclaim.WithLease(time.Second), runclaim.WithHeartbeat(50*time.Millisecond))
 	var id int64
 	err := c.Do(ctx, "src", func(ctx context.Context, run *runclaim.Run) error {
@@ -522,8 +520,8 @@ func TestDoCancelsOnReleasedRun(t *testing.T) {
 func TestDoCancelsAtLocalLeaseEnd(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	// Two seconds: the expiry margin, (lease − 2·heartbeat)/4 = 250 ms, is
 	// then long enough for Do's Finish to reach the database before the
 	// lease ends there on most runs, so that the "failed" branch below is

@@ -84,8 +84,7 @@ type claimOutcome struct {
 func TestClaimFormsAgree(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool, rec := recordingPool(t, db)
 
 	type setup struct {

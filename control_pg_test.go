@@ -39,8 +39,8 @@ func controlRows(t *testing.T, pool *pgxpool.Pool, table string) string {
 // over a running run while a trigger waits, which leaves the trigger.
 func TestPausedClaimWritesNothing(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	ctl := controlTable(runclaim.DefaultSchema)
 	lapsed, err := store.Claim(ctx, runclaim.ClaimRequest{Source: "src", Owner: "a", Lease: runclaim.MinLease})
@@ -198,8 +198,8 @@ func TestMigrateRepairsControl(t *testing.T) {
 // trigger lets their claim in despite the interval, once.
 func TestOlderReleasesHonourControl(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	fn := runclaim.ClaimFuncName(store)
 	calls := map[string]string{
@@ -272,8 +272,7 @@ func TestControlIsolationDefaults(t *testing.T) {
 	for _, level := range []string{"repeatable read", "serializable"} {
 		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			db := pgtest.New(t)
-			migratedStore(t, db.Pool)
+			db := migratedDB(t)
 			pool := poolWithIsolation(t, db, level, nil)
 			ctx := t.Context()
 			store, err := runclaim.NewPostgresStore(pool)

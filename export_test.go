@@ -2,6 +2,7 @@ package runclaim
 
 import (
 	"reflect"
+	"time"
 )
 
 // Hooks for the external tests (package runclaim_test); this file is
@@ -91,3 +92,8 @@ var ValidateClaims = validateClaims
 // SkipExclusionProbe makes s claim without proving that the database's
 // advisory locks exclude: what a store without the probe would do.
 func SkipExclusionProbe(s *PostgresStore) { s.probed.settled.Store(true) }
+
+// SetMigrateLockWait bounds s's wait for the migration lock in Migrate to
+// d, in place of its 30 s: a test that holds the lock on purpose then
+// waits d for the error.
+func SetMigrateLockWait(s *PostgresStore, d time.Duration) { s.migrateLockWait = d }

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // TestFenceContention: holders claim two sources without heartbeats and
@@ -31,8 +30,8 @@ import (
 func TestFenceContention(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	table := store.Table()
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE fenced_writes (
 	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -154,8 +154,8 @@ type fenceEnv struct {
 
 func newFenceEnv(t *testing.T, opts ...runclaim.Option) *fenceEnv {
 	t.Helper()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	if _, err := db.Pool.Exec(t.Context(), `CREATE TABLE results (run_id bigint NOT NULL, written_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())`); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // TestDoManyFinishesTogether: the runs of a DoMany that end together have
@@ -19,8 +18,7 @@ import (
 func TestDoManyFinishesTogether(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool, rec := recordingPool(t, db)
 	store, err := runclaim.NewPostgresStore(pool)
 	if err != nil {

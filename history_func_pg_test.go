@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // TestHistoryFunc: HistoryFunc gives the runs newest first, at most limit
@@ -16,8 +15,8 @@ import (
 func TestHistoryFunc(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	c := newClaimer(t, store)
 	var ids []int64
 	for i := range 5 {

@@ -359,8 +359,8 @@ func TestHistoryPlansUseIndexes(t *testing.T) {
 func TestHeartbeatPlanStaleStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	table := store.Table()
 	for _, q := range []string{
 		`ALTER TABLE ` + table + ` SET (autovacuum_enabled = false)`,

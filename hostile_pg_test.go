@@ -106,8 +106,8 @@ var hostileSources = []struct {
 // table is unchanged.
 func TestHostileSources(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	table := migratedStore(t, db.Pool).Table()
+	db := migratedDB(t)
+	table := storeOn(t, db.Pool).Table()
 	// Runs of other sources that a pattern would match.
 	bystanders := newClaimer(t, migratedStore(t, db.Pool), runclaim.WithOwner("bystander"))
 	for _, s := range []string{"abc", "a", "x", "100", "SELECT 1"} {
@@ -239,8 +239,8 @@ func refused(t *testing.T, db *pgtest.DB, table string, store *runclaim.Postgres
 func TestHostileOwner(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	for i, h := range hostileSources {
 		if len(h.s) > runclaim.MaxOwnerLen {
 			continue // MaxOwnerLen and MaxSourceLen are both 512 today

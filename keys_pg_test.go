@@ -59,8 +59,8 @@ func TestMigrateRepairsKeys(t *testing.T) {
 func TestKeysOnOlderTable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	steps := store.Migrations()
 	for i := len(steps) - 1; i >= 7; i-- { // the newest, ..., then 8
 		if _, err := db.Pool.Exec(ctx, steps[i].Down); err != nil {
@@ -98,8 +98,7 @@ func TestKeysOnOlderTable(t *testing.T) {
 // time, so that the check meant something.
 func TestKeyStress(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	var stores []*runclaim.PostgresStore
 	for range 4 {
 		s, err := runclaim.NewPostgresStore(db.NewPool(t, nil))
@@ -132,8 +131,7 @@ func TestKeyAcrossNamespaces(t *testing.T) {
 	}
 	t.Run("two namespaces", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
-		migratedStore(t, db.Pool)
+		db := migratedDB(t)
 		stores := []*runclaim.PostgresStore{store(t, db, "svc-a", false), store(t, db, "svc-a", false), store(t, db, "svc-b", false), store(t, db, "svc-b", false)}
 		// Each service claims its own sources: a namespace is for
 		// services that share no source.
@@ -141,16 +139,14 @@ func TestKeyAcrossNamespaces(t *testing.T) {
 	})
 	t.Run("previous release beside this one", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
-		migratedStore(t, db.Pool)
+		db := migratedDB(t)
 		stores := []*runclaim.PostgresStore{store(t, db, "svc", true), store(t, db, "svc", true), store(t, db, "svc", false), store(t, db, "svc", false)}
 		keyStress(t, db, stores, nil, "site:deploy", 2)
 	})
 	t.Run("starts in two namespaces", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		db := pgtest.New(t)
-		migratedStore(t, db.Pool)
+		db := migratedDB(t)
 		a, b := store(t, db, "svc-a", false), store(t, db, "svc-b", false)
 		const most = 5
 		if err := a.SetLimit(ctx, "site:starts", runclaim.Limit{MaxStarts: most, Per: time.Hour}); err != nil {
@@ -397,8 +393,7 @@ func TestKeyPrivilegesAfterUpgrade(t *testing.T) {
 func TestKeyRoomIsPerTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	var cs []*runclaim.Claimer
 	for i := range 2 {
 		s, err := runclaim.NewPostgresStore(db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 }))
@@ -469,8 +464,8 @@ func TestKeys(t *testing.T) {
 func TestKeysTruncated(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO public.runclaim_runs_keys (key, max_running)
 SELECT 'k:' || lpad(i::text, 5, '0'), 1 FROM generate_series(1, $1) AS i`, runclaim.MaxKeyStates+1); err != nil {
 		t.Fatal(err)
@@ -501,8 +496,7 @@ SELECT 'k:' || lpad(i::text, 5, '0'), 1 FROM generate_series(1, $1) AS i`, runcl
 func TestNoKeySamePath(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	rec := &sqlRecorder{}
 	store, err := runclaim.NewPostgresStore(db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = rec }))
 	if err != nil {
@@ -610,8 +604,8 @@ VALUES ($1, pg_catalog.clock_timestamp() - $2::bigint * interval '1 microsecond'
 func TestKeyLockBusyIsSkip(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	if err := store.SetLimit(ctx, "site:busy", runclaim.Limit{MaxRunning: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -660,8 +654,8 @@ func TestKeyLockBusyIsSkip(t *testing.T) {
 func TestKeyStartsNumberedWithoutGaps(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	const key = "site:numbered"
 	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: 3, Per: time.Hour}); err != nil {
 		t.Fatal(err)
@@ -780,8 +774,8 @@ func checkStartNumbers(t *testing.T, pool *pgxpool.Pool, store *runclaim.Postgre
 func TestBusyBatchKeyNoErrors(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	const key, starts = "site:busy-batch", 10000
 	if err := store.SetLimit(ctx, key, runclaim.Limit{MaxStarts: starts, Per: time.Hour}); err != nil {
 		t.Fatal(err)

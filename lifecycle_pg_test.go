@@ -31,14 +31,14 @@ import (
 // the cancel lose it within the wind-down of three leases.
 func TestPostgresKeepsRunAliveThroughShutdown(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	shutdownWhileWindingDown(t, migratedStore(t, db.Pool), 2*time.Second)
+	db := migratedDB(t)
+	shutdownWhileWindingDown(t, storeOn(t, db.Pool), 2*time.Second)
 }
 
 func TestPostgresRunFinishConcurrent(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	var lost atomic.Int32
 	c := newClaimer(t, store, runclaim.WithHooks(runclaim.Hooks{LeaseLost: func(runclaim.Event) { lost.Add(1) }}))
 	finishConcurrently(t, c)
@@ -67,8 +67,8 @@ func TestPostgresRunFinishConcurrent(t *testing.T) {
 // ErrLeaseLost, and the row ends as expired either way.
 func TestPostgresLapsedLease(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	table := store.Table()
 	ctx := t.Context()
 	for _, takeover := range []bool{false, true} {
@@ -105,8 +105,8 @@ func TestPostgresLapsedLease(t *testing.T) {
 // source's running run has lapsed.
 func TestPostgresTooSoonWritesNothing(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	a, err := store.Claim(ctx, runclaim.ClaimRequest{Source: "src", Owner: "a", Lease: runclaim.MinLease, MinInterval: time.Hour})
 	if err != nil {
@@ -131,8 +131,8 @@ func TestPostgresTooSoonWritesNothing(t *testing.T) {
 // queue, and claims do not queue behind it.
 func TestMigrateCurrentSchemaTakesNoTableLock(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	unlock := lockTable(t, db.Pool, store.Table())
 	defer unlock()
 	done := make(chan error, 1)
@@ -157,8 +157,7 @@ func TestIsolationDefaultsEveryWrite(t *testing.T) {
 	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
 		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			db := pgtest.New(t)
-			migratedStore(t, db.Pool)
+			db := migratedDB(t)
 			pool := poolWithIsolation(t, db, level, nil)
 			// A store whose claims have seen the session's default sends
 			// every statement in the explicit READ COMMITTED form; a fresh
@@ -305,8 +304,7 @@ func raceTakeover(t *testing.T, db *pgtest.DB, store, opStore *runclaim.Postgres
 // connection takes to open here (see below).
 func TestPostgresHungHeartbeatConnection(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	cfg, err := pgxpool.ParseConfig(db.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -526,8 +524,8 @@ func TestClaimTableLockBounded(t *testing.T) {
 // doWait only bounds a wait that a working Lost ends then.
 func TestPostgresLostAfterShutdown(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	const lease = 3 * time.Second
 	c := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("old-replica"))
 	other := newClaimer(t, store, runclaim.WithLease(lease), runclaim.WithOwner("new-replica"))
@@ -575,8 +573,8 @@ func TestPostgresLostAfterShutdown(t *testing.T) {
 // wrote its own, earlier end. Both Heartbeat and HeartbeatMany.
 func TestPostgresHeartbeatsCrossInFlight(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	table := store.Table()
 	ctx := t.Context()
 	const lease = time.Minute

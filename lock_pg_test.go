@@ -84,8 +84,8 @@ func TestAdvisoryKeyIsFNV64a(t *testing.T) {
 func TestClaimTakesTheAdvisoryKey(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	other, err := runclaim.NewPostgresStore(db.Pool, runclaim.WithNamespace("other"))
 	if err != nil {
 		t.Fatal(err)
@@ -419,8 +419,7 @@ func TestContentionIsolationDefaults(t *testing.T) {
 	for _, level := range []string{"repeatable read", "serializable"} {
 		for _, f := range claimForms {
 			t.Run(strings.ReplaceAll(level, " ", "_")+"/"+f.name, func(t *testing.T) {
-				db := pgtest.New(t)
-				migratedStore(t, db.Pool)
+				db := migratedDB(t)
 				pool := contentionPool(t, db, level)
 				store := formStore(t, pool, f)
 				sources := []string{"avito"}
@@ -475,8 +474,7 @@ func TestIsolationFallback(t *testing.T) {
 			t.Run(strings.ReplaceAll(level, " ", "_")+"/"+strings.ReplaceAll(f.name, " ", "_"), func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
-				db := pgtest.New(t)
-				migratedStore(t, db.Pool)
+				db := migratedDB(t)
 				rec := &sqlRecorder{}
 				pool := poolWithIsolation(t, db, level, func(c *pgxpool.Config) {
 					c.MaxConns = 1
@@ -558,8 +556,7 @@ func TestClaimRoundTrips(t *testing.T) {
 			t.Run(strings.ReplaceAll(level, " ", "_")+"/"+strings.ReplaceAll(f.name, " ", "_"), func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
-				db := pgtest.New(t)
-				migratedStore(t, db.Pool)
+				db := migratedDB(t)
 				alterDatabase(t, db, "default_transaction_isolation", level)
 				pool, wire := countingPool(t, db, 1)
 				var got string
@@ -638,8 +635,7 @@ func TestDatabaseClock(t *testing.T) {
 
 func testDatabaseClock(t *testing.T, f claimForm) {
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool, rec := recordingPool(t, db)
 	store := formStore(t, pool, f)
 	var body string
@@ -774,8 +770,7 @@ func testDatabaseClock(t *testing.T, f claimForm) {
 func TestNoSessionState(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	store, err := runclaim.NewPostgresStore(pool)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // Rule: an advisory lock needs no privilege and its key is no secret, so
@@ -19,8 +18,8 @@ import (
 // hang until their caller gives up, and never commit after it has.
 func TestOperatorLockBounded(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	// The squatter: a session-level lock on a connection of its own, from
 	// a pool of its own, so that the store's pool keeps every connection.
@@ -87,6 +86,9 @@ func TestOperatorLockBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The lock is held until the test ends: any bound runs out. A
+		// shorter one than Migrate's 30 s spares the wait.
+		runclaim.SetMigrateLockWait(fresh, 2*time.Second)
 		err = fresh.Migrate(bounded(t))
 		if pgCode(err) != "RCMLK" || !strings.Contains(err.Error(), "another session held the migration lock") {
 			t.Errorf("Migrate while another session holds the migration lock: %v (SQLSTATE %q); want an error that says so", err, pgCode(err))

@@ -19,8 +19,8 @@ import (
 // own transaction, in pg_locks, which lists the locks a backend holds.
 func TestLostClaimTakesNoAdvisoryLock(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	holder, err := store.Claim(ctx, runclaim.ClaimRequest{Source: "held", Owner: "a", Lease: time.Minute})
 	if err != nil {
@@ -80,8 +80,8 @@ var hostileOperators = []struct{ op, left, right, result string }{
 // trigger and the takeover of a lapsed run.
 func TestClaimFunctionHostileSearchPath(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	if _, err := db.Pool.Exec(ctx, `CREATE SCHEMA evil`); err != nil {
 		t.Fatal(err)

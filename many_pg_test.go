@@ -135,8 +135,8 @@ func TestClaimManyContention(t *testing.T) {
 func TestClaimManyOneTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	pool, rec := recordingPool(t, db)
 	traced, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
@@ -229,8 +229,8 @@ func TestClaimManyErrorClaimsNothing(t *testing.T) {
 	ctx := t.Context()
 	for _, f := range claimForms {
 		t.Run(f.name, func(t *testing.T) {
-			db := pgtest.New(t)
-			plain := migratedStore(t, db.Pool)
+			db := migratedDB(t)
+			plain := storeOn(t, db.Pool)
 			if _, err := db.Pool.Exec(ctx, `ALTER TABLE `+plain.Table()+` ADD CONSTRAINT poison CHECK (source <> 'poison')`); err != nil {
 				t.Fatal(err)
 			}
@@ -273,8 +273,7 @@ func TestClaimManyErrorClaimsNothing(t *testing.T) {
 func TestClaimManyIsolationDefault(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool := poolWithIsolation(t, db, "serializable", nil)
 	store, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
@@ -300,8 +299,8 @@ func TestClaimManyIsolationDefault(t *testing.T) {
 func TestDoManyPostgres(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	pool, rec := recordingPool(t, db)
 	traced, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
@@ -363,8 +362,8 @@ func TestDoManyPostgres(t *testing.T) {
 // the runs were won (their IDs are used up).
 func TestClaimManyCancelledInFlight(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	cfg, err := pgxpool.ParseConfig(db.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -431,8 +430,7 @@ func TestClaimManyCancelledInFlight(t *testing.T) {
 func TestClaimManySynchronousCommit(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool, rec := recordingPool(t, db)
 	store, err := runclaim.NewPostgresStore(pool, runclaim.WithSynchronousCommit("local"))
 	if err != nil {

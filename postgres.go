@@ -102,6 +102,9 @@ type PostgresStore struct {
 	schema    string
 	table     string
 	namespace string
+	// migrateLockWait, when not zero, bounds Migrate's wait for the
+	// migration lock in place of migrateLockWait (for tests).
+	migrateLockWait time.Duration
 	// previousKeyLocks makes the store lock keys as the release before
 	// this one did (tests only: a replica of it in a rolling deploy).
 	previousKeyLocks bool

@@ -1,6 +1,7 @@
 package runclaim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -411,13 +412,15 @@ const migrateLockWait = 30 * time.Second
 const migrateLockCode = "RCMLK"
 
 // migrateLockSQL takes the migration lock for the step's transaction,
-// waiting at most migrateLockWait. The lock taken in the block's
-// subtransaction stays with the transaction.
-var migrateLockSQL = fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true);
+// waiting at most wait. The lock taken in the block's subtransaction
+// stays with the transaction.
+func migrateLockSQL(wait time.Duration) string {
+	return fmt.Sprintf(`SELECT pg_catalog.set_config('lock_timeout', '%d', true);
 DO $l$BEGIN PERFORM pg_catalog.pg_advisory_xact_lock(%d);
 EXCEPTION WHEN lock_not_available THEN
 	RAISE EXCEPTION USING ERRCODE = '%s', MESSAGE = 'runclaim: the migration lock is held by another session';
-END$l$;`, migrateLockWait.Milliseconds(), migrateKey, migrateLockCode)
+END$l$;`, wait.Milliseconds(), migrateKey, migrateLockCode)
+}
 
 // skipStepCode is the SQLSTATE with which a step's guard aborts a step that
 // another Migrate applied meanwhile.
@@ -508,8 +511,9 @@ func (s *PostgresStore) MigrateApplied(ctx context.Context) (applied []int, err 
 func (s *PostgresStore) applyStep(ctx context.Context, m Migration, up string) (bool, error) {
 	// No arguments: pgx sends it with the simple protocol, as one
 	// transaction, whatever the pool's query mode.
+	wait := cmp.Or(s.migrateLockWait, migrateLockWait)
 	q := fmt.Sprintf("%s%s\n%s\nSELECT pg_catalog.set_config('lock_timeout', '%d', true);\n%s",
-		pinSearchPathSQL, migrateLockSQL, s.stepGuard(m.Version), migrateLockTimeout.Milliseconds(), up)
+		pinSearchPathSQL, migrateLockSQL(wait), s.stepGuard(m.Version), migrateLockTimeout.Milliseconds(), up)
 	what := fmt.Sprintf("migrate: step to schema version %d (%s)", m.Version, m.Name)
 	for attempt := 1; ; attempt++ {
 		_, err := s.db.Exec(ctx, q)
@@ -520,7 +524,7 @@ func (s *PostgresStore) applyStep(ctx context.Context, m Migration, up string) (
 			return false, nil
 		case pgCode(err) == migrateLockCode:
 			return false, fmt.Errorf("runclaim: %s: another session held the migration lock for %v (another Migrate applying a long step, or a stuck session, or a role that can connect and takes the lock on purpose: see docs/security.md); nothing was changed; try again: %w",
-				what, migrateLockWait, err)
+				what, wait, err)
 		case pgCode(err) != "55P03" || attempt == migrateAttempts:
 			if pgCode(err) == "55P03" {
 				return false, fmt.Errorf("runclaim: %s: the runs table stayed locked by another transaction (maintenance, DDL or a long transaction) through %d attempts of %v each; claims went on meanwhile; try again later: %w",

@@ -29,6 +29,14 @@ import (
 // migratedStore returns a store on pool whose table has been migrated.
 var migratedStore = sharedtest.MigratedStore
 
+// migratedDB returns a database of the test's own whose default table is
+// migrated: a copy of one migrated once (pgtest.Template), for a third of
+// what migrating it costs the server.
+var migratedDB = sharedtest.MigratedDB
+
+// storeOn returns a store on pool, whose table is migrated already.
+var storeOn = sharedtest.Store
+
 // newClaimer returns a Claimer on store or fails the test.
 var newClaimer = sharedtest.NewClaimer
 
@@ -566,8 +574,8 @@ func TestStoreOptionErrors(t *testing.T) {
 func TestStoreFinishIdempotent(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	claim := func(source string) runclaim.RunInfo {
 		t.Helper()
 		info, err := store.Claim(ctx, runclaim.ClaimRequest{Source: source, Owner: "o", Lease: time.Minute})
@@ -641,8 +649,7 @@ func TestStoreFinishIdempotent(t *testing.T) {
 func TestClosedPool(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool := db.NewPool(t, nil)
 	store, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
@@ -670,8 +677,8 @@ func TestClosedPool(t *testing.T) {
 func TestReadOnlyDefault(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	rw := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	rw := storeOn(t, db.Pool)
 	held, err := newClaimer(t, rw).Claim(ctx, "held")
 	if err != nil {
 		t.Fatal(err)
@@ -786,8 +793,8 @@ func TestStatementTimeout(t *testing.T) {
 // Heartbeat and Migrate.
 func TestCancelledContext(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	run, err := newClaimer(t, store).Claim(t.Context(), "held")
 	if err != nil {
 		t.Fatal(err)

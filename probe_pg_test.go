@@ -24,8 +24,8 @@ import (
 func TestProveExclusion(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	if ok, err := store.ProveExclusion(ctx); !ok || err != nil {
 		t.Fatalf("ProveExclusion = %v, %v; want true", ok, err)
 	}
@@ -50,8 +50,7 @@ func TestProbeCannotTell(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	ctx := t.Context()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	store, err := runclaim.NewPostgresStore(pool)
 	if err != nil {
@@ -159,8 +158,8 @@ func TestProbeRefusesFanOut(t *testing.T) {
 // TestProbeBadInput: a nil or ended context is refused before any SQL.
 func TestProbeBadInput(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	//lint:ignore SA1012 a nil context is the bad input tested
 	if _, err := store.ProveExclusion(nil); err == nil { //nolint:staticcheck
 		t.Error("ProveExclusion(nil): no error")
@@ -179,8 +178,7 @@ func TestProbeBadInput(t *testing.T) {
 // such an engine does, undefined_function.
 func TestProbeRefusesNoAdvisoryLocks(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	migratedStore(t, db.Pool)
+	db := migratedDB(t)
 	store, err := runclaim.NewPostgresStore(noLocksPool{db.Pool})
 	if err != nil {
 		t.Fatal(err)

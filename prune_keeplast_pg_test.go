@@ -19,8 +19,8 @@ import (
 // without OlderThan; running runs count among them and are never deleted.
 func TestPruneKeepLast(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	table := store.Table()
 	const h = time.Hour
 	var want []int64 // IDs that must survive
@@ -108,8 +108,8 @@ func TestPruneKeepLast(t *testing.T) {
 // count as one: none of them is deleted for being older than the others.
 func TestPruneKeepLastTies(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	_, err := db.Pool.Exec(t.Context(), `INSERT INTO `+store.Table()+` (source, status, owner, started_at, lease_until, heartbeat_at, finished_at)
 SELECT 'tie', 'succeeded', 'test', t, t, t, t
 FROM pg_catalog.generate_series(1, 4), (SELECT pg_catalog.now() - interval '1 day' AS t) AS s`)
@@ -126,8 +126,8 @@ FROM pg_catalog.generate_series(1, 4), (SELECT pg_catalog.now() - interval '1 da
 // not, each its own transaction, and counts exactly.
 func TestPruneKeepLastBatches(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	const sources, perSource, keepLast = 50, 60, 7 // 3,000 rows: three batches
 	_, err := db.Pool.Exec(t.Context(), `INSERT INTO `+store.Table()+` (source, status, owner, started_at, lease_until, heartbeat_at, finished_at)
 SELECT 's' || (g % $2), 'succeeded', 'test', t, t, t, t
@@ -162,8 +162,8 @@ FROM pg_catalog.generate_series(1, $1::int) AS g,
 // and delete nothing.
 func TestPruneOptionsInvalid(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	insertRun(t, db.Pool, store.Table(), "x", "succeeded", 3*time.Hour, 3*time.Hour)
 	insertRun(t, db.Pool, store.Table(), "x", "succeeded", 2*time.Hour, 2*time.Hour)
 	ps, tr := pruneStore(t, db)

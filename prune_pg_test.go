@@ -108,8 +108,8 @@ func pruneStore(t *testing.T, db *pgtest.DB) (*runclaim.PostgresStore, *pruneTra
 // leaves every row it keeps unchanged.
 func TestPruneKeepsRunningAndNewest(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	table := store.Table()
 	const h = time.Hour
 	var want []int64 // IDs that must survive
@@ -169,8 +169,8 @@ func TestPruneKeepsRunningAndNewest(t *testing.T) {
 // statement per batch, each its own transaction, and counts them exactly.
 func TestPruneBatches(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	// 2.5 batches of deletable runs over 10 sources, plus each source's
 	// newest, which stays.
 	const sources, deletable = 10, 2*runclaim.PruneBatchSize + runclaim.PruneBatchSize/2
@@ -221,8 +221,8 @@ FROM pg_catalog.generate_series(1, $1::int) AS g,
 func TestPruneDoesNotBlockClaims(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	table := store.Table()
 	// 5 runs of each of 1,000 sources, IDs 1 to 5,000; the first 4,000 are
 	// not their source's newest.
@@ -323,8 +323,8 @@ WHERE pid = $1 AND granted AND relation = $2::regclass`, prunePID, table).Scan(&
 // with the count of the batches done.
 func TestPruneContext(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	loadHistory(t, db.Pool, store, runclaim.DefaultTable, 3000+historySources)
 
 	ps, tr := pruneStore(t, db)

@@ -121,8 +121,8 @@ func TestTickClaimRacesFinish(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			db := pgtest.New(t)
-			store := migratedStore(t, db.Pool)
+			db := migratedDB(t)
+			store := storeOn(t, db.Pool)
 			ctx := t.Context()
 			holder := newClaimer(t, store, runclaim.WithOwner("holder"), runclaim.WithLease(time.Minute))
 			run, err := holder.Claim(ctx, "src", runclaim.ForTick(tc.served))
@@ -202,8 +202,8 @@ func TestGivenUpClaimKeepsTrigger(t *testing.T) {
 	for _, many := range []bool{false, true} {
 		t.Run(fmt.Sprintf("many=%v", many), func(t *testing.T) {
 			t.Parallel()
-			db := pgtest.New(t)
-			store := migratedStore(t, db.Pool)
+			db := migratedDB(t)
+			store := storeOn(t, db.Pool)
 			ctx := t.Context()
 			c := newClaimer(t, store, runclaim.WithMinInterval(time.Hour))
 			first, err := c.Claim(ctx, "src")
@@ -257,8 +257,8 @@ func TestGivenUpClaimKeepsTrigger(t *testing.T) {
 // a claim in flight when Pause was called included: Pause waits for it.
 func TestPauseWaitsForClaimInFlight(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	c := newClaimer(t, store)
 	g := newGate(t, db.Pool, store, "INSERT")
@@ -327,8 +327,8 @@ func advisoryWaiters(t *testing.T, pool *pgxpool.Pool) int {
 // it reads before anything is written.
 func TestReadOnlyClaimOfHeldSource(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	rw := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	rw := storeOn(t, db.Pool)
 	ctx := t.Context()
 	if _, err := newClaimer(t, rw).Claim(ctx, "held"); err != nil {
 		t.Fatal(err)

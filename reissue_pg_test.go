@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // reissue does to the run what an asynchronous failover can do: the
@@ -45,8 +44,8 @@ func reissuedRow(t *testing.T, pool *pgxpool.Pool, store *runclaim.PostgresStore
 // run, and the old holder learns it lost its run.
 func TestReissuedRunIDReachesNoNewRun(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	newClaimer := func(owner string) *runclaim.Claimer {
 		c, err := runclaim.New(store, runclaim.WithOwner(owner), runclaim.WithLease(time.Minute))
@@ -118,8 +117,8 @@ func TestReissuedRunIDReachesNoNewRun(t *testing.T) {
 // run. DoMany's runs are covered the same way.
 func TestReissuedRunIDCancelsOldDo(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	const lease = 2 * time.Second
 	for _, many := range []bool{false, true} {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
 	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
@@ -20,8 +19,8 @@ func TestReplaceOnPostgres(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	holder, err := newClaimer(t, store, runclaim.WithOwner("holder"), runclaim.WithLease(time.Minute)).Claim(ctx, "src")
 	if err != nil {
 		t.Fatal(err)
@@ -81,8 +80,8 @@ func TestReplaceStress(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
-		store := migratedStore(t, db.Pool)
+		db := migratedDB(t)
+		store := storeOn(t, db.Pool)
 		replaceStress(t, store, d)
 		var overlapping, replaced int
 		if err := db.Pool.QueryRow(t.Context(), `SELECT

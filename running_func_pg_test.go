@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // TestRunningFunc: RunningFunc gives the running runs by source, of every
@@ -17,8 +16,8 @@ import (
 func TestRunningFunc(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	c := newClaimer(t, store)
 	ids := map[string]int64{}
 	for _, source := range []string{"c", "a", "b"} {

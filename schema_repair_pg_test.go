@@ -55,8 +55,8 @@ func TestDowngradeUnderLoad(t *testing.T) {
 
 func downgradeUnderLoad(t *testing.T, version int) {
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	var down, up string
 	for _, m := range store.Migrations() {
 		if m.Version == version {
@@ -181,8 +181,8 @@ func TestMigrateRepairsMissingFunction(t *testing.T) {
 	})
 	t.Run("moved_schema", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
-		store := migratedStore(t, db.Pool)
+		db := migratedDB(t)
+		store := storeOn(t, db.Pool)
 		if _, err := db.Pool.Exec(ctx, `CREATE SCHEMA moved; ALTER TABLE `+store.Table()+` SET SCHEMA moved`); err != nil {
 			t.Fatal(err)
 		}
@@ -262,8 +262,8 @@ func checkMigrateTakesNoLock(t *testing.T, pool *pgxpool.Pool, store *runclaim.P
 func TestMissingFunctionRefused(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	setup := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	setup := storeOn(t, db.Pool)
 	if _, err := db.Pool.Exec(ctx, "DROP FUNCTION "+runclaim.ClaimBodyName(setup)+runclaim.ClaimBodyArgs); err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,8 @@ import (
 func TestStateSaveRace(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	const lease = 50 * time.Millisecond
 	holder, err := runclaim.New(store, runclaim.WithOwner("holder"), runclaim.WithLease(lease))
 	if err != nil {
@@ -98,8 +98,8 @@ func TestStateSaveRace(t *testing.T) {
 func TestStateFenceAgree(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	fence := func(run *runclaim.Run) error {
 		tx, err := db.Pool.Begin(ctx)
 		if err != nil {
@@ -173,8 +173,8 @@ func TestStateFenceAgree(t *testing.T) {
 func TestStateOperator(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	c, err := runclaim.New(store, runclaim.WithLease(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -274,8 +274,8 @@ func TestMigrateRepairsStates(t *testing.T) {
 func TestStateOperatorWaitsForClaim(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	for _, op := range []string{"set", "clear"} {
 		t.Run(op, func(t *testing.T) {
 			src := "racing-" + op

@@ -51,8 +51,8 @@ WHERE c.relkind = 'r' AND c.relname LIKE 'runclaim\_runs%' ORDER BY 1`)
 // ID, and its commit writes no WAL.
 func TestPostgresTickDoneWritesNothing(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	ctx := t.Context()
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	done, err := store.Claim(ctx, runclaim.ClaimRequest{Source: "src", Owner: "a", Lease: time.Minute, Tick: t0.Add(time.Minute)})
@@ -230,8 +230,8 @@ WHERE source = 'raced' AND tick IS NOT NULL AND status IN ('running', 'succeeded
 // deletes it once a later tick has been served.
 func TestPruneKeepsLatestTick(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	store := migratedStore(t, db.Pool)
+	db := migratedDB(t)
+	store := storeOn(t, db.Pool)
 	c := newClaimer(t, store)
 	ctx := t.Context()
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

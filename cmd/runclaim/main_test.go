@@ -14,6 +14,7 @@ import (
 
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // Most tests call run in-process with DATABASE_URL set by t.Setenv, so they
@@ -76,17 +77,13 @@ func mustRun(t *testing.T, db *pgtest.DB, want int, args ...string) result {
 	return r
 }
 
-// setup gives the test a database with the runs table, migrated by the
-// CLI, and a store on it for the test's own claims and checks.
+// setup gives the test a database with the runs table migrated (a copy of
+// a database migrated once: the CLI's migrate has tests of its own), and a
+// store on it for the test's own claims and checks.
 func setup(t *testing.T) (*pgtest.DB, *runclaim.PostgresStore) {
 	t.Helper()
-	db := pgtest.New(t)
-	mustRun(t, db, exitOK, "migrate")
-	store, err := runclaim.NewPostgresStore(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return db, store
+	db := sharedtest.MigratedDB(t)
+	return db, sharedtest.Store(t, db.Pool)
 }
 
 // hold claims source for the test with a long lease, as another host would.

@@ -154,8 +154,7 @@ func targetOf(t *testing.T, dsn string) string {
 // proxy (replica A's path).
 func partitionSetup(t *testing.T) (direct *pgxpool.Pool, px *tcpproxy.Proxy, proxied *pgxpool.Pool) {
 	t.Helper()
-	db := pgtest.New(t)
-	migrated(t, db.Pool)
+	db := sharedtest.MigratedDB(t)
 	px = startProxy(t, db)
 	return db.Pool, px, proxiedPool(t, db, px, nil)
 }

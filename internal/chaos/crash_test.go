@@ -21,7 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // The crash test runs replicas as separate OS processes: the test binary
@@ -279,9 +279,8 @@ type kill struct {
 //
 // Set CHAOS_SEED to replay a schedule of kills.
 func TestCrash(t *testing.T) {
-	db := pgtest.New(t)
+	db := sharedtest.MigratedDB(t)
 	direct := db.Pool
-	migrated(t, direct)
 	dir := t.TempDir()
 
 	seed := uint64(time.Now().UnixNano())

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // packetFilter drops the packets of chosen connections inside the network
@@ -226,8 +227,8 @@ func inFlight(t *testing.T, c *runclaim.Claimer, source string) bool {
 // lock statement sent without a Sync, which is what the server holds of a
 // batch cut after that statement.
 func TestHungClaimBoundedByKeepalives(t *testing.T) {
-	db := pgtest.New(t)
-	store := migrated(t, db.Pool)
+	db := sharedtest.MigratedDB(t)
+	store := newStore(t, db.Pool)
 	c := newClaimer(t, store, runclaim.WithOwner("other-replica"))
 
 	const idle, interval, count = 1, 1, 2 // gives up about 3 s after the last packet

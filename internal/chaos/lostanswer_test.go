@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // TestLostAnswer: the server commits a claim, a heartbeat or a finish, and
@@ -31,8 +31,8 @@ import (
 // The lease is 4 s so that a retry after a reconnect fits in it on a
 // loaded machine; the test waits one lease, once, for the takeover.
 func TestLostAnswer(t *testing.T) {
-	db := pgtest.New(t)
-	direct := migrated(t, db.Pool)
+	db := sharedtest.MigratedDB(t)
+	direct := newStore(t, db.Pool)
 	p := startProxy(t, db)
 	pool := proxiedPool(t, db, p, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
 	const lease = 4 * time.Second

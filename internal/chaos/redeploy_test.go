@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // The redeploy test runs replicas as OS processes through a rolling
@@ -334,9 +334,9 @@ func maintenance(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table st
 //
 // Set CHAOS_SEED to replay a schedule.
 func TestRedeploy(t *testing.T) {
-	db := pgtest.New(t)
+	db := sharedtest.MigratedDB(t)
 	direct := db.Pool
-	store := migrated(t, direct)
+	store := newStore(t, direct)
 	if _, err := direct.Exec(t.Context(), jobLogSQL); err != nil {
 		t.Fatal(err)
 	}

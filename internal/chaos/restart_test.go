@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // holder is one run held through Do while the server restarts.
@@ -70,8 +71,7 @@ func TestRestart(t *testing.T) {
 	if srv.Container == nil {
 		t.Skip("the server comes from PGTEST_DSN: there is no container to restart")
 	}
-	db := pgtest.New(t)
-	migrated(t, db.Pool)
+	db := sharedtest.MigratedDB(t)
 	withTimeout := func(cfg *pgxpool.Config) { cfg.ConnConfig.ConnectTimeout = 2 * time.Second }
 	holdersPool := db.NewPool(t, withTimeout)
 	claimerPool := db.NewPool(t, withTimeout)

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runclaim/runclaim"
-	"github.com/runclaim/runclaim/internal/pgtest"
+	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
 // The skew test runs three replicas as OS processes whose clocks disagree
@@ -120,8 +120,8 @@ func TestSkewChild(t *testing.T) {
 // and a claim that skipped only the tick served, not older ones, runs a
 // late replica's tick after a newer one.)
 func TestSkewedClocks(t *testing.T) {
-	db := pgtest.New(t)
-	store := migrated(t, db.Pool)
+	db := sharedtest.MigratedDB(t)
+	store := newStore(t, db.Pool)
 	dir := t.TempDir()
 	var children []*child
 	for i, skew := range []time.Duration{skewBy, 0, -skewBy} {

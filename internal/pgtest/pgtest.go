@@ -34,7 +34,9 @@
 //
 // Every test that calls [New] gets a database of its own, created with
 // CREATE DATABASE under a unique name and dropped when the test ends, so
-// tests may run in parallel.
+// tests may run in parallel. A [Template] is a database prepared once
+// (migrated, say) that [Template.New] copies for each test that asks,
+// for about the cost of an empty one.
 //
 // Use it from each package's TestMain:
 //
@@ -196,6 +198,10 @@ var (
 	sharedErr  error
 
 	dbCounter atomic.Int64
+	// templates lists the templates' databases made on the shared
+	// server, which Main drops.
+	templatesMu sync.Mutex
+	templates   []string
 	// skipped counts the tests skipped for want of a server.
 	skipped atomic.Int64
 	runID   = randomHex(4)
@@ -271,12 +277,21 @@ func leakOptions() []goleak.Option {
 // how to run it, or fails it when PGTEST_REQUIRED=1.
 func New(t testing.TB) *DB {
 	t.Helper()
-	srv := SharedServer(t)
+	return newDB(t, SharedServer(t), "")
+}
 
+// newDB creates a database on srv, a copy of the database template when
+// that is not empty, for the test t (see New).
+func newDB(t testing.TB, srv *Server, template string) *DB {
+	t.Helper()
 	name := fmt.Sprintf("pgtest_%s_%d", runID, dbCounter.Add(1))
+	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		create += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	if err := adminExec(ctx, srv.AdminDSN, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if err := adminExec(ctx, srv.AdminDSN, create); err != nil {
 		t.Fatalf("pgtest: create database %s: %v", name, err)
 	}
 	db := &DB{Name: name}
@@ -289,6 +304,75 @@ func New(t testing.TB) *DB {
 	db.DSN = dsn
 	db.Pool = db.NewPool(t, nil)
 	return db
+}
+
+// A Template is a database prepared once per test binary by a setup
+// function (a schema's migrations, say), which tests copy with
+// [Template.New] instead of each repeating the setup in a database of its
+// own: CREATE DATABASE ... TEMPLATE copies it inside the server, for about
+// what an empty database costs. Make one with [NewTemplate], as a
+// package-level variable.
+//
+// What a copy does not carry over is what the setup must not rely on:
+// the database's own settings (ALTER DATABASE ... SET), its grants, and
+// the statistics' counters, which start at zero in each copy.
+type Template struct {
+	name  string
+	setup func(ctx context.Context, dsn string) error
+
+	mu  sync.Mutex
+	srv *Server // the server the template was made on
+	db  string  // the template's database, once made
+	err error   // why it could not be made, once tried
+}
+
+// NewTemplate returns a template named name (letters, digits and
+// underscores: part of its database's name) that setup prepares, on first
+// use, in a database of its own, given its DSN. Setup must close every
+// connection it opened before it returns: a database with a session on it
+// cannot be copied.
+func NewTemplate(name string, setup func(ctx context.Context, dsn string) error) *Template {
+	return &Template{name: name, setup: setup}
+}
+
+// New returns a fresh database that is a copy of the template, made on
+// the first call, with an open pool, as [New] does. A setup that failed
+// fails every test that asks for a copy.
+func (tm *Template) New(t testing.TB) *DB {
+	t.Helper()
+	srv := SharedServer(t)
+	tm.mu.Lock()
+	if tm.srv != srv {
+		tm.srv = srv
+		tm.db, tm.err = tm.make(srv)
+	}
+	db, err := tm.db, tm.err
+	tm.mu.Unlock()
+	if err != nil {
+		t.Fatalf("pgtest: template %s: %v", tm.name, err)
+	}
+	return newDB(t, srv, db)
+}
+
+// make creates the template's database on srv and runs the setup in it.
+func (tm *Template) make(srv *Server) (string, error) {
+	name := fmt.Sprintf("pgtest_%s_template_%s", runID, tm.name)
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	if err := adminExec(ctx, srv.AdminDSN, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	templatesMu.Lock()
+	templates = append(templates, name)
+	templatesMu.Unlock()
+	dsn, err := withDatabase(srv.AdminDSN, name)
+	if err != nil {
+		return "", err
+	}
+	if err := tm.setup(ctx, dsn); err != nil {
+		return "", fmt.Errorf("setup: %w", err)
+	}
+	return name, nil
 }
 
 // NewPool opens an extra pool to the database, for example with a custom
@@ -560,14 +644,36 @@ func imageName() string {
 func teardown() error {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
-	if shared == nil || (shared.Container == nil && shared.local == nil) {
+	if shared == nil {
 		return nil
+	}
+	if shared.Container == nil && shared.local == nil {
+		// A server of PGTEST_DSN outlives the tests: drop the templates
+		// made on it.
+		return dropTemplates(shared.AdminDSN)
 	}
 	srv := shared
 	shared, sharedErr = nil, errors.New("the shared server was torn down")
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
 	return srv.terminate(ctx)
+}
+
+// dropTemplates drops the templates' databases made on the server of
+// adminDSN.
+func dropTemplates(adminDSN string) error {
+	templatesMu.Lock()
+	defer templatesMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	var errs []error
+	for _, name := range templates {
+		if err := adminExec(ctx, adminDSN, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			errs = append(errs, fmt.Errorf("drop template %s: %w", name, err))
+		}
+	}
+	templates = nil
+	return errors.Join(errs...)
 }
 
 // containerDataDir is the data directory inside the container (PGDATA)
