@@ -41,6 +41,7 @@ func finished(t *testing.T, store *runclaim.PostgresStore, source string, jobErr
 
 // TestCheckExitCodes: every exit code of check, against a real database.
 func TestCheckExitCodes(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	fresh := finished(t, store, "fresh", nil)
 	old := finished(t, store, "stale", nil)
@@ -152,9 +153,7 @@ func TestCheckExitCodes(t *testing.T) {
 			t.Errorf("missing table JSON: %v", o)
 		}
 		// No database.
-		clearEnv(t)
-		t.Setenv(envDatabaseURL, "postgres://nobody:secret-pw@127.0.0.1:1/none?connect_timeout=5")
-		r = runInEnv(t, nil, "check", "fresh", "--max-age", "1h")
+		r = runVars(t, map[string]string{envDatabaseURL: "postgres://nobody:secret-pw@127.0.0.1:1/none?connect_timeout=5"}, nil, "check", "fresh", "--max-age", "1h")
 		if r.code != exitCannotTell || !strings.HasPrefix(r.stderr, "runclaim check: cannot tell: ") || strings.Contains(r.stderr, "secret-pw") {
 			t.Errorf("unreachable: exit %d, stderr %q; want %d, no password", r.code, r.stderr, exitCannotTell)
 		}
@@ -167,6 +166,7 @@ func TestCheckExitCodes(t *testing.T) {
 // longer than D. Each alarm exits 1, alone or with others, says which in
 // its line and in the JSON's "alarms", and exits 0 when it does not fire.
 func TestCheckAlarms(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	ctx := t.Context()
 	c, err := runclaim.New(store, runclaim.WithLease(time.Hour))
@@ -212,6 +212,7 @@ func TestCheckAlarms(t *testing.T) {
 // TestStatusOverdue: status --overdue lists the sources without a success
 // within the age, and nothing else.
 func TestStatusOverdue(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	r := mustRun(t, db, exitOK, "status", "--overdue", "1h")
 	if r.stdout != "no source overdue: each of the 0 sources succeeded within 1h\n" {

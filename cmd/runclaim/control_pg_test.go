@@ -16,6 +16,7 @@ import (
 // store, and status lists the pauses with their notes and ends, and the
 // pending triggers, in its table and in JSON.
 func TestControlOnPostgres(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	ctx := t.Context()
 
@@ -123,6 +124,7 @@ func TestControlOnPostgres(t *testing.T) {
 // fail with exit 1 and a line that says to migrate; status lists the runs
 // as before; migrate --status names the missing step.
 func TestControlOnOlderSchema(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	store, err := runclaim.NewPostgresStore(db.Pool)
 	if err != nil {
@@ -162,6 +164,7 @@ func matches(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
 // (no run, no pause, no trigger) is set, with a note to check the name,
 // and "seen": false in JSON; a source that ran gets no note.
 func TestTriggerUnknownSource(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	if err := claimErr(t, store, "report", 0); err != nil {
 		t.Fatal(err)

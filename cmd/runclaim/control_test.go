@@ -185,6 +185,7 @@ func TestControlNeedsController(t *testing.T) {
 
 // TestControlHelp: each command's help has examples.
 func TestControlHelp(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"pause", "resume", "trigger"} {
 		r := mustRun(t, nil, exitOK, cmd, "--help")
 		if !strings.Contains(r.stdout, "Examples:\n  runclaim "+cmd) && !strings.Contains(r.stdout, "Examples:\n  # ") {
@@ -196,6 +197,7 @@ func TestControlHelp(t *testing.T) {
 // TestExecSkipPaused: exec says why it skipped a paused source, with the
 // pause's end and its note, escaped.
 func TestExecSkipPaused(t *testing.T) {
+	t.Parallel()
 	end := time.Date(2026, 12, 24, 18, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		nc   runclaim.NotClaimedError

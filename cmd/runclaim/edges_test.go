@@ -17,6 +17,7 @@ import (
 // TestVersion: --version prints one line with the module version and the
 // Go version, and exits 0 without connecting.
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	r := runCLI(t, nil, nil, "--version")
 	if r.code != exitOK || r.stderr != "" || !strings.HasPrefix(r.stdout, "runclaim ") ||
 		!strings.HasSuffix(r.stdout, " "+runtime.Version()+"\n") || strings.Count(r.stdout, "\n") != 1 {
@@ -41,6 +42,7 @@ func TestFormatVersion(t *testing.T) {
 // TestJSONExecRefused: exec has no output of its own to print as JSON, so
 // --json before its name is a usage error, as it is after it.
 func TestJSONExecRefused(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--json", "exec", "--source", "x", "--", "true"},
 		{"exec", "--json", "--source", "x", "--", "true"},
@@ -117,6 +119,7 @@ func TestNoConnectionSettings(t *testing.T) {
 
 // TestCauseFirst: of pgx's attempt lines, the refused TLS goes last.
 func TestCauseFirst(t *testing.T) {
+	t.Parallel()
 	in := "claim \"x\": failed to connect to `user=u database=d`:\n" +
 		"\t127.0.0.1:5432 (127.0.0.1): tls error: server refused TLS connection\n" +
 		"\t127.0.0.1:5432 (127.0.0.1): failed SASL auth: FATAL: password authentication failed for user \"u\" (SQLSTATE 28P01)"
@@ -155,6 +158,7 @@ func TestWrongPasswordCauseFirst(t *testing.T) {
 // or "n" deletes nothing, "y" and --yes delete, and without a terminal
 // and without --yes it is refused.
 func TestPruneAsks(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	for range 3 {
 		mustRun(t, db, 0, "exec", "--source", "a", "--", "true")
@@ -186,6 +190,7 @@ func TestPruneAsks(t *testing.T) {
 // TestMigrateHelpVersion: the JSON examples of 'migrate --help' name this
 // release's schema version, so that a new schema step updates them.
 func TestMigrateHelpVersion(t *testing.T) {
+	t.Parallel()
 	r := runCLI(t, nil, nil, "migrate", "--help")
 	v := runclaim.LatestSchemaVersion
 	for _, want := range []string{fmt.Sprintf(`"version": %d, "latest": %d}`, v, v), fmt.Sprintf(`"latest": %d, "current"`, v)} {
@@ -198,6 +203,7 @@ func TestMigrateHelpVersion(t *testing.T) {
 // TestUsageErrorsSayRunclaimOnce: a usage error whose text comes from the
 // library does not repeat its "runclaim: " prefix after the command's.
 func TestUsageErrorsSayRunclaimOnce(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"status", ""},
 		{"history", "bad\x00source"},

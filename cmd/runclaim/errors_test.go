@@ -25,6 +25,7 @@ func doubledPrefix(line string) string {
 }
 
 func TestDoubledPrefix(t *testing.T) {
+	t.Parallel()
 	for line, want := range map[string]bool{
 		"runclaim prune: prune: canceled":               true,
 		"runclaim: runclaim: x":                         true,
@@ -132,6 +133,7 @@ func TestServerErrorsExplained(t *testing.T) {
 }
 
 func TestDescribeErrorDropsPgxSteps(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		`claim "x": rewrite query failed: ERROR: boom (SQLSTATE 42P01)`:     `claim "x": ERROR: boom (SQLSTATE 42P01)`,
 		`history of "x": failed to encode args[1]: unable to encode "\xff"`: `history of "x": unable to encode "\xff"`,

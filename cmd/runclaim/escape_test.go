@@ -70,6 +70,7 @@ func checkPrintable(t *testing.T, what, out string) {
 // source that ValidateSource now refuses can still be listed, read and
 // released.
 func TestTerminalEscapes(t *testing.T) {
+	t.Parallel()
 	db, _ := setup(t)
 	failedID := insertRun(t, db, "nightly", "failed", hostileOwner, hostileError)
 	runningID := insertRun(t, db, "nightly", "running", "pod\u200b-7", "")
@@ -168,6 +169,7 @@ func TestTerminalEscapes(t *testing.T) {
 }
 
 func TestVisible(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"plain ascii, ünïcödé and 😀": "plain ascii, ünïcödé and 😀",
 		`C:\path\`:                   `C:\path\`,

@@ -9,6 +9,7 @@ import (
 // that names the flag as it is typed and gives an example, never Go's
 // names for it (Limit.Per, strconv.ParseInt), and nothing is sent.
 func TestFlagErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -41,6 +42,7 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 // --version --json prints one JSON object; completion, whose output is a
 // shell script, refuses it as a usage error.
 func TestJSONEverywhere(t *testing.T) {
+	t.Parallel()
 	r := runCLI(t, nil, nil, "--version", "--json")
 	if o := decodeObject(t, r.stdout, "version", "revision", "time", "modified", "go"); r.code != exitOK || o["go"] == "" {
 		t.Errorf("--version --json: %+v", r)

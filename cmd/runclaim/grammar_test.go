@@ -23,6 +23,7 @@ func jsonErrorOf(t *testing.T, stderr string) (command, msg, hint string) {
 // probably meant to be (status and state are both one edit from stauts
 // when letters may swap), in text and in JSON.
 func TestDidYouMean(t *testing.T) {
+	t.Parallel()
 	r := runCLI(t, nil, nil, "stauts")
 	if r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "stauts"`) || !strings.Contains(r.stderr, "did you mean status or state?") {
 		t.Errorf("stauts: %+v", r)
@@ -43,6 +44,7 @@ func TestDidYouMean(t *testing.T) {
 // TestGNUFlags: flags are GNU-style: an unknown flag is reported as it was
 // typed, a long flag given one dash says to use two, and -y is --yes.
 func TestGNUFlags(t *testing.T) {
+	t.Parallel()
 	r := runCLI(t, nil, nil, "status", "--bogus")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "unknown flag: --bogus") {
 		t.Errorf("status --bogus: %+v", r)
@@ -61,6 +63,7 @@ func TestGNUFlags(t *testing.T) {
 // or after the command, every usage error is one JSON object on stderr,
 // even when the error comes before --json is parsed.
 func TestJSONErrorsAnywhere(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args    []string
 		command string
@@ -103,6 +106,7 @@ func TestJSONErrorsAnywhere(t *testing.T) {
 // for that shell that completes runclaim, and an unknown shell is a usage
 // error.
 func TestCompletion(t *testing.T) {
+	t.Parallel()
 	for shell, want := range map[string]string{
 		"bash": "complete -o default -F __start_runclaim runclaim",
 		"zsh":  "#compdef runclaim",
@@ -131,6 +135,7 @@ func TestCompletion(t *testing.T) {
 // TestTopHelpExitCodes: the top-level help lists every exit code the
 // commands share, 3 included, and points to exec's.
 func TestTopHelpExitCodes(t *testing.T) {
+	t.Parallel()
 	r := runCLI(t, nil, nil, "--help")
 	_, codes, ok := strings.Cut(r.stdout, "\nExit codes:\n")
 	if !ok {

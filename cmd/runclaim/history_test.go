@@ -13,6 +13,7 @@ var historyKeys = []string{"run_id", "source", "status", "owner", "started_at", 
 	"finished_at", "tick", "duration_seconds", "error"}
 
 func TestHistory(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 
 	r := mustRun(t, db, exitOK, "history", "nightly")
@@ -121,6 +122,7 @@ func TestHistory(t *testing.T) {
 // start to its last heartbeat, not to the claim that expired it an hour
 // later; the table marks it as a lower bound.
 func TestHistoryExpiredDuration(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	ctx := t.Context()
 	old := hold(t, store, "lapsed", "host-1")

@@ -16,6 +16,7 @@ import (
 // its note, and status and limits show it; 'cooldown --end' and
 // 'limit rm' lift them; 'exec --key' names the key.
 func TestLimitCommands(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	ctx := t.Context()
 	r := mustRun(t, db, exitOK, "limit", "set", "site:avito", "--running", "1", "--starts", "10", "--per", "1h")
@@ -140,6 +141,7 @@ func claimErrKeys(t *testing.T, c *runclaim.Claimer, source string, keys ...stri
 // start may come, in text and JSON; a bad --min-gap is a usage error
 // naming the flag.
 func TestLimitMinGap(t *testing.T) {
+	t.Parallel()
 	db, _ := setup(t)
 	r := mustRun(t, db, exitOK, "limit", "set", "site:olx", "--min-gap", "1h")
 	if !strings.Contains(r.stdout, `key "site:olx": no bound on running runs, no bound on starts, at least 1h00m between starts`) {
@@ -173,6 +175,7 @@ func TestLimitMinGap(t *testing.T) {
 // --json says so in cooling_truncated. With MaxKeyStates keys, all are
 // printed, without a warning.
 func TestKeysTruncated(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	if _, err := db.Pool.Exec(t.Context(), `INSERT INTO public.runclaim_runs_keys (key, cooling_until, cooling_note)
 SELECT 'k:' || lpad(i::text, 5, '0'), pg_catalog.now() + interval '1 hour', 'HTTP 429'

@@ -184,7 +184,13 @@ type cli struct {
 // for DATABASE_URL, the PG* variables, RUNCLAIM_TABLE, RUNCLAIM_NAMESPACE
 // and RUNCLAIM_SYNCHRONOUS_COMMIT.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	return runEnv(ctx, args, stdin, stdout, stderr, os.Getenv)
+}
+
+// runEnv is run with the environment that getenv reads (run's is the
+// process's; a test passes its own, and so may run in parallel).
+func runEnv(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
 	defer c.close()
 	c.jsonArg = jsonOnLine(args)
 	root := c.newRoot()

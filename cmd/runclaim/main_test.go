@@ -17,9 +17,10 @@ import (
 	"github.com/runclaim/runclaim/internal/sharedtest"
 )
 
-// Most tests call run in-process with DATABASE_URL set by t.Setenv, so they
-// do not run in parallel. exec_process_test.go runs the built binary, in
-// parallel once those are done.
+// Most tests call run in-process with an environment of their own (runCLI),
+// and run in parallel; those that set variables of the process's
+// environment (t.Setenv, then runInEnv) or change the package's variables
+// do not. exec_process_test.go runs the built binary.
 
 func TestMain(m *testing.M) {
 	startBuild()
@@ -37,24 +38,50 @@ type result struct {
 }
 
 // runCLI runs "runclaim args..." in-process against db (none if nil), with
-// stdin as standard input.
+// stdin as standard input, in an environment of its own (see runVars).
 func runCLI(t *testing.T, db *pgtest.DB, stdin io.Reader, args ...string) result {
 	t.Helper()
-	clearEnv(t)
+	vars := map[string]string{}
 	if db != nil {
-		t.Setenv(envDatabaseURL, db.DSN)
+		vars[envDatabaseURL] = db.DSN
 	}
-	return runInEnv(t, stdin, args...)
+	return runVars(t, vars, stdin, args...)
+}
+
+// runVars runs "runclaim args..." in-process with the variables vars set
+// and runclaim's other settings (DATABASE_URL, RUNCLAIM_TABLE,
+// RUNCLAIM_NAMESPACE, RUNCLAIM_SYNCHRONOUS_COMMIT) unset, in the command's
+// own environment: the caller's settings are kept out, and no variable of
+// the process is set, so a test that uses it may run in parallel.
+func runVars(t *testing.T, vars map[string]string, stdin io.Reader, args ...string) result {
+	t.Helper()
+	getenv := func(k string) string {
+		if v, ok := vars[k]; ok {
+			return v
+		}
+		if slices.Contains(dbEnvVars, k) {
+			return ""
+		}
+		return os.Getenv(k)
+	}
+	return runWith(t, getenv, stdin, args...)
 }
 
 // runInEnv runs "runclaim args..." in-process in the environment as the
 // test has set it.
 func runInEnv(t *testing.T, stdin io.Reader, args ...string) result {
 	t.Helper()
+	return runWith(t, os.Getenv, stdin, args...)
+}
+
+// runWith runs "runclaim args..." in-process with the environment getenv
+// reads.
+func runWith(t *testing.T, getenv func(string) string, stdin io.Reader, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, args, stdin, &stdout, &stderr)
+	code := runEnv(ctx, args, stdin, &stdout, &stderr, getenv)
 	return result{code, stdout.String(), stderr.String()}
 }
 

@@ -90,6 +90,7 @@ func TestMigrateSQLJSON(t *testing.T) {
 }
 
 func TestParseTable(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string][2]string{
 		"runs":                     {"public", "runs"},
 		"jobs.runs":                {"jobs", "runs"},
@@ -117,6 +118,7 @@ func TestParseTable(t *testing.T) {
 // TestTableWithDot: a schema whose name holds a dot is addressed quoted,
 // by every command.
 func TestTableWithDot(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	const flag = `"my.schema".runs`
 	mustRun(t, db, exitOK, "--table", flag, "migrate")
@@ -148,6 +150,7 @@ func TestTableWithDot(t *testing.T) {
 // the table is older than this release needs, 0 once it is current; it
 // changes nothing.
 func TestMigrateStatus(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	want := runclaim.LatestSchemaVersion
 	r := mustRun(t, db, exitOutdated, "migrate", "--status")

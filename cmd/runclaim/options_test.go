@@ -24,6 +24,7 @@ func testCommand(t *testing.T, name string) *cobra.Command {
 // TestCommandList checks the list of commands: unique names, a summary,
 // usage and help each.
 func TestCommandList(t *testing.T) {
+	t.Parallel()
 	seen := map[string]bool{}
 	c := &cli{getenv: func(string) string { return "" }}
 	for _, newCmd := range commands {
@@ -44,6 +45,7 @@ func TestCommandList(t *testing.T) {
 // TestOptionsValidate runs each command's Validate on options parsed from
 // a command line, as main does, without running the command.
 func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cmd  string
 		args []string

@@ -15,6 +15,7 @@ import (
 // TestPrivilegeHint: the hint of a refused privilege names the object the
 // server named and the grant it wants.
 func TestPrivilegeHint(t *testing.T) {
+	t.Parallel()
 	for msg, want := range map[string][]string{
 		"permission denied for schema public":                  {"schema public", "GRANT CREATE, USAGE ON SCHEMA public", "--table"},
 		"permission denied for table runclaim_runs_cursors":    {"table runclaim_runs_cursors", "docs/least-privilege.md"},

@@ -7,6 +7,7 @@ import (
 )
 
 func TestPrune(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	for range 3 {
 		mustRun(t, db, 0, "exec", "--source", "a", "--", "true")
@@ -82,6 +83,7 @@ func TestPrune(t *testing.T) {
 }
 
 func TestParseAge(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]time.Duration{
 		"720h":    720 * time.Hour,
 		"30d":     30 * 24 * time.Hour,

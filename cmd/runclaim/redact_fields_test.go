@@ -11,6 +11,7 @@ import (
 // connection string itself) and leaves every other occurrence of the same
 // letters alone: a source, a user name, a word in a message.
 func TestRedactFields(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, dsn, msg, want string
 	}{

@@ -84,6 +84,7 @@ func TestNoSecretsInErrors(t *testing.T) {
 // TestPasswordsIn: the passwords of a connection string are found in URL
 // and key=value form, escaped or not, even where it does not parse.
 func TestPasswordsIn(t *testing.T) {
+	t.Parallel()
 	for dsn, want := range map[string]string{
 		"postgres://u:pw1@h/db":                    "pw1",
 		"postgres://u:p%40ss@h:bad/db":             "p@ss",

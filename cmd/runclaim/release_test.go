@@ -12,6 +12,7 @@ import (
 )
 
 func TestRelease(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 
 	status := func(t *testing.T, id int64) runclaim.Status {

@@ -17,10 +17,10 @@ import (
 // recording its call (internal/sharedtest.PlantTraps); every command then
 // runs with that search_path, and no trap may have fired.
 func TestCommandsNoSearchPathHijack(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	traps := sharedtest.PlantTraps(t, db.Pool)
-	clearEnv(t)
-	t.Setenv(envDatabaseURL, sharedtest.TrapDSN(t, db.DSN))
+	trapped := map[string]string{envDatabaseURL: sharedtest.TrapDSN(t, db.DSN)}
 	file := filepath.Join(t.TempDir(), "state")
 	if err := os.WriteFile(file, []byte("cursor"), 0o600); err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestCommandsNoSearchPathHijack(t *testing.T) {
 		{exitOK, []string{"prune", "--keep-last", "1", "--yes"}},
 		{exitOK, []string{"migrate"}},
 	} {
-		r := runInEnv(t, nil, c.args...)
+		r := runVars(t, trapped, nil, c.args...)
 		cmd := strings.Join(c.args, " ")
 		// release finds nothing to release: the exec runs have finished.
 		if r.code != c.want && !(c.args[0] == "release" && r.code == exitError) {

@@ -16,6 +16,7 @@ import (
 // it from a file or standard input and clears it, refusing both while a
 // run holds the source unless --force; the next run gets what it left.
 func TestStateCommand(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	ctx := t.Context()
 	c, err := runclaim.New(store, runclaim.WithLease(time.Minute))

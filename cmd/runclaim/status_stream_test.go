@@ -101,6 +101,7 @@ FROM generate_series(1, $1) AS i`, runs); err != nil {
 // writeJSON, with no run, one, or several, a tick, and strings that
 // jsonEscape escapes.
 func TestStatusJSONDocument(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	runs := []runclaim.RunRecord{
 		{RunInfo: runclaim.RunInfo{ID: 7, Source: "alpha", Owner: "host-a", StartedAt: now.Add(-time.Minute), LeaseUntil: now.Add(time.Hour)},

@@ -60,6 +60,7 @@ func statusRunning(t *testing.T, out string) []map[string]any {
 }
 
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 
 	r := mustRun(t, db, exitOK, "status")
@@ -160,6 +161,7 @@ func TestStatus(t *testing.T) {
 }
 
 func TestFormatDuration(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		0:                                 "0s",
 		850 * time.Millisecond:            "850ms",

@@ -43,6 +43,7 @@ var noJSON = []string{"exec", "ui"}
 // lists every flag it takes, and every flag is accepted (a flag the
 // command does not know is a usage error, exit 2, which these are not).
 func TestSurface(t *testing.T) {
+	t.Parallel()
 	top := runCLI(t, nil, nil, "--help")
 	for name, flags := range surface {
 		if !strings.Contains(top.stdout, "\n  "+name+" ") {
@@ -105,6 +106,7 @@ func TestSurface(t *testing.T) {
 // TestExitCodesDocumented pins the exit codes each command documents in
 // its help.
 func TestExitCodesDocumented(t *testing.T) {
+	t.Parallel()
 	for name, codes := range map[string][]string{
 		"check":   {"0 ", "1 ", "2 ", "3 "},
 		"migrate": {"exit 0", "3 when", "1 on"},
@@ -122,6 +124,7 @@ func TestExitCodesDocumented(t *testing.T) {
 // TestHelpUnknownTopic: help for a command that does not exist is a usage
 // error.
 func TestHelpUnknownTopic(t *testing.T) {
+	t.Parallel()
 	if r := runCLI(t, nil, nil, "help", "frobnicate"); r.code != exitUsage || !strings.Contains(r.stderr, `"frobnicate"`) {
 		t.Errorf("help frobnicate: %+v, want exit 2 naming it", r)
 	}

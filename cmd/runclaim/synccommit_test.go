@@ -89,6 +89,7 @@ func TestSynchronousCommitUsage(t *testing.T) {
 // the control table see it; without either, with the server's default. A
 // bad level changes nothing.
 func TestSynchronousCommit(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	ctx := t.Context()
 	control := strings.TrimSuffix(store.Table(), `"`) + `_control"`
@@ -151,11 +152,8 @@ CREATE TRIGGER see AFTER INSERT OR UPDATE OR DELETE ON `+control+` FOR EACH ROW 
 		t.Helper()
 		cmd := func(args ...string) {
 			t.Helper()
-			clearEnv(t)
-			t.Setenv(envDatabaseURL, dsn)
-			t.Setenv(envSynchronousCommit, env)
 			args = slices.Concat(args[:1], flags, args[1:])
-			if r := runInEnv(t, nil, args...); r.code != exitOK {
+			if r := runVars(t, map[string]string{envDatabaseURL: dsn, envSynchronousCommit: env}, nil, args...); r.code != exitOK {
 				t.Fatalf("runclaim %s with %s=%q: %+v, want exit 0", strings.Join(args, " "), envSynchronousCommit, env, r)
 			}
 		}

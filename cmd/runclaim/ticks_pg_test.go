@@ -14,6 +14,7 @@ import (
 // late it started) and "not run" for the others; a bad --schedule or
 // --since is a usage error naming the flag.
 func TestTicksCommand(t *testing.T) {
+	t.Parallel()
 	db, store := setup(t)
 	ctx := t.Context()
 	const source = "sweep"

@@ -14,6 +14,7 @@ import (
 // claim expired it; a live run, to now), paused by the current pause, or
 // not run.
 func TestDescribeTicks(t *testing.T) {
+	t.Parallel()
 	sched, err := parseSchedule("@every 10m")
 	if err != nil {
 		t.Fatal(err)

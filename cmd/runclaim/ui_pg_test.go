@@ -61,6 +61,7 @@ func TestUICommand(t *testing.T) {
 // TestUIUsage: the flags that would expose actions are refused before
 // anything connects.
 func TestUIUsage(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"ui", "--actions", "--addr", "0.0.0.0:8080"},
 		{"ui", "--identity", "alice"},

@@ -14,6 +14,7 @@ import (
 // library's error that the table is missing (wrapping 42883, which maps to
 // the same hint).
 func TestUnmigratedHint(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	for _, args := range [][]string{
 		{"status"},

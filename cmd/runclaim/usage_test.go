@@ -7,6 +7,7 @@ import (
 )
 
 func TestUsage(t *testing.T) {
+	t.Parallel()
 	t.Run("no command", func(t *testing.T) {
 		r := runCLI(t, nil, nil)
 		if r.code != exitOK || !strings.Contains(r.stdout, "Commands:") || r.stderr != "" {
@@ -96,6 +97,7 @@ func TestUsage(t *testing.T) {
 // TestInterspersedFlags: flags may come before or after the positional
 // arguments, and everything after "--" is positional.
 func TestInterspersedFlags(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args      []string
 		wantPos   []string

@@ -32,9 +32,6 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // generous on purpose: a failure to happen at all is what it catches.
 const wait = 20 * time.Second
 
-// migrated returns a Postgres store on pool, with the runs table created.
-var migrated = sharedtest.MigratedStore
-
 func newStore(t *testing.T, pool runclaim.Querier) *runclaim.PostgresStore {
 	t.Helper()
 	store, err := runclaim.NewPostgresStore(pool)
