@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +13,19 @@ import (
 // TestExecMaxRunTime: a command still running at --max-run-time is stopped,
 // SIGTERM then SIGKILL after --kill-grace; the run is recorded as failed
 // with the timeout in its error, and exec exits with --timeout-exit-code.
-// The limits (1 s, 2 s) are far longer than starting a shell takes, so the
-// signal lands once the command runs; what catches a real fault is the
-// exit code, the recorded outcome and the messages, not any duration. The
+// The limits (1 s, 2 s, or twenty times a shell's start measured here,
+// when that is longer: a loaded machine once took more than a second to
+// start one) are far longer than starting a shell takes, so the signal
+// lands once the command runs; what catches a real fault is the exit
+// code, the recorded outcome and the messages, not any duration. The
 // command that stops on SIGTERM gets a kill grace of 5 s (and so a lease
 // of a minute, which bounds it), so that no SIGKILL is needed even when a
 // loaded machine is slow to reap it: with 300 ms it was sent once.
 func TestExecMaxRunTime(t *testing.T) {
 	db, store := setup(t)
+	limit := func(d time.Duration) string {
+		return max(d, (20 * shellStart(t)).Round(time.Second)).String()
+	}
 	for _, tc := range []struct {
 		name    string
 		script  string
@@ -30,9 +36,9 @@ func TestExecMaxRunTime(t *testing.T) {
 		ended   string
 	}{
 		{"stops on SIGTERM", `echo started; exec sleep 60`,
-			[]string{"--max-run-time", "1s", "--lease", "1m", "--kill-grace", "5s"}, "5s", exitTimedOut, false, "signal: terminated"},
+			[]string{"--max-run-time", limit(time.Second), "--lease", "1m", "--kill-grace", "5s"}, "5s", exitTimedOut, false, "signal: terminated"},
 		{"ignores SIGTERM", `trap '' TERM; echo started; while :; do sleep 0.05; done`,
-			[]string{"--max-run-time", "2s", "--timeout-exit-code", "99"}, "300ms", 99, true, "signal: killed"},
+			[]string{"--max-run-time", limit(2 * time.Second), "--timeout-exit-code", "99"}, "300ms", 99, true, "signal: killed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			source := "timeout-" + strings.Fields(tc.name)[0]
@@ -90,4 +96,19 @@ func TestExecMaxRunTime(t *testing.T) {
 			t.Errorf("a bad command line ran: %+v", runs)
 		}
 	})
+}
+
+// shellStart returns how long starting a shell that prints a line takes
+// here now: the longest of three.
+func shellStart(t *testing.T) time.Duration {
+	t.Helper()
+	var longest time.Duration
+	for range 3 {
+		start := time.Now()
+		if out, err := exec.Command("sh", "-c", "echo started").Output(); err != nil || string(out) != "started\n" {
+			t.Fatalf("sh -c 'echo started': %q, %v", out, err)
+		}
+		longest = max(longest, time.Since(start))
+	}
+	return longest
 }
