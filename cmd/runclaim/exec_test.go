@@ -292,7 +292,7 @@ func TestExecLeaseLost(t *testing.T) {
 // lease allows is (3s - 2*100ms)/8 = 350ms). It returns once the script has
 // started: the script's output lines, exec's exit code once it returns, and
 // exec's standard error.
-func startStopTest(t *testing.T, dsn, source, script string, flags []string) (out <-chan string, done <-chan int, stderr *lockedBuffer) {
+func startStopTest(t *testing.T, dsn, source, script string, flags []string) (out <-chan string, done chan int, stderr *lockedBuffer) {
 	t.Helper()
 	clearEnv(t)
 	t.Setenv(envDatabaseURL, dsn)
@@ -327,23 +327,33 @@ func readLines(r *os.File) <-chan string {
 	return ch
 }
 
-// waitLine waits for the line want, failing if lines end first, if done
-// delivers an exit code first, or after testTimeout.
-func waitLine(t *testing.T, lines <-chan string, want string, done <-chan int) {
+// waitLine waits for the line want, failing if lines end first, if the
+// command ends without printing it, or after testTimeout. done delivers
+// exec's exit code (it may be nil, and must be buffered): when the code
+// comes first, the lines the command printed before it ended may still be
+// on their way, so they are read to their end, and the code is put back
+// for the caller once want is among them.
+func waitLine(t *testing.T, lines <-chan string, want string, done chan int) {
 	t.Helper()
 	timeout := time.NewTimer(testTimeout)
 	defer timeout.Stop()
+	exited, code, wait := false, 0, done
 	for {
 		select {
 		case l, ok := <-lines:
-			if !ok {
+			switch {
+			case ok && l == want:
+				if exited {
+					done <- code
+				}
+				return
+			case !ok && exited:
+				t.Fatalf("exec exited with %d before printing %q", code, want)
+			case !ok:
 				t.Fatalf("output ended before %q", want)
 			}
-			if l == want {
-				return
-			}
-		case code := <-done:
-			t.Fatalf("exec exited with %d before printing %q", code, want)
+		case code = <-wait:
+			exited, wait = true, nil // a nil channel: no second receive
 		case <-timeout.C:
 			t.Fatalf("no %q within %v", want, testTimeout)
 		}

@@ -197,8 +197,25 @@ func (c *cluster) run(name string, args ...string) {
 	}
 }
 
-// start starts s and waits until it accepts connections.
+// start starts s and waits until it accepts connections. Its port was
+// free when picked, but another process may take it before the server
+// binds it (a loaded machine, other tests starting servers): the server
+// then exits saying so, and start tries again on another port, which no
+// one has been given yet. A connection counts only if it reaches s
+// itself (its data directory), not a server that took the port.
 func (c *cluster) start(s *server) {
+	c.t.Helper()
+	for attempt := 1; !c.startOnce(s); attempt++ {
+		if attempt == 3 {
+			c.t.Fatalf("%s: its port was taken %d times in a row", s.name, attempt)
+		}
+		s.port = freePort(c.t)
+	}
+}
+
+// startOnce starts s and waits until it accepts connections; it reports
+// false if s could not bind its port.
+func (c *cluster) startOnce(s *server) bool {
 	c.t.Helper()
 	s.log = filepath.Join(c.root, s.name+".log")
 	logf, err := os.Create(s.log)
@@ -215,28 +232,47 @@ func (c *cluster) start(s *server) {
 	if err := s.cmd.Start(); err != nil {
 		c.t.Fatalf("start %s: %v", s.name, err)
 	}
-	s.done = make(chan struct{})
+	done := make(chan struct{})
+	s.done = done
+	cmd := s.cmd
 	go func() {
-		s.cmd.Wait()
-		close(s.done)
+		cmd.Wait()
+		close(done)
 	}()
 	c.t.Cleanup(func() { c.stop(s, syscall.SIGQUIT) })
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for {
-		conn, err := pgx.Connect(ctx, s.dsn())
+		dir, err := dataDirectory(ctx, s.dsn())
+		if err == nil && dir == s.dir {
+			return true
+		}
 		if err == nil {
-			conn.Close(ctx)
-			return
+			err = fmt.Errorf("port %d is another server's (data directory %s)", s.port, dir)
 		}
 		select {
-		case <-s.done:
+		case <-done:
+			if log, rerr := os.ReadFile(s.log); rerr == nil && strings.Contains(string(log), "could not create any TCP/IP sockets") {
+				return false
+			}
 			c.t.Fatalf("%s exited while starting: %v", s.name, err)
 		case <-ctx.Done():
 			c.t.Fatalf("%s did not accept connections within %v: %v", s.name, wait, err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// dataDirectory returns the data directory of the server at dsn.
+func dataDirectory(ctx context.Context, dsn string) (string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var dir string
+	err = conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('data_directory')").Scan(&dir)
+	return dir, err
 }
 
 // stop stops s with sig (SIGQUIT: an immediate shutdown) and waits for it.
