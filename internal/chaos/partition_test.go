@@ -23,7 +23,14 @@ func warmUp(t *testing.T, c *runclaim.Claimer, source string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
+	// A pool's connect through a proxy is bounded by 2 s (proxiedPool),
+	// which a loaded machine (every core busy) has overrun: a warm-up
+	// whose connect failed tries again, twice at most.
 	run, err := c.Claim(ctx, source)
+	for attempt := 1; err != nil && attempt < 3 && isConnectionError(err) && ctx.Err() == nil; attempt++ {
+		t.Logf("warm-up claim of %s, attempt %d: %v; again", source, attempt, err)
+		run, err = c.Claim(ctx, source)
+	}
 	if err != nil {
 		t.Fatalf("warm-up claim of %s: %v", source, err)
 	}
