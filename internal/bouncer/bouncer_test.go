@@ -621,10 +621,13 @@ func testDoHeartbeats(t *testing.T, e *env, mode pgx.QueryExecMode) {
 	// tests at once, and is also run with two busy loops beside it) does not
 	// delay every heartbeat in it: 2 s was seen to lapse there, with no
 	// heartbeat through in 2 s, on a machine five times oversubscribed, and
-	// 3 s once in CI's -race run. A lease that lapses (the holder learns
-	// ErrLeaseLost, and nobody else won) is tried again, once, twice as
-	// long; a rival that wins while the holder heartbeats fails at once.
-	for _, lease := range []time.Duration{3 * time.Second, 6 * time.Second} {
+	// 3 s once in CI's -race run, and 6 s in CI beside two busy loops (a
+	// claim's answer took most of it). A lease that lapses (the holder
+	// learns ErrLeaseLost, and nobody else won) is tried again, twice as
+	// long, up to 24 s; a rival that wins while the holder heartbeats
+	// fails at once, and a heartbeat that extends nothing lapses at every
+	// length.
+	for _, lease := range []time.Duration{3 * time.Second, 6 * time.Second, 12 * time.Second, 24 * time.Second} {
 		lapsed := doHeartbeatsOnce(t, e, mode, lease)
 		if lapsed == nil {
 			return
