@@ -2,20 +2,21 @@ package main
 
 import (
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/runclaim/runclaim"
+	"github.com/runclaim/runclaim/internal/pgtest"
 )
 
 // TestExecMaxRunTime: a command still running at --max-run-time is stopped,
 // SIGTERM then SIGKILL after --kill-grace; the run is recorded as failed
 // with the timeout in its error, and exec exits with --timeout-exit-code.
-// The limits (1 s, 2 s, or twenty times a shell's start measured here,
-// when that is longer: a loaded machine once took more than a second to
-// start one) are far longer than starting a shell takes, so the signal
+// The limits (1 s, 2 s, or five times what exec took here to run a shell
+// that prints a line, when that is longer: on a loaded machine exec once
+// took more than a second to start one) are far longer than starting the
+// command takes, so the signal
 // lands once the command runs; what catches a real fault is the exit
 // code, the recorded outcome and the messages, not any duration. The
 // command that stops on SIGTERM gets a kill grace of 5 s (and so a lease
@@ -23,8 +24,9 @@ import (
 // loaded machine is slow to reap it: with 300 ms it was sent once.
 func TestExecMaxRunTime(t *testing.T) {
 	db, store := setup(t)
+	took := execStart(t, db)
 	limit := func(d time.Duration) string {
-		return max(d, (20 * shellStart(t)).Round(time.Second)).String()
+		return max(d, (5 * took).Round(time.Second)).String()
 	}
 	for _, tc := range []struct {
 		name    string
@@ -98,17 +100,13 @@ func TestExecMaxRunTime(t *testing.T) {
 	})
 }
 
-// shellStart returns how long starting a shell that prints a line takes
-// here now: the longest of three.
-func shellStart(t *testing.T) time.Duration {
+// execStart returns how long exec takes here now to run a shell that
+// prints a line, from its start to its end.
+func execStart(t *testing.T, db *pgtest.DB) time.Duration {
 	t.Helper()
-	var longest time.Duration
-	for range 3 {
-		start := time.Now()
-		if out, err := exec.Command("sh", "-c", "echo started").Output(); err != nil || string(out) != "started\n" {
-			t.Fatalf("sh -c 'echo started': %q, %v", out, err)
-		}
-		longest = max(longest, time.Since(start))
+	start := time.Now()
+	if r := runCLI(t, db, nil, "exec", "--source", "timeout-calibration", "--", "sh", "-c", "echo started"); r.code != 0 || r.stdout != "started\n" {
+		t.Fatalf("exec of a shell that prints a line: %+v", r)
 	}
-	return longest
+	return time.Since(start)
 }
