@@ -510,8 +510,12 @@ func testPartitionClaimCut(t *testing.T, version int) {
 			px.Disarm()
 			smaller++
 			t.Logf("cut at %d of %d bytes: the claim sent %d bytes by the proxy's count and was not cut; nothing to check at this offset", k, size, sent)
-			if err := finishOrLapsed(run); err != nil {
+			// The cut may still land between the count and the disarming,
+			// on the finish: the run then lapses (its lease is a second).
+			if err := finishOrLapsed(run); err != nil && !isConnectionError(err) {
 				t.Fatal(err)
+			} else if err != nil {
+				t.Logf("cut at %d of %d bytes: the cut came late, on the finish: %v", k, size, err)
 			}
 			continue
 		}
