@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/runclaim/runclaim"
 	"github.com/runclaim/runclaim/internal/pgtest"
 	"github.com/runclaim/runclaim/internal/sharedtest"
 	"github.com/runclaim/runclaim/internal/tcpproxy"
@@ -32,14 +31,8 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // generous on purpose: a failure to happen at all is what it catches.
 const wait = 20 * time.Second
 
-func newStore(t *testing.T, pool runclaim.Querier) *runclaim.PostgresStore {
-	t.Helper()
-	store, err := runclaim.NewPostgresStore(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return store
-}
+// newStore returns a store on pool, whose table is migrated already.
+var newStore = sharedtest.Store
 
 var newClaimer = sharedtest.NewClaimer
 
