@@ -227,7 +227,8 @@ func BenchmarkFleetSweep(b *testing.B) {
 		byReplicas = []scene{{1, 100, smokeTick}}
 	}
 	for b.Loop() {
-		run := func(sc scene) *Report {
+		var run func(sc scene) *Report
+		run = func(sc scene) *Report {
 			db := pgtest.New(b)
 			ticks := 3
 			switch {
@@ -238,8 +239,10 @@ func BenchmarkFleetSweep(b *testing.B) {
 			}
 			cfg := Config{DSN: db.DSN, Cgroup: containerCgroup(b), Replicas: sc.replicas, Sources: sc.sources,
 				Tick: sc.tick, Ticks: ticks, Warmup: 1}
-			if os.Getenv("FLEET_SWEEP") != "full" {
+			smoke := os.Getenv("FLEET_SWEEP") != "full"
+			if smoke {
 				smokeScene(&cfg)
+				cfg.Tick = sc.tick
 			}
 			rep, err := Run(context.Background(), cfg, io.Discard)
 			if err != nil {
@@ -248,6 +251,16 @@ func BenchmarkFleetSweep(b *testing.B) {
 			var out testBuffer
 			rep.Print(&out)
 			keep(b, string(out))
+			// As TestFleetSmoke: a smoke scene that only missed sources (CI
+			// runs it beside the other versions' tests, and saw that once)
+			// runs again with a tick twice as long, up to four times
+			// smokeTick; a source run twice in a tick, a run that did not
+			// succeed, or an error fails at once.
+			if smoke && !rep.OK() && rep.BadPairs == 0 && rep.NotSuccess == 0 && len(rep.Errors) == 0 && sc.tick < 4*smokeTick {
+				b.Logf("%d replicas, %d sources, a tick of %v: %d sources missed; again with a tick of %v", sc.replicas, sc.sources, sc.tick, rep.Missing, 2*sc.tick)
+				sc.tick *= 2
+				return run(sc)
+			}
 			if !rep.OK() {
 				b.Fatalf("%d replicas, %d sources: the fleet did not run each source exactly once per tick", sc.replicas, sc.sources)
 			}
